@@ -1,0 +1,81 @@
+#pragma once
+
+// libbaton: the client library a training or inference process (a "rank") links to run
+// collectives through its node's batond. No gRPC or protobuf type appears here.
+//
+//   auto client = baton::Client::Connect(baton::Client::DefaultSocketPath());
+//   std::string id = ...;  // rank 0: (*client)->CreateCommId(), shared out of band
+//   auto comm = (*client)->Join(id, world_size, rank, absl::Seconds(60));
+//   float* data = static_cast<float*>(*(*client)->Allocate(n * sizeof(float)));  // zero-copy
+//   (*comm)->AllReduce(data, data, n, baton::DataType::kFloat32, baton::ReduceOp::kSum);
+//
+// Buffers from Allocate are shared with the daemon, which reads and writes them in place. Any
+// other pointer works too: its bytes are staged through a shared buffer with one copy each way.
+// Every call takes a timeout and fails with a Status rather than hang.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collective/data_type.h"
+
+namespace baton {
+
+using collective::DataType;
+using collective::ReduceOp;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;  // destroys the communicator if Destroy was not called
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  // Number of daemons the communicator spans.
+  virtual int daemon_count() const = 0;
+
+  // recv[i] = op over all ranks of send[i], for i < count, on every rank. send may equal recv
+  // (in place). Errors: InvalidArgument for bad arguments (the communicator stays usable);
+  // Unavailable / DeadlineExceeded naming the peer at fault when a rank or daemon is lost (the
+  // communicator is then aborted on every rank); FailedPrecondition if ranks disagree on the call.
+  virtual absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type,
+                                 ReduceOp op, absl::Duration timeout = absl::Minutes(10)) = 0;
+
+  // The algorithm the daemon ran for the last successful operation ("ring", "local").
+  virtual std::string last_algorithm() const = 0;
+
+  // Leaves the communicator. Idempotent.
+  virtual absl::Status Destroy() = 0;
+};
+
+class Client {
+ public:
+  // $BATON_SOCKET if set, else /run/baton/batond.sock.
+  static std::string DefaultSocketPath();
+
+  // Connects to the daemon listening on `socket_path`. Unavailable if none answers in `timeout`.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_path,
+                                                         absl::Duration timeout = absl::Seconds(10));
+
+  virtual ~Client() = default;  // frees buffers, leaves communicators, closes the session
+
+  // A new communicator id rooted at this client's daemon, to share with every rank.
+  virtual absl::StatusOr<std::string> CreateCommId() = 0;
+
+  // Joins rank `rank` of `world_size`; waits up to `timeout` for every rank to join, then fails
+  // with DeadlineExceeded naming the ranks that never arrived.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Join(const std::string& comm_id,
+                                                             int world_size, int rank,
+                                                             absl::Duration timeout) = 0;
+
+  // Memory shared with the daemon: collectives on it copy nothing between rank and daemon.
+  // Valid until Free or until the client is destroyed.
+  virtual absl::StatusOr<void*> Allocate(size_t bytes) = 0;
+  virtual absl::Status Free(void* data) = 0;
+
+  // The name of the node whose daemon this client talks to.
+  virtual const std::string& node_name() const = 0;
+};
+
+}  // namespace baton

@@ -1,0 +1,315 @@
+// baton: the command-line tool for users and operators.
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "baton/v1/baton.grpc.pb.h"
+#include "client/baton.h"
+#include "client/bench.h"
+#include "client/local_cluster.h"
+#include "common/options.h"
+#include "grpcpp/grpcpp.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(baton - command-line tool for Baton clusters
+
+Usage: baton <command> [options]
+
+Commands:
+  local up|down|status   start, stop or show a development cluster of daemons on this machine
+  bench                  run an nccl-tests-style collective benchmark over a running cluster
+  status                 show one daemon's state: peers, links, communicators
+  comm-id                print a new communicator id rooted at a daemon
+
+Run `baton <command> --help` for a command's options.
+)";
+
+std::string DefaultLocalDir() {
+  if (const char* env = std::getenv("BATON_LOCAL_DIR"); env != nullptr && *env != '\0') return env;
+  return absl::StrCat("/tmp/baton-local-", getuid());
+}
+
+int Fail(absl::string_view command, const absl::Status& status) {
+  std::cerr << "baton " << command << ": " << status.message() << "\n";
+  return 1;
+}
+
+// Parses flags into `options`, handling --help. Returns -1 to continue, else an exit code.
+int ParseOrHelp(baton::OptionSet& options, absl::string_view usage, int argc, char** argv,
+                int first, std::vector<std::string>* positional) {
+  if (baton::WantsHelp(argc, argv, first)) {
+    std::cout << usage << "\nOptions:\n" << options.Help();
+    return 0;
+  }
+  absl::StatusOr<std::vector<std::string>> parsed = options.ParseFlags(argc, argv, first);
+  if (!parsed.ok()) {
+    std::cerr << "baton: " << parsed.status().message() << "\n";
+    return 2;
+  }
+  if (positional != nullptr) {
+    *positional = std::move(*parsed);
+  } else if (!parsed->empty()) {
+    std::cerr << "baton: unexpected argument '" << parsed->front() << "'\n";
+    return 2;
+  }
+  return -1;
+}
+
+int Local(int argc, char** argv) {
+  std::string dir = DefaultLocalDir();
+  int64_t nodes = 4;
+  std::string batond = baton::client::DefaultBatondPath();
+  std::string daemon_args;
+  baton::OptionSet options;
+  options.AddString("dir", &dir, "directory for sockets, logs and cluster.txt ($BATON_LOCAL_DIR)");
+  options.AddInt("nodes", &nodes, "number of daemons (local up)");
+  options.AddString("batond", &batond, "batond binary to start");
+  options.AddString("daemon_args", &daemon_args,
+                    "extra flags for every daemon, space-separated (e.g. \"--op-timeout=10s\")");
+  std::vector<std::string> positional;
+  const int code = ParseOrHelp(options,
+                               "Usage: baton local up|down|status [options]\n\n"
+                               "Starts, stops or shows a cluster of batond daemons on this machine,\n"
+                               "each with its own unix socket, peer, data and metrics port (loopback).",
+                               argc, argv, 2, &positional);
+  if (code >= 0) return code;
+  if (positional.size() != 1) {
+    std::cerr << "baton local: expected one of up, down, status\n";
+    return 2;
+  }
+  const std::string& action = positional.front();
+  if (action == "up") {
+    baton::client::LocalClusterOptions cluster;
+    cluster.dir = dir;
+    cluster.nodes = static_cast<int>(nodes);
+    cluster.batond = batond;
+    for (absl::string_view arg : absl::StrSplit(daemon_args, ' ', absl::SkipEmpty())) {
+      cluster.extra_args.emplace_back(arg);
+    }
+    absl::StatusOr<std::vector<baton::client::LocalDaemon>> daemons =
+        baton::client::StartLocalCluster(cluster);
+    if (!daemons.ok()) return Fail("local up", daemons.status());
+    std::printf("started %zu daemons in %s\n", daemons->size(), dir.c_str());
+    for (const auto& d : *daemons) {
+      std::printf("  %-8s pid %-7d socket %s  peer %s  metrics http://%s/metrics\n",
+                  d.node_name.c_str(), d.pid, d.socket.c_str(), d.peer_address.c_str(),
+                  d.metrics_address.c_str());
+    }
+    return 0;
+  }
+  if (action == "down") {
+    absl::Status status = baton::client::StopLocalCluster(dir);
+    if (absl::IsNotFound(status)) {
+      std::printf("no local cluster in %s\n", dir.c_str());
+      return 0;
+    }
+    if (!status.ok()) return Fail("local down", status);
+    std::printf("stopped the local cluster in %s (logs kept there)\n", dir.c_str());
+    return 0;
+  }
+  if (action == "status") {
+    absl::StatusOr<std::vector<baton::client::LocalDaemon>> daemons =
+        baton::client::ReadLocalCluster(dir);
+    if (!daemons.ok()) return Fail("local status", daemons.status());
+    int running = 0;
+    for (const auto& d : *daemons) {
+      const bool up = baton::client::IsRunning(d.pid);
+      running += up;
+      std::printf("  %-8s pid %-7d %-8s socket %s  log %s\n", d.node_name.c_str(), d.pid,
+                  up ? "running" : "STOPPED", d.socket.c_str(), d.log.c_str());
+    }
+    std::printf("%d of %zu daemons running\n", running, daemons->size());
+    return running == static_cast<int>(daemons->size()) ? 0 : 1;
+  }
+  std::cerr << "baton local: unknown action '" << action << "' (up, down, status)\n";
+  return 2;
+}
+
+// Accepts nccl-tests' short flags by rewriting them to their long names.
+std::vector<std::string> ExpandShortFlags(int argc, char** argv, int first) {
+  static const std::vector<std::pair<std::string, std::string>> kShort = {
+      {"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"},
+      {"-n", "--iters"},    {"-w", "--warmup-iters"}, {"-c", "--check"},
+      {"-d", "--datatype"}, {"-o", "--op"}};
+  std::vector<std::string> args = {argv[0]};
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    for (const auto& [short_flag, long_flag] : kShort) {
+      if (arg == short_flag) arg = long_flag;
+    }
+    args.push_back(arg);
+  }
+  return args;
+}
+
+// "64M" -> 67108864; plain numbers are bytes.
+absl::StatusOr<int64_t> ParseSize(std::string text) {
+  int64_t multiplier = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K': case 'k': multiplier = 1 << 10; break;
+      case 'M': case 'm': multiplier = 1 << 20; break;
+      case 'G': case 'g': multiplier = int64_t{1} << 30; break;
+      default: break;
+    }
+    if (multiplier != 1) text.pop_back();
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(text, &value) || value < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a size (e.g. 8, 64K, 1M)"));
+  }
+  return value * multiplier;
+}
+
+int Bench(int argc, char** argv, bool worker) {
+  baton::client::BenchOptions bench;
+  std::string min_bytes = "8", max_bytes = "64M", cluster = DefaultLocalDir(), sockets;
+  std::string socket, comm_id;
+  int64_t world_size = 0, rank = 0, check = 1;
+  baton::OptionSet options;
+  options.AddString("minbytes", &min_bytes, "-b: smallest message size (K, M, G suffixes)");
+  options.AddString("maxbytes", &max_bytes, "-e: largest message size");
+  options.AddInt("stepfactor", &bench.step_factor, "-f: multiply the size by this each step");
+  options.AddInt("iters", &bench.iters, "-n: timed iterations per size");
+  options.AddInt("warmup_iters", &bench.warmup_iters, "-w: untimed iterations per size");
+  options.AddInt("check", &check, "-c: check every element of the result (1) or not (0)");
+  options.AddString("datatype", &bench.data_type, "-d: element type");
+  options.AddString("op", &bench.reduce_op, "-o: reduce op");
+  options.AddInt("ranks_per_daemon", &bench.ranks_per_daemon, "ranks launched per daemon");
+  options.AddString("cluster", &cluster, "local cluster directory whose daemons to use");
+  options.AddString("sockets", &sockets, "comma-separated daemon sockets (instead of --cluster)");
+  options.AddInt("timeout_ms", &bench.timeout_ms, "per-operation timeout in milliseconds");
+  if (worker) {
+    options.AddString("socket", &socket, "daemon socket of this rank");
+    options.AddString("comm_id", &comm_id, "communicator id");
+    options.AddInt("world_size", &world_size, "ranks in total");
+    options.AddInt("rank", &rank, "this rank");
+  }
+  std::vector<std::string> expanded = ExpandShortFlags(argc, argv, 2);
+  std::vector<const char*> args;
+  for (const std::string& arg : expanded) args.push_back(arg.c_str());
+  const int code = ParseOrHelp(
+      options,
+      "Usage: baton bench [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1] [--ranks-per-daemon 2]\n"
+      "                   [--cluster DIR | --sockets A,B,...]\n\n"
+      "Runs all_reduce over every daemon of a running cluster, launching --ranks-per-daemon rank\n"
+      "processes on each, and prints time, algbw and busbw (nccl-tests' definitions: busbw =\n"
+      "algbw * 2(n-1)/n) and the number of wrong elements per size.",
+      static_cast<int>(args.size()), const_cast<char**>(args.data()), 1, nullptr);
+  if (code >= 0) return code;
+  bench.check = check != 0;
+  absl::StatusOr<int64_t> min = ParseSize(min_bytes);
+  absl::StatusOr<int64_t> max = ParseSize(max_bytes);
+  if (!min.ok()) return Fail("bench", min.status());
+  if (!max.ok()) return Fail("bench", max.status());
+  bench.min_bytes = *min;
+  bench.max_bytes = *max;
+  if (worker) {
+    absl::Status status = baton::client::RunBenchRank(bench, socket, comm_id,
+                                                      static_cast<int>(world_size),
+                                                      static_cast<int>(rank));
+    if (!status.ok()) {
+      std::cerr << "baton bench: rank " << rank << ": " << status << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  if (!sockets.empty()) {
+    bench.sockets = absl::StrSplit(sockets, ',', absl::SkipEmpty());
+  } else {
+    absl::StatusOr<std::vector<baton::client::LocalDaemon>> daemons =
+        baton::client::ReadLocalCluster(cluster);
+    if (!daemons.ok()) {
+      return Fail("bench", absl::NotFoundError(absl::StrCat(
+                               daemons.status().message(),
+                               "; start one with `baton local up`, or pass --sockets")));
+    }
+    for (const auto& d : *daemons) bench.sockets.push_back(d.socket);
+  }
+  absl::Status status = baton::client::RunBench(bench);
+  if (!status.ok()) return Fail("bench", status);
+  return 0;
+}
+
+int Status(int argc, char** argv) {
+  std::string socket = baton::Client::DefaultSocketPath();
+  baton::OptionSet options;
+  options.AddString("socket", &socket, "daemon socket ($BATON_SOCKET)");
+  const int code = ParseOrHelp(options, "Usage: baton status [--socket PATH]", argc, argv, 2, nullptr);
+  if (code >= 0) return code;
+  auto channel = grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials());
+  auto stub = baton::v1::Client::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  baton::v1::DaemonStatus status;
+  grpc::Status rpc = stub->GetStatus(&context, baton::v1::GetStatusRequest(), &status);
+  if (!rpc.ok()) {
+    std::cerr << "baton status: cannot reach batond at " << socket << ": " << rpc.error_message()
+              << "\n";
+    return 1;
+  }
+  std::printf("node %s (batond %s, pid %lld, up %.0f s)\n", status.node_name().c_str(),
+              status.version().c_str(), static_cast<long long>(status.pid()),
+              status.uptime_ms() / 1000.0);
+  std::printf("  peer %s  data %s  metrics %s  sessions %d\n", status.peer_address().c_str(),
+              status.data_address().c_str(), status.metrics_address().c_str(), status.sessions());
+  std::printf("communicators: %d\n", status.communicators_size());
+  for (const auto& c : status.communicators()) {
+    std::printf("  %016llx  world %d  daemons %d  local ranks %d  ops %llu  %s\n",
+                static_cast<unsigned long long>(c.comm_tag()), c.world_size(), c.daemon_count(),
+                c.local_ranks_size(), static_cast<unsigned long long>(c.ops_completed()),
+                c.state().c_str());
+  }
+  std::printf("links: %d\n", status.links_size());
+  for (const auto& l : status.links()) {
+    std::printf("  %-22s %-5s tx %llu B  rx %llu B  errors %llu\n", l.peer().c_str(),
+                l.up() ? "up" : "down", static_cast<unsigned long long>(l.tx_bytes()),
+                static_cast<unsigned long long>(l.rx_bytes()),
+                static_cast<unsigned long long>(l.errors()));
+  }
+  return 0;
+}
+
+int CommId(int argc, char** argv) {
+  std::string socket = baton::Client::DefaultSocketPath();
+  baton::OptionSet options;
+  options.AddString("socket", &socket, "daemon socket ($BATON_SOCKET)");
+  const int code = ParseOrHelp(options,
+                               "Usage: baton comm-id [--socket PATH]\n\n"
+                               "Prints a new communicator id rooted at the daemon, for BATON_COMM_ID.",
+                               argc, argv, 2, nullptr);
+  if (code >= 0) return code;
+  absl::StatusOr<std::unique_ptr<baton::Client>> client = baton::Client::Connect(socket);
+  if (!client.ok()) return Fail("comm-id", client.status());
+  absl::StatusOr<std::string> id = (*client)->CreateCommId();
+  if (!id.ok()) return Fail("comm-id", id.status());
+  std::printf("%s\n", id->c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || absl::string_view(argv[1]) == "--help" || absl::string_view(argv[1]) == "-h" ||
+      absl::string_view(argv[1]) == "help") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const absl::string_view command = argv[1];
+  if (command == "local") return Local(argc, argv);
+  if (command == "bench") return Bench(argc, argv, /*worker=*/false);
+  if (command == "bench-rank") return Bench(argc, argv, /*worker=*/true);
+  if (command == "status") return Status(argc, argv);
+  if (command == "comm-id") return CommId(argc, argv);
+  std::cerr << "baton: unknown command '" << command << "'\n\n" << kUsage;
+  return 2;
+}

@@ -1,0 +1,41 @@
+#pragma once
+
+// `baton bench`: an nccl-tests-style sweep of message sizes over a running cluster. The parent
+// process creates the communicator id and launches one worker process per rank (ranks are placed
+// on daemons in blocks of --ranks-per-daemon); workers time the operation and check every
+// element; the parent prints one table.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace baton::client {
+
+struct BenchOptions {
+  int64_t min_bytes = 8;
+  int64_t max_bytes = 64 << 20;
+  int64_t step_factor = 2;
+  int64_t iters = 20;
+  int64_t warmup_iters = 5;
+  bool check = true;
+  int64_t ranks_per_daemon = 2;
+  std::string data_type = "float32";
+  std::string reduce_op = "sum";
+  std::vector<std::string> sockets;  // one per daemon
+  int64_t timeout_ms = 120000;       // per operation
+};
+
+// Runs the benchmark and prints the table on stdout. Returns an error if any rank failed or if any
+// element was wrong.
+absl::Status RunBench(const BenchOptions& options);
+
+// The worker: one rank. Prints "RESULT <bytes> <count> <avg seconds> <wrong> <algorithm>" lines.
+absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket,
+                          const std::string& comm_id, int world_size, int rank);
+
+// nccl-tests' busbw factor for all-reduce: 2(n-1)/n.
+double AllReduceBusBwFactor(int world_size);
+
+}  // namespace baton::client

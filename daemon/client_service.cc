@@ -1,0 +1,154 @@
+#include "daemon/client_service.h"
+
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace baton::daemon {
+namespace {
+
+// A client's timeout in milliseconds as a deadline; zero or less means "the default".
+absl::Time DeadlineFrom(int64_t timeout_ms, absl::Duration fallback) {
+  return absl::Now() + (timeout_ms > 0 ? absl::Milliseconds(timeout_ms) : fallback);
+}
+
+}  // namespace
+
+grpc::Status ClientService::OpenSession(grpc::ServerContext*, const v1::OpenSessionRequest* request,
+                                        v1::OpenSessionResponse* response) {
+  response->set_session_id(node_->sessions().Open(request->pid(), request->client_name()));
+  response->set_node_name(node_->self().node_name);
+  spdlog::debug("session {} opened by pid {} ({})", response->session_id(), request->pid(),
+                request->client_name());
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientService::WatchSession(grpc::ServerContext* context,
+                                         const v1::WatchSessionRequest* request,
+                                         grpc::ServerWriter<v1::SessionEvent>*) {
+  const uint64_t session_id = request->session_id();
+  if (!node_->sessions().Exists(session_id)) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown session ", session_id));
+  }
+  // The sync API has no cancellation callback, so look every 100 ms; that bounds how long a dead
+  // client's communicators linger.
+  while (!context->IsCancelled() && node_->sessions().Exists(session_id)) {
+    if (shutting_down_->WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "batond is shutting down");
+    }
+  }
+  node_->EndSession(session_id);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientService::CloseSession(grpc::ServerContext*,
+                                         const v1::CloseSessionRequest* request,
+                                         v1::CloseSessionResponse*) {
+  node_->EndSession(request->session_id());
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientService::CreateCommId(grpc::ServerContext*, const v1::CreateCommIdRequest*,
+                                         v1::CreateCommIdResponse* response) {
+  response->set_comm_id(node_->CreateCommId());
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientService::Join(grpc::ServerContext*, const v1::JoinRequest* request,
+                                 v1::JoinResponse* response) {
+  absl::StatusOr<JoinResult> result =
+      node_->Join(request->session_id(), request->comm_id(), request->world_size(),
+                  request->rank(), DeadlineFrom(request->timeout_ms(), absl::Minutes(5)));
+  if (!result.ok()) {
+    spdlog::info("join of rank {} failed: {}", request->rank(), result.status().ToString());
+    return ToGrpc(result.status());
+  }
+  response->set_comm_tag(result->comm_tag);
+  response->set_daemon_count(result->daemon_count);
+  response->set_local_ranks(result->local_ranks);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientService::Destroy(grpc::ServerContext*, const v1::DestroyRequest* request,
+                                    v1::DestroyResponse*) {
+  return ToGrpc(node_->Destroy(request->session_id(), request->comm_tag(), request->rank()));
+}
+
+grpc::Status ClientService::RegisterBuffer(grpc::ServerContext*,
+                                           const v1::RegisterBufferRequest* request,
+                                           v1::RegisterBufferResponse* response) {
+  absl::StatusOr<uint64_t> id = node_->sessions().RegisterBuffer(
+      request->session_id(), request->shm_name(), request->size());
+  if (!id.ok()) return ToGrpc(id.status());
+  response->set_buffer_id(*id);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientService::ReleaseBuffer(grpc::ServerContext*,
+                                          const v1::ReleaseBufferRequest* request,
+                                          v1::ReleaseBufferResponse*) {
+  return ToGrpc(node_->sessions().ReleaseBuffer(request->session_id(), request->buffer_id()));
+}
+
+grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::CollectiveRequest* request,
+                                       v1::CollectiveResponse* response) {
+  CollectiveCall call;
+  call.session_id = request->session_id();
+  call.comm_tag = request->comm_tag();
+  call.rank = request->rank();
+  switch (request->op()) {
+    case v1::COLLECTIVE_OP_ALL_REDUCE:
+      call.kind = OpKind::kAllReduce;
+      break;
+    default:
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("unsupported collective ", v1::CollectiveOp_Name(request->op())));
+  }
+  call.data_type = request->data_type();
+  call.reduce_op = request->reduce_op();
+  call.count = request->count();
+  call.send_buffer = request->send().buffer_id();
+  call.send_offset = request->send().offset();
+  call.recv_buffer = request->recv().buffer_id();
+  call.recv_offset = request->recv().offset();
+  call.deadline = DeadlineFrom(request->timeout_ms(), absl::Minutes(10));
+  absl::StatusOr<std::string> algorithm = node_->RunCollective(call);
+  if (!algorithm.ok()) return ToGrpc(algorithm.status());
+  response->set_algorithm(*algorithm);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                                      v1::DaemonStatus* response) {
+  const Member& self = node_->self();
+  response->set_node_name(self.node_name);
+  response->set_version(info_.version);
+  response->set_peer_address(self.peer_address);
+  response->set_data_address(self.data_address);
+  response->set_metrics_address(info_.metrics_address);
+  response->set_pid(getpid());
+  response->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - info_.started));
+  response->set_sessions(node_->sessions().Count());
+  for (const std::shared_ptr<Communicator>& comm : node_->communicators().List()) {
+    v1::CommunicatorStatus* entry = response->add_communicators();
+    entry->set_comm_tag(comm->plan().comm_tag);
+    entry->set_world_size(comm->plan().world_size);
+    for (int rank : comm->local_ranks()) entry->add_local_ranks(rank);
+    entry->set_daemon_count(static_cast<int>(comm->plan().daemons.size()));
+    entry->set_ops_completed(comm->ops_completed());
+    entry->set_state(comm->State());
+  }
+  for (const transport::LinkStats& link : node_->endpoint()->Stats()) {
+    v1::LinkStatus* entry = response->add_links();
+    entry->set_peer(link.peer);
+    entry->set_tx_bytes(link.tx_bytes);
+    entry->set_rx_bytes(link.rx_bytes);
+    entry->set_errors(link.errors);
+    entry->set_up(link.up);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace baton::daemon

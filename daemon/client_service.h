@@ -1,0 +1,52 @@
+#pragma once
+
+// The client API (gRPC over the daemon's unix socket) on top of Node.
+
+#include "absl/synchronization/notification.h"
+#include "baton/v1/baton.grpc.pb.h"
+#include "daemon/node.h"
+
+namespace baton::daemon {
+
+// What GetStatus reports beyond the node's own state.
+struct DaemonInfo {
+  std::string version;
+  std::string metrics_address;
+  absl::Time started = absl::Now();
+};
+
+class ClientService final : public v1::Client::Service {
+ public:
+  // `shutting_down` is notified when the daemon stops; session watches then return.
+  ClientService(Node* node, DaemonInfo info, const absl::Notification* shutting_down)
+      : node_(node), info_(std::move(info)), shutting_down_(shutting_down) {}
+
+  grpc::Status OpenSession(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
+                           v1::OpenSessionResponse* response) override;
+  grpc::Status WatchSession(grpc::ServerContext* context, const v1::WatchSessionRequest* request,
+                            grpc::ServerWriter<v1::SessionEvent>* writer) override;
+  grpc::Status CloseSession(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
+                            v1::CloseSessionResponse* response) override;
+  grpc::Status CreateCommId(grpc::ServerContext* context, const v1::CreateCommIdRequest* request,
+                            v1::CreateCommIdResponse* response) override;
+  grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request,
+                    v1::JoinResponse* response) override;
+  grpc::Status Destroy(grpc::ServerContext* context, const v1::DestroyRequest* request,
+                       v1::DestroyResponse* response) override;
+  grpc::Status RegisterBuffer(grpc::ServerContext* context,
+                              const v1::RegisterBufferRequest* request,
+                              v1::RegisterBufferResponse* response) override;
+  grpc::Status ReleaseBuffer(grpc::ServerContext* context, const v1::ReleaseBufferRequest* request,
+                             v1::ReleaseBufferResponse* response) override;
+  grpc::Status Collective(grpc::ServerContext* context, const v1::CollectiveRequest* request,
+                          v1::CollectiveResponse* response) override;
+  grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest* request,
+                         v1::DaemonStatus* response) override;
+
+ private:
+  Node* const node_;
+  const DaemonInfo info_;
+  const absl::Notification* const shutting_down_;
+};
+
+}  // namespace baton::daemon

@@ -1,0 +1,125 @@
+#pragma once
+
+// One communicator as this daemon sees it: its plan, the local ranks attached to it, and the
+// executor that runs their operations in submission order. Each operation is hierarchical: the
+// local ranks' buffers are reduced in memory, one node's worth of data crosses the network, and
+// the result is written back to every local rank.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "collective/data_type.h"
+#include "daemon/plan.h"
+#include "transport/transport.h"
+
+namespace baton::daemon {
+
+enum class OpKind { kAllReduce };
+absl::string_view OpKindName(OpKind kind);
+
+// One local rank's part of an operation. `pins` keep its buffers mapped until it completes.
+struct OpRequest {
+  OpKind kind = OpKind::kAllReduce;
+  collective::DataType type = collective::DataType::kFloat32;
+  collective::ReduceOp op = collective::ReduceOp::kSum;
+  size_t count = 0;
+  const std::byte* send = nullptr;
+  std::byte* recv = nullptr;
+  std::vector<std::shared_ptr<void>> pins;
+};
+
+struct CommunicatorOptions {
+  absl::Duration op_timeout = absl::Seconds(60);
+  size_t chunk_bytes = size_t{1} << 20;
+};
+
+class Communicator {
+ public:
+  // Called (without locks held) when this daemon aborts the communicator because of its own
+  // failure, so the caller can tell the other daemons in the plan.
+  using AbortNotifier = std::function<void(const Plan& plan, const absl::Status& reason)>;
+
+  // `self` is this daemon's index in plan.daemons. `endpoint` must outlive the communicator.
+  Communicator(Plan plan, int self, transport::Endpoint* endpoint, CommunicatorOptions options,
+               AbortNotifier notify_abort);
+  ~Communicator();  // aborts pending operations and joins the executor
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  const Plan& plan() const { return plan_; }
+  const std::vector<int>& local_ranks() const { return local_ranks_; }
+
+  // Binds local rank `rank` to a client session. InvalidArgument if the plan does not host the
+  // rank here; AlreadyExists if it is attached.
+  absl::Status AttachRank(int rank, uint64_t session_id);
+  // Unbinds a rank; returns true when no rank remains attached.
+  bool DetachRank(int rank);
+  // Unbinds every rank of a session; returns the ranks it held.
+  std::vector<int> DetachSession(uint64_t session_id);
+  // True when no rank is attached.
+  bool Empty() const;
+  int self() const { return self_; }
+
+  // Runs rank's next operation and waits for it until `deadline`. Returns the algorithm that ran.
+  // PermissionDenied when the rank is not attached by `session_id`; the abort reason once the
+  // communicator has failed; FailedPrecondition when local ranks disagree on the operation. A
+  // failed or timed-out operation aborts the communicator on every daemon.
+  absl::StatusOr<std::string> Submit(int rank, uint64_t session_id, OpRequest request,
+                                     absl::Time deadline);
+
+  // Fails pending and future operations with `reason`. With notify_peers, the notifier is called
+  // so other daemons abort too. Only the first reason is kept.
+  void Abort(const absl::Status& reason, bool notify_peers);
+
+  // "active" or "aborted: <reason>".
+  std::string State() const;
+  uint64_t ops_completed() const;
+
+ private:
+  struct Slot {
+    std::vector<std::optional<OpRequest>> parts;  // by local index
+    int arrived = 0;
+    int collected = 0;
+    bool done = false;
+    absl::Status result;
+    std::string algorithm;
+  };
+
+  void RunExecutor();
+  absl::StatusOr<std::string> Execute(uint64_t seq, std::vector<OpRequest>& parts);
+  // Rewrites data addresses in a transport error into "node (address)" for operators.
+  absl::Status NamePeers(const absl::Status& status) const;
+  int LocalIndex(int rank) const;
+
+  const Plan plan_;
+  const int self_;
+  transport::Endpoint* const endpoint_;
+  const CommunicatorOptions options_;
+  const AbortNotifier notify_abort_;
+  std::vector<int> local_ranks_;  // ascending, from the plan
+
+  mutable absl::Mutex mu_;
+  std::vector<std::optional<uint64_t>> sessions_ ABSL_GUARDED_BY(mu_);  // by local index
+  std::vector<uint64_t> next_seq_ ABSL_GUARDED_BY(mu_);                 // by local index
+  std::map<uint64_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_to_run_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t ops_completed_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread executor_;
+};
+
+}  // namespace baton::daemon

@@ -1,0 +1,61 @@
+#include "daemon/communicator_registry.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace baton::daemon {
+
+absl::StatusOr<std::shared_ptr<Communicator>> CommunicatorRegistry::GetOrCreate(const Plan& plan) {
+  absl::MutexLock lock(&mu_);
+  auto it = communicators_.find(plan.comm_tag);
+  if (it != communicators_.end()) return it->second;
+  absl::StatusOr<std::shared_ptr<Communicator>> created = factory_(plan);
+  if (!created.ok()) return created.status();
+  communicators_.emplace(plan.comm_tag, *created);
+  return *created;
+}
+
+std::shared_ptr<Communicator> CommunicatorRegistry::Find(uint64_t comm_tag) const {
+  absl::MutexLock lock(&mu_);
+  auto it = communicators_.find(comm_tag);
+  return it == communicators_.end() ? nullptr : it->second;
+}
+
+void CommunicatorRegistry::Remove(uint64_t comm_tag) {
+  std::shared_ptr<Communicator> removed;  // destroyed outside the lock: it joins a thread
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = communicators_.find(comm_tag);
+    if (it == communicators_.end()) return;
+    removed = std::move(it->second);
+    communicators_.erase(it);
+  }
+}
+
+void CommunicatorRegistry::DropSession(uint64_t session_id) {
+  for (const std::shared_ptr<Communicator>& comm : List()) {
+    const std::vector<int> lost = comm->DetachSession(session_id);
+    if (lost.empty()) continue;
+    // A rank that goes away without Destroy leaves its peers unable to finish: fail them now.
+    comm->Abort(absl::UnavailableError(absl::StrCat(
+                    "rank(s) [", absl::StrJoin(lost, ", "), "] on node ",
+                    comm->plan().daemons[comm->self()].member.node_name,
+                    " went away without destroying the communicator")),
+                /*notify_peers=*/true);
+    if (comm->Empty()) Remove(comm->plan().comm_tag);
+  }
+}
+
+void CommunicatorRegistry::AbortAll(const absl::Status& reason, bool notify_peers) {
+  for (const std::shared_ptr<Communicator>& comm : List()) comm->Abort(reason, notify_peers);
+}
+
+std::vector<std::shared_ptr<Communicator>> CommunicatorRegistry::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Communicator>> list;
+  list.reserve(communicators_.size());
+  for (const auto& [tag, comm] : communicators_) list.push_back(comm);
+  return list;
+}
+
+}  // namespace baton::daemon

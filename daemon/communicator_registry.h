@@ -1,0 +1,42 @@
+#pragma once
+
+// The communicators this daemon takes part in, by tag.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/communicator.h"
+
+namespace baton::daemon {
+
+class CommunicatorRegistry {
+ public:
+  using Factory = std::function<absl::StatusOr<std::shared_ptr<Communicator>>(const Plan&)>;
+
+  explicit CommunicatorRegistry(Factory factory) : factory_(std::move(factory)) {}
+
+  // The communicator of plan.comm_tag, created from the plan on first use.
+  absl::StatusOr<std::shared_ptr<Communicator>> GetOrCreate(const Plan& plan);
+  // Nullptr if unknown.
+  std::shared_ptr<Communicator> Find(uint64_t comm_tag) const;
+  // Forgets a communicator; it is destroyed when its last user lets go.
+  void Remove(uint64_t comm_tag);
+  // Detaches every rank the session held; communicators left without ranks are removed.
+  void DropSession(uint64_t session_id);
+  // Aborts every communicator (daemon shutdown).
+  void AbortAll(const absl::Status& reason, bool notify_peers);
+  std::vector<std::shared_ptr<Communicator>> List() const;
+
+ private:
+  const Factory factory_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Communicator>> communicators_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace baton::daemon

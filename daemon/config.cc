@@ -1,0 +1,52 @@
+#include "daemon/config.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace baton::daemon {
+
+void RegisterOptions(OptionSet& options, Config& config) {
+  options.AddString("node_name", &config.node_name,
+                    "name of this node in logs and metrics (default: $NODE_NAME, then hostname)");
+  options.AddString("socket", &config.socket, "unix socket of the client API");
+  options.AddString("peer_listen", &config.peer_listen,
+                    "host:port of the peer gRPC API (port 0 picks a free port)");
+  options.AddString("data_listen", &config.data_listen,
+                    "host:port of the TCP data-plane transport (port 0 picks a free port)");
+  options.AddString("metrics_listen", &config.metrics_listen,
+                    "host:port of the HTTP /metrics endpoint (port 0 picks a free port)");
+  options.AddString("advertise_host", &config.advertise_host,
+                    "address other daemons use to reach this one");
+  options.AddDuration("op_timeout", &config.op_timeout,
+                      "longest a collective may wait on a peer before it fails");
+  options.AddInt("chunk_bytes", &config.chunk_bytes, "pipeline chunk size of the data plane");
+  options.AddString("log_level", &config.log_level, "trace, debug, info, warn, error or off");
+  options.AddString("ready_file", &config.ready_file,
+                    "file written with the bound addresses once the daemon serves");
+}
+
+absl::Status FinalizeConfig(Config& config) {
+  if (config.node_name.empty()) {
+    if (const char* env = std::getenv("NODE_NAME"); env != nullptr && *env != '\0') {
+      config.node_name = env;
+    } else {
+      char host[256] = {};
+      gethostname(host, sizeof(host) - 1);
+      config.node_name = host;
+    }
+  }
+  if (config.socket.empty()) return absl::InvalidArgumentError("socket must not be empty");
+  if (config.op_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("op_timeout must be positive");
+  }
+  if (config.chunk_bytes < 4096 || config.chunk_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk_bytes must be between 4096 and 1 GiB, got ", config.chunk_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace baton::daemon

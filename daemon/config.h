@@ -1,0 +1,33 @@
+#pragma once
+
+// batond's configuration: every option can be set in the config file (docs/config.md) or as a
+// flag of the same name; flags win. Every default works on a single machine.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/time/time.h"
+#include "common/options.h"
+
+namespace baton::daemon {
+
+struct Config {
+  std::string node_name;  // defaults to $NODE_NAME, then the host name
+  std::string socket = "/run/baton/batond.sock";
+  std::string peer_listen = "0.0.0.0:7460";
+  std::string data_listen = "0.0.0.0:7461";
+  std::string metrics_listen = "0.0.0.0:9460";
+  std::string advertise_host = "127.0.0.1";
+  absl::Duration op_timeout = absl::Seconds(60);
+  int64_t chunk_bytes = int64_t{1} << 20;
+  std::string log_level = "info";
+  std::string ready_file;  // written with the bound addresses once serving
+};
+
+// Registers every Config field on `options`, pointing at `config`.
+void RegisterOptions(OptionSet& options, Config& config);
+
+// Fills defaults that depend on the environment (node name) and checks values.
+absl::Status FinalizeConfig(Config& config);
+
+}  // namespace baton::daemon

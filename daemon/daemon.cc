@@ -1,0 +1,178 @@
+#include "daemon/daemon.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
+#include "daemon/client_service.h"
+#include "daemon/metrics.h"
+#include "daemon/node.h"
+#include "daemon/peer_service.h"
+#include "grpcpp/grpcpp.h"
+#include "spdlog/spdlog.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace baton::daemon {
+namespace {
+
+constexpr char kVersion[] = "0.1.0";
+
+// An exclusive flock on "<socket>.lock" that holds our pid, released when the fd closes.
+class SocketLock {
+ public:
+  static absl::StatusOr<std::unique_ptr<SocketLock>> Acquire(const std::string& socket) {
+    const std::string path = socket + ".lock";
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return BATON_ERRNO_STATUS(absl::StrCat("open(", path, ")"));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      char buffer[32] = {};
+      const ssize_t n = pread(fd, buffer, sizeof(buffer) - 1, 0);
+      close(fd);
+      const std::string owner = n > 0 ? std::string(absl::StripAsciiWhitespace(buffer)) : "?";
+      return absl::FailedPreconditionError(
+          absl::StrCat("another batond (pid ", owner, ") already owns ", socket,
+                       "; refusing to start. Stop it first, or pick another --socket"));
+    }
+    const std::string pid = absl::StrCat(getpid(), "\n");
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+      absl::Status status = BATON_ERRNO_STATUS(absl::StrCat("writing ", path));
+      close(fd);
+      return status;
+    }
+    return std::make_unique<SocketLock>(fd);
+  }
+  explicit SocketLock(int fd) : fd_(fd) {}
+  ~SocketLock() { close(fd_); }
+  SocketLock(const SocketLock&) = delete;
+  SocketLock& operator=(const SocketLock&) = delete;
+
+ private:
+  int fd_;
+};
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << contents;
+    if (!out) return absl::InternalError(absl::StrCat("cannot write ", temp));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) return BATON_ERRNO_STATUS("rename ready file");
+  return absl::OkStatus();
+}
+
+class DaemonImpl final : public Daemon {
+ public:
+  DaemonImpl(Config config, std::unique_ptr<SocketLock> lock)
+      : config_(std::move(config)), lock_(std::move(lock)) {}
+  ~DaemonImpl() override { Shutdown(); }
+
+  absl::Status Init() {
+    transport::TcpOptions tcp;
+    tcp.listen_address = config_.data_listen;
+    tcp.advertise_host = config_.advertise_host;
+    BATON_ASSIGN_OR_RETURN(endpoint_, transport::NewTcpEndpoint(tcp));
+
+    int peer_port = 0;
+    grpc::ServerBuilder peer_builder;
+    peer_builder.AddListeningPort(config_.peer_listen, grpc::InsecureServerCredentials(),
+                                  &peer_port);
+    peer_builder.RegisterService(&peer_service_);
+    peer_server_ = peer_builder.BuildAndStart();
+    if (peer_server_ == nullptr || peer_port == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve the peer API on ", config_.peer_listen));
+    }
+
+    Member self{config_.node_name, absl::StrCat(config_.advertise_host, ":", peer_port),
+                endpoint_->address()};
+    node_ = std::make_unique<Node>(config_, self, endpoint_.get());
+    peer_service_.SetNode(node_.get());
+
+    BATON_ASSIGN_OR_RETURN(metrics_, MetricsServer::Start(config_.metrics_listen, node_.get()));
+
+    const std::filesystem::path socket(config_.socket);
+    std::error_code error;
+    std::filesystem::create_directories(socket.parent_path(), error);
+    std::filesystem::remove(socket, error);  // stale: we hold the lock, so no daemon serves it
+    DaemonInfo info{kVersion, metrics_->address(), absl::Now()};
+    client_service_ = std::make_unique<ClientService>(node_.get(), info, &shutting_down_);
+    grpc::ServerBuilder client_builder;
+    client_builder.AddListeningPort("unix://" + config_.socket, grpc::InsecureServerCredentials());
+    client_builder.RegisterService(client_service_.get());
+    client_server_ = client_builder.BuildAndStart();
+    if (client_server_ == nullptr) {
+      return absl::UnavailableError(absl::StrCat("cannot serve the client API on ", config_.socket));
+    }
+    chmod(config_.socket.c_str(), 0660);
+
+    spdlog::info("batond {} serving as node {}: client {} peer {} data {} metrics {}", kVersion,
+                 self.node_name, config_.socket, self.peer_address, self.data_address,
+                 metrics_->address());
+    if (!config_.ready_file.empty()) {
+      BATON_RETURN_IF_ERROR(WriteFileAtomically(
+          config_.ready_file,
+          absl::StrCat("node_name=", self.node_name, "\nsocket=", config_.socket,
+                       "\npeer_address=", self.peer_address, "\ndata_address=", self.data_address,
+                       "\nmetrics_address=", metrics_->address(), "\npid=", getpid(), "\n")));
+    }
+    return absl::OkStatus();
+  }
+
+  void Shutdown() override {
+    if (shutting_down_.HasBeenNotified()) return;
+    shutting_down_.Notify();
+    spdlog::info("shutting down");
+    if (node_ != nullptr) {
+      node_->AbortAll(absl::UnavailableError(
+          absl::StrCat("batond on node ", config_.node_name, " is shutting down")));
+    }
+    const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(3);
+    if (client_server_ != nullptr) client_server_->Shutdown(deadline);
+    if (peer_server_ != nullptr) peer_server_->Shutdown(deadline);
+    metrics_.reset();
+    client_server_.reset();
+    peer_server_.reset();
+    client_service_.reset();
+    node_.reset();
+    endpoint_.reset();
+    std::error_code error;
+    std::filesystem::remove(config_.socket, error);
+    if (!config_.ready_file.empty()) std::filesystem::remove(config_.ready_file, error);
+    spdlog::info("stopped");
+  }
+
+ private:
+  const Config config_;
+  std::unique_ptr<SocketLock> lock_;
+  absl::Notification shutting_down_;
+  std::unique_ptr<transport::Endpoint> endpoint_;
+  PeerService peer_service_;
+  std::unique_ptr<grpc::Server> peer_server_;
+  std::unique_ptr<Node> node_;
+  std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<ClientService> client_service_;
+  std::unique_ptr<grpc::Server> client_server_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
+  std::error_code error;
+  std::filesystem::create_directories(std::filesystem::path(config.socket).parent_path(), error);
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<SocketLock> lock, SocketLock::Acquire(config.socket));
+  auto daemon = std::make_unique<DaemonImpl>(config, std::move(lock));
+  BATON_RETURN_IF_ERROR(daemon->Init());
+  return daemon;
+}
+
+}  // namespace baton::daemon

@@ -1,0 +1,94 @@
+// batond: the per-node Baton daemon.
+
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "absl/strings/string_view.h"
+#include "common/logging.h"
+#include "common/options.h"
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+constexpr char kUsage[] = R"(batond - the Baton collective-communication daemon (one per node)
+
+Usage: batond [--config FILE] [--option=value ...]
+
+Serves the client API on a unix socket, the peer API and the data plane on TCP, and Prometheus
+metrics over HTTP. Every option can also be set in the config file (see docs/config.md); flags
+override the file. SIGTERM or SIGINT stops the daemon cleanly.
+
+Options:
+  --config=FILE                           config file ("key = value" lines)
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  baton::daemon::Config config;
+  baton::OptionSet options;
+  std::string config_file;
+  options.AddString("config", &config_file, "config file");
+  baton::daemon::RegisterOptions(options, config);
+  if (baton::WantsHelp(argc, argv)) {
+    std::cout << kUsage;
+    baton::OptionSet listing;
+    baton::daemon::Config defaults;
+    baton::daemon::RegisterOptions(listing, defaults);
+    std::cout << listing.Help();
+    return 0;
+  }
+  // The config file first, then flags on top of it.
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg.rfind("--config=", 0) == 0) config_file = std::string(arg.substr(9));
+    if (arg == "--config" && i + 1 < argc) config_file = argv[i + 1];
+  }
+  if (!config_file.empty()) {
+    if (absl::Status status = options.ParseConfigFile(config_file); !status.ok()) {
+      std::cerr << "batond: " << status.message() << "\n";
+      return 2;
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> positional = options.ParseFlags(argc, argv);
+  if (!positional.ok()) {
+    std::cerr << "batond: " << positional.status().message() << "\n";
+    return 2;
+  }
+  if (!positional->empty()) {
+    std::cerr << "batond: unexpected argument '" << positional->front() << "' (see --help)\n";
+    return 2;
+  }
+  if (absl::Status status = baton::daemon::FinalizeConfig(config); !status.ok()) {
+    std::cerr << "batond: " << status.message() << "\n";
+    return 2;
+  }
+  if (absl::Status status = baton::InitLogging("batond", config.log_level); !status.ok()) {
+    std::cerr << "batond: " << status.message() << "\n";
+    return 2;
+  }
+
+  // Block the stop signals in every thread; this one waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<std::unique_ptr<baton::daemon::Daemon>> daemon =
+      baton::daemon::Daemon::Start(config);
+  if (!daemon.ok()) {
+    spdlog::error("cannot start: {}", daemon.status().ToString());
+    return 1;
+  }
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  spdlog::info("received {}", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*daemon)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,142 @@
+#include "daemon/node.h"
+
+#include "absl/strings/str_cat.h"
+#include "collective/data_type.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace baton::daemon {
+
+absl::StatusOr<CommId> ParseCommId(const std::string& text) {
+  const size_t slash = text.rfind('/');
+  if (slash == std::string::npos || slash == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "malformed communicator id '", text, "': expected <root address>/<32 hex digits>"));
+  }
+  CommId id{text.substr(0, slash), text.substr(slash + 1)};
+  if (!Rendezvous::TagOfSecret(id.secret).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "malformed communicator id '", text, "': the secret must be 32 hex digits"));
+  }
+  return id;
+}
+
+Node::Node(const Config& config, Member self, transport::Endpoint* endpoint)
+    : config_(config),
+      self_(std::move(self)),
+      endpoint_(endpoint),
+      communicators_([this](const Plan& plan) -> absl::StatusOr<std::shared_ptr<Communicator>> {
+        const int index = plan.IndexOf(self_.data_address);
+        if (index < 0) {
+          return absl::InternalError("the communicator's plan does not include this daemon");
+        }
+        CommunicatorOptions options;
+        options.op_timeout = config_.op_timeout;
+        options.chunk_bytes = static_cast<size_t>(config_.chunk_bytes);
+        return std::make_shared<Communicator>(
+            plan, index, endpoint_, options, [this](const Plan& p, const absl::Status& reason) {
+              for (const PlanDaemon& daemon : p.daemons) {
+                if (daemon.member.data_address == self_.data_address) continue;
+                peers_.AbortAsync(daemon.member.peer_address, p.comm_tag, reason,
+                                  self_.node_name);
+              }
+            });
+      }) {}
+
+std::string Node::CreateCommId() {
+  return absl::StrCat(self_.peer_address, "/", rendezvous_.CreateSecret());
+}
+
+absl::StatusOr<JoinResult> Node::Join(uint64_t session_id, const std::string& comm_id,
+                                      int world_size, int rank, absl::Time deadline) {
+  if (!sessions_.Exists(session_id)) {
+    return absl::NotFoundError(absl::StrCat("unknown session ", session_id));
+  }
+  BATON_ASSIGN_OR_RETURN(CommId id, ParseCommId(comm_id));
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world size must be at least 1, got ", world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range for world size ", world_size));
+  }
+  absl::StatusOr<Plan> plan =
+      id.root_address == self_.peer_address
+          ? rendezvous_.Join(id.secret, world_size, rank, self_, deadline)
+          : peers_.JoinRank(id.root_address, id.secret, world_size, rank, self_, deadline);
+  if (!plan.ok()) return plan.status();
+  BATON_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm, communicators_.GetOrCreate(*plan));
+  BATON_RETURN_IF_ERROR(comm->AttachRank(rank, session_id));
+  spdlog::info("rank {} of {} joined communicator {:x} ({} daemons)", rank, world_size,
+               plan->comm_tag, plan->daemons.size());
+  return JoinResult{plan->comm_tag, static_cast<int>(plan->daemons.size()),
+                    static_cast<int>(comm->local_ranks().size())};
+}
+
+absl::Status Node::Destroy(uint64_t session_id, uint64_t comm_tag, int rank) {
+  std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
+  if (comm == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(comm_tag)));
+  }
+  if (comm->DetachSession(session_id).empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("this session holds no rank of communicator ", absl::Hex(comm_tag)));
+  }
+  if (comm->Empty()) {
+    communicators_.Remove(comm_tag);
+    endpoint_->Forget(comm_tag);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
+  std::shared_ptr<Communicator> comm = communicators_.Find(call.comm_tag);
+  if (comm == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(call.comm_tag)));
+  }
+  OpRequest request;
+  request.kind = call.kind;
+  std::optional<collective::DataType> type = collective::ParseDataType(call.data_type);
+  if (!type) return absl::InvalidArgumentError(absl::StrCat("unknown data type '", call.data_type, "'"));
+  std::optional<collective::ReduceOp> op = collective::ParseReduceOp(call.reduce_op);
+  if (!op) return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", call.reduce_op, "'"));
+  request.type = *type;
+  request.op = *op;
+  const uint64_t element = collective::DataTypeSize(*type);
+  if (call.count > UINT64_MAX / element) {
+    return absl::InvalidArgumentError(absl::StrCat("count ", call.count, " overflows"));
+  }
+  request.count = call.count;
+  const uint64_t bytes = call.count * element;
+  BATON_ASSIGN_OR_RETURN(BufferRegion send, sessions_.Resolve(call.session_id, call.send_buffer,
+                                                              call.send_offset, bytes));
+  BATON_ASSIGN_OR_RETURN(BufferRegion recv, sessions_.Resolve(call.session_id, call.recv_buffer,
+                                                              call.recv_offset, bytes));
+  request.send = send.data;
+  request.recv = recv.data;
+  request.pins = {send.pin, recv.pin};
+  return comm->Submit(call.rank, call.session_id, std::move(request), call.deadline);
+}
+
+void Node::EndSession(uint64_t session_id) {
+  communicators_.DropSession(session_id);
+  if (sessions_.Close(session_id).ok()) spdlog::debug("session {} ended", session_id);
+}
+
+absl::StatusOr<Plan> Node::JoinRank(const std::string& secret, int world_size, int rank,
+                                    const Member& member, absl::Time deadline) {
+  return rendezvous_.Join(secret, world_size, rank, member, deadline);
+}
+
+void Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
+                         const std::string& from_node) {
+  std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
+  if (comm == nullptr) return;
+  comm->Abort(reason, /*notify_peers=*/false);
+}
+
+void Node::AbortAll(const absl::Status& reason) {
+  communicators_.AbortAll(reason, /*notify_peers=*/true);
+}
+
+}  // namespace baton::daemon

@@ -1,0 +1,88 @@
+#pragma once
+
+// The daemon's core, apart from gRPC: sessions, communicator formation, and operations. The gRPC
+// services translate requests into calls here and statuses back.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/communicator_registry.h"
+#include "daemon/config.h"
+#include "daemon/peer_client.h"
+#include "daemon/plan.h"
+#include "daemon/rendezvous.h"
+#include "daemon/session_registry.h"
+#include "transport/transport.h"
+
+namespace baton::daemon {
+
+// A parsed communicator id: "<root peer address>/<32 hex digit secret>".
+struct CommId {
+  std::string root_address;
+  std::string secret;
+};
+absl::StatusOr<CommId> ParseCommId(const std::string& text);
+
+struct JoinResult {
+  uint64_t comm_tag = 0;
+  int daemon_count = 0;
+  int local_ranks = 0;
+};
+
+// A request to run one collective, as the client API describes it.
+struct CollectiveCall {
+  uint64_t session_id = 0;
+  uint64_t comm_tag = 0;
+  int rank = 0;
+  OpKind kind = OpKind::kAllReduce;
+  std::string data_type;
+  std::string reduce_op;
+  uint64_t count = 0;
+  uint64_t send_buffer = 0;
+  uint64_t send_offset = 0;
+  uint64_t recv_buffer = 0;
+  uint64_t recv_offset = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+class Node {
+ public:
+  // `self` is how other daemons reach this one. `endpoint` must outlive the node.
+  Node(const Config& config, Member self, transport::Endpoint* endpoint);
+
+  const Member& self() const { return self_; }
+  SessionRegistry& sessions() { return sessions_; }
+  CommunicatorRegistry& communicators() { return communicators_; }
+  transport::Endpoint* endpoint() const { return endpoint_; }
+
+  // Client API.
+  std::string CreateCommId();
+  absl::StatusOr<JoinResult> Join(uint64_t session_id, const std::string& comm_id, int world_size,
+                                  int rank, absl::Time deadline);
+  absl::Status Destroy(uint64_t session_id, uint64_t comm_tag, int rank);
+  absl::StatusOr<std::string> RunCollective(const CollectiveCall& call);
+  // Tears down everything a session owned (its process went away or closed it).
+  void EndSession(uint64_t session_id);
+
+  // Peer API.
+  absl::StatusOr<Plan> JoinRank(const std::string& secret, int world_size, int rank,
+                                const Member& member, absl::Time deadline);
+  void AbortFromPeer(uint64_t comm_tag, const absl::Status& reason, const std::string& from_node);
+
+  // Fails every communicator (shutdown), telling peers.
+  void AbortAll(const absl::Status& reason);
+
+ private:
+  const Config config_;
+  const Member self_;
+  transport::Endpoint* const endpoint_;
+  Rendezvous rendezvous_;
+  SessionRegistry sessions_;
+  PeerClient peers_;
+  CommunicatorRegistry communicators_;
+};
+
+}  // namespace baton::daemon

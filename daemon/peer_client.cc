@@ -1,0 +1,102 @@
+#include "daemon/peer_client.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "daemon/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+#include "spdlog/spdlog.h"
+
+namespace baton::daemon {
+
+v1::Member MemberToProto(const Member& member) {
+  v1::Member proto;
+  proto.set_node_name(member.node_name);
+  proto.set_peer_address(member.peer_address);
+  proto.set_data_address(member.data_address);
+  return proto;
+}
+
+Member MemberFromProto(const v1::Member& proto) {
+  return Member{proto.node_name(), proto.peer_address(), proto.data_address()};
+}
+
+v1::Plan PlanToProto(const Plan& plan) {
+  v1::Plan proto;
+  proto.set_comm_tag(plan.comm_tag);
+  proto.set_world_size(plan.world_size);
+  for (const PlanDaemon& daemon : plan.daemons) {
+    v1::PlanDaemon* entry = proto.add_daemons();
+    *entry->mutable_member() = MemberToProto(daemon.member);
+    for (int rank : daemon.ranks) entry->add_ranks(rank);
+  }
+  return proto;
+}
+
+Plan PlanFromProto(const v1::Plan& proto) {
+  Plan plan;
+  plan.comm_tag = proto.comm_tag();
+  plan.world_size = proto.world_size();
+  for (const v1::PlanDaemon& entry : proto.daemons()) {
+    plan.daemons.push_back(
+        PlanDaemon{MemberFromProto(entry.member()), {entry.ranks().begin(), entry.ranks().end()}});
+  }
+  return plan;
+}
+
+v1::Peer::Stub* PeerClient::StubFor(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<v1::Peer::Stub>& stub = stubs_[address];
+  if (stub == nullptr) {
+    stub = v1::Peer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  }
+  return stub.get();
+}
+
+absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
+                                          const std::string& secret, int world_size, int rank,
+                                          const Member& member, absl::Time deadline) {
+  v1::JoinRankRequest request;
+  request.set_secret(secret);
+  request.set_world_size(world_size);
+  request.set_rank(rank);
+  *request.mutable_member() = MemberToProto(member);
+  request.set_timeout_ms(absl::ToInt64Milliseconds(deadline - absl::Now()));
+  v1::JoinRankResponse response;
+  grpc::ClientContext context;
+  // A little slack so the root's own deadline error (which names missing ranks) arrives first.
+  context.set_deadline(absl::ToChronoTime(deadline + absl::Seconds(2)));
+  context.set_wait_for_ready(true);
+  grpc::Status status = StubFor(root_address)->JoinRank(&context, request, &response);
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("root daemon ", root_address, " did not answer before the deadline"));
+    }
+    return Annotate(FromGrpc(status), absl::StrCat("root daemon ", root_address));
+  }
+  return PlanFromProto(response.plan());
+}
+
+void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
+                            const absl::Status& reason, const std::string& from_node) {
+  struct Call {
+    grpc::ClientContext context;
+    v1::AbortRequest request;
+    v1::AbortResponse response;
+  };
+  auto call = std::make_shared<Call>();
+  call->request.set_comm_tag(comm_tag);
+  call->request.set_code(static_cast<int>(reason.code()));
+  call->request.set_message(std::string(reason.message()));
+  call->request.set_from_node(from_node);
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  StubFor(address)->async()->Abort(&call->context, &call->request, &call->response,
+                                   [call, address](grpc::Status status) {
+                                     if (!status.ok()) {
+                                       spdlog::debug("abort notice to {} failed: {}", address,
+                                                     status.error_message());
+                                     }
+                                   });
+}
+
+}  // namespace baton::daemon

@@ -1,0 +1,43 @@
+#pragma once
+
+// Calls other daemons' peer API. Channels are cached per address.
+
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "baton/v1/baton.grpc.pb.h"
+#include "daemon/plan.h"
+
+namespace baton::daemon {
+
+class PeerClient {
+ public:
+  // Forwards a rank's join to the root daemon at `root_address`; returns the plan.
+  absl::StatusOr<Plan> JoinRank(const std::string& root_address, const std::string& secret,
+                                int world_size, int rank, const Member& member,
+                                absl::Time deadline);
+
+  // Tells the daemon at `address` to abort communicator `comm_tag`. Fire and forget: failures are
+  // logged, and the call gives up after a few seconds.
+  void AbortAsync(const std::string& address, uint64_t comm_tag, const absl::Status& reason,
+                  const std::string& from_node);
+
+ private:
+  v1::Peer::Stub* StubFor(const std::string& address);
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::Peer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+// Conversions between the plan and its wire form.
+v1::Plan PlanToProto(const Plan& plan);
+Plan PlanFromProto(const v1::Plan& proto);
+v1::Member MemberToProto(const Member& member);
+Member MemberFromProto(const v1::Member& proto);
+
+}  // namespace baton::daemon

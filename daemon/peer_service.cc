@@ -1,0 +1,40 @@
+#include "daemon/peer_service.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/grpc_status.h"
+#include "daemon/peer_client.h"
+
+namespace baton::daemon {
+namespace {
+
+const grpc::Status kStarting(grpc::StatusCode::UNAVAILABLE, "batond is starting");
+
+}  // namespace
+
+grpc::Status PeerService::JoinRank(grpc::ServerContext*, const v1::JoinRankRequest* request,
+                                   v1::JoinRankResponse* response) {
+  Node* node = node_.load();
+  if (node == nullptr) return kStarting;
+  const absl::Duration timeout = absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
+  absl::StatusOr<Plan> plan =
+      node->JoinRank(request->secret(), request->world_size(), request->rank(),
+                      MemberFromProto(request->member()), absl::Now() + timeout);
+  if (!plan.ok()) return ToGrpc(plan.status());
+  *response->mutable_plan() = PlanToProto(*plan);
+  return grpc::Status::OK;
+}
+
+grpc::Status PeerService::Abort(grpc::ServerContext*, const v1::AbortRequest* request,
+                                v1::AbortResponse*) {
+  Node* node = node_.load();
+  if (node == nullptr) return kStarting;
+  const auto code = static_cast<absl::StatusCode>(request->code());
+  if (code == absl::StatusCode::kOk) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "an abort needs an error code");
+  }
+  node->AbortFromPeer(request->comm_tag(), absl::Status(code, request->message()),
+                       request->from_node());
+  return grpc::Status::OK;
+}
+
+}  // namespace baton::daemon

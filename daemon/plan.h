@@ -1,0 +1,37 @@
+#pragma once
+
+// The plan of a communicator: which daemons take part, which ranks each hosts, and their ring
+// order. Computed once by the root daemon and identical on every daemon.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace baton::daemon {
+
+struct Member {
+  std::string node_name;
+  std::string peer_address;  // gRPC peer API
+  std::string data_address;  // data-plane endpoint
+};
+
+struct PlanDaemon {
+  Member member;
+  std::vector<int> ranks;  // ascending
+};
+
+struct Plan {
+  uint64_t comm_tag = 0;
+  int world_size = 0;
+  std::vector<PlanDaemon> daemons;  // in ring order
+
+  // Index into `daemons` of the daemon whose data address is `data_address`, or -1.
+  int IndexOf(const std::string& data_address) const {
+    for (size_t i = 0; i < daemons.size(); ++i) {
+      if (daemons[i].member.data_address == data_address) return static_cast<int>(i);
+    }
+    return -1;
+  }
+};
+
+}  // namespace baton::daemon

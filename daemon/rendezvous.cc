@@ -1,0 +1,111 @@
+#include "daemon/rendezvous.h"
+
+#include <random>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace baton::daemon {
+
+std::string Rendezvous::CreateSecret() {
+  std::random_device device;
+  std::string secret;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&secret, "%08x", device());
+  absl::MutexLock lock(&mu_);
+  pending_.emplace(secret, Pending{});
+  return secret;
+}
+
+int Rendezvous::Arrived(const std::string& secret) {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(secret);
+  if (it == pending_.end() || it->second.plan != nullptr) return 0;
+  return static_cast<int>(it->second.ranks.size());
+}
+
+absl::StatusOr<uint64_t> Rendezvous::TagOfSecret(const std::string& secret) {
+  uint64_t tag = 0;
+  if (secret.size() != 32 || !absl::SimpleHexAtoi(secret.substr(0, 16), &tag)) {
+    return absl::InvalidArgumentError("a communicator secret is 32 hex digits");
+  }
+  return tag;
+}
+
+Plan Rendezvous::ComputePlan(uint64_t comm_tag, int world_size,
+                             const std::map<int, Member>& ranks) {
+  Plan plan;
+  plan.comm_tag = comm_tag;
+  plan.world_size = world_size;
+  // std::map iterates ranks in ascending order, so daemons appear in order of their lowest rank.
+  for (const auto& [rank, member] : ranks) {
+    const int index = plan.IndexOf(member.data_address);
+    if (index >= 0) {
+      plan.daemons[index].ranks.push_back(rank);
+    } else {
+      plan.daemons.push_back(PlanDaemon{member, {rank}});
+    }
+  }
+  return plan;
+}
+
+absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size, int rank,
+                                      const Member& member, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto it = pending_.find(secret);
+  if (it == pending_.end()) {
+    return absl::PermissionDeniedError(
+        "unknown communicator id: its secret was not created by this root daemon, or the "
+        "communicator it named has already formed");
+  }
+  Pending& pending = it->second;
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world size must be at least 1, got ", world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range for world size ", world_size));
+  }
+  if (pending.plan != nullptr) {
+    return absl::FailedPreconditionError("communicator has already formed; its id cannot be reused");
+  }
+  if (pending.ranks.empty() && pending.waiting == 0) {
+    pending.world_size = world_size;
+  } else if (pending.world_size != world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("world size ", world_size, " of rank ", rank,
+                                                   " differs from ", pending.world_size,
+                                                   " given by the ranks before it"));
+  }
+  if (auto existing = pending.ranks.find(rank); existing != pending.ranks.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " has already joined (from node ",
+                                                   existing->second.node_name, ")"));
+  }
+  pending.ranks.emplace(rank, member);
+  if (static_cast<int>(pending.ranks.size()) == world_size) {
+    absl::StatusOr<uint64_t> tag = TagOfSecret(secret);
+    if (!tag.ok()) return tag.status();
+    pending.plan = std::make_shared<const Plan>(ComputePlan(*tag, world_size, pending.ranks));
+  }
+
+  ++pending.waiting;
+  auto complete = [&pending] { return pending.plan != nullptr; };
+  mu_.AwaitWithDeadline(absl::Condition(&complete), deadline);
+  --pending.waiting;
+  std::shared_ptr<const Plan> plan = pending.plan;
+  if (plan == nullptr) {
+    pending.ranks.erase(rank);
+    std::vector<int> missing;
+    for (int r = 0; r < world_size; ++r) {
+      if (!pending.ranks.contains(r) && r != rank) missing.push_back(r);
+    }
+    return absl::DeadlineExceededError(absl::StrCat(
+        "timed out waiting for ranks [", absl::StrJoin(missing, ", "), "] of ", world_size,
+        " to join the communicator"));
+  }
+  if (pending.waiting == 0) pending_.erase(it);
+  return *plan;
+}
+
+}  // namespace baton::daemon

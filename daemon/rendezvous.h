@@ -1,0 +1,59 @@
+#pragma once
+
+// The root daemon's side of communicator formation. The root hands out communicator secrets;
+// every rank's join is forwarded here; once all ranks of a secret have arrived the plan is
+// computed and returned to every waiting join.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/plan.h"
+
+namespace baton::daemon {
+
+class Rendezvous {
+ public:
+  // A new random 128-bit secret (32 lowercase hex digits) that Join will accept.
+  std::string CreateSecret();
+
+  // Registers rank `rank` of communicator `secret`, hosted by `member`, and waits until every rank
+  // of `world_size` has arrived or `deadline` passes. Errors:
+  //   PermissionDenied  - the secret was not created here;
+  //   InvalidArgument   - rank out of range, a world size differing from the first join's, or a
+  //                       rank that already joined;
+  //   FailedPrecondition - the communicator has already formed;
+  //   DeadlineExceeded  - naming the ranks that have not arrived. This rank is withdrawn, so it may
+  //                       join again.
+  absl::StatusOr<Plan> Join(const std::string& secret, int world_size, int rank,
+                            const Member& member, absl::Time deadline);
+
+  // How many ranks of `secret` are waiting (0 if unknown or formed).
+  int Arrived(const std::string& secret);
+
+  // Computes the plan for a complete set of ranks: one entry per daemon, ordered by the lowest
+  // rank each hosts. Exposed for tests.
+  static Plan ComputePlan(uint64_t comm_tag, int world_size, const std::map<int, Member>& ranks);
+
+  // The communicator tag a secret maps to (its first 64 bits).
+  static absl::StatusOr<uint64_t> TagOfSecret(const std::string& secret);
+
+ private:
+  struct Pending {
+    int world_size = 0;
+    std::map<int, Member> ranks;  // rank -> hosting daemon
+    std::shared_ptr<const Plan> plan;  // set once complete
+    int waiting = 0;
+  };
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace baton::daemon

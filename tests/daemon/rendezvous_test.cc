@@ -1,0 +1,97 @@
+#include "daemon/rendezvous.h"
+
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace baton::daemon {
+namespace {
+
+Member Daemon(int i) {
+  return Member{"node-" + std::to_string(i), "127.0.0.1:" + std::to_string(7000 + i),
+                "127.0.0.1:" + std::to_string(8000 + i)};
+}
+
+TEST(RendezvousTest, AllRanksGetTheSamePlanGroupedByDaemonInRankOrder) {
+  Rendezvous rendezvous;
+  const std::string secret = rendezvous.CreateSecret();
+  ASSERT_EQ(secret.size(), 32u);
+  // Ranks 0,3 on daemon 1; ranks 1,2 on daemon 0; rank 4 on daemon 2.
+  const std::vector<int> host = {1, 0, 0, 1, 2};
+  std::vector<absl::StatusOr<Plan>> plans(host.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < static_cast<int>(host.size()); ++rank) {
+    threads.emplace_back([&, rank] {
+      plans[rank] = rendezvous.Join(secret, 5, rank, Daemon(host[rank]),
+                                    absl::Now() + absl::Seconds(30));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& plan : plans) {
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    ASSERT_EQ(plan->daemons.size(), 3u);
+    EXPECT_EQ(plan->world_size, 5);
+    EXPECT_EQ(plan->comm_tag, *Rendezvous::TagOfSecret(secret));
+    EXPECT_EQ(plan->daemons[0].member.node_name, "node-1");
+    EXPECT_EQ(plan->daemons[0].ranks, (std::vector<int>{0, 3}));
+    EXPECT_EQ(plan->daemons[1].member.node_name, "node-0");
+    EXPECT_EQ(plan->daemons[1].ranks, (std::vector<int>{1, 2}));
+    EXPECT_EQ(plan->daemons[2].ranks, (std::vector<int>{4}));
+  }
+}
+
+TEST(RendezvousTest, MissingRanksAreNamedAtTheDeadline) {
+  Rendezvous rendezvous;
+  const std::string secret = rendezvous.CreateSecret();
+  std::vector<absl::Status> results(2);
+  std::vector<std::thread> threads;
+  for (int rank : {0, 2}) {
+    threads.emplace_back([&, rank] {
+      results[rank / 2] = rendezvous
+                              .Join(secret, 4, rank, Daemon(0), absl::Now() + absl::Milliseconds(200))
+                              .status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& status : results) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_NE(status.message().find("1, 3"), std::string::npos) << status;
+  }
+}
+
+TEST(RendezvousTest, BadJoinsAreRejectedWithoutDisturbingTheOthers) {
+  Rendezvous rendezvous;
+  const std::string secret = rendezvous.CreateSecret();
+  const absl::Time soon = absl::Now() + absl::Milliseconds(100);
+  EXPECT_EQ(rendezvous.Join("0123456789abcdef0123456789abcdef", 2, 0, Daemon(0), soon).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(rendezvous.Join(secret, 2, 2, Daemon(0), soon).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rendezvous.Join(secret, 2, -1, Daemon(0), soon).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rendezvous.Join(secret, 0, 0, Daemon(0), soon).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  absl::StatusOr<Plan> first = absl::UnknownError("not run");
+  std::thread rank0([&] {
+    first = rendezvous.Join(secret, 2, 0, Daemon(0), absl::Now() + absl::Seconds(30));
+  });
+  // Once rank 0 is registered, a second rank 0 is rejected.
+  while (rendezvous.Arrived(secret) < 1) absl::SleepFor(absl::Milliseconds(1));
+  const absl::Status duplicate =
+      rendezvous.Join(secret, 2, 0, Daemon(1), absl::Now() + absl::Seconds(1)).status();
+  EXPECT_EQ(duplicate.code(), absl::StatusCode::kInvalidArgument) << duplicate;
+  EXPECT_NE(duplicate.message().find("already joined"), std::string::npos) << duplicate;
+  EXPECT_EQ(rendezvous.Join(secret, 3, 1, Daemon(1), absl::Now()).status().code(),
+            absl::StatusCode::kInvalidArgument)
+      << "world size differs from rank 0's";
+  absl::StatusOr<Plan> second = rendezvous.Join(secret, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30));
+  rank0.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(first->daemons.size(), 2u);
+}
+
+}  // namespace
+}  // namespace baton::daemon

@@ -1,0 +1,155 @@
+// All-reduce through real daemons: 3 daemons x 2 ranks, zero-copy and staged buffers, in place
+// and out of place, counts from 0 to millions, and several communicators at once.
+
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/integration/test_cluster.h"
+
+namespace baton {
+namespace {
+
+using testing::MustConnect;
+using testing::TestCluster;
+
+constexpr int kDaemons = 3;
+constexpr int kRanksPerDaemon = 2;
+constexpr int kWorld = kDaemons * kRanksPerDaemon;
+
+float Input(int rank, size_t i) { return static_cast<float>(rank * 1000 + (i % 101)); }
+float Expected(size_t i) {
+  float sum = 0;
+  for (int r = 0; r < kWorld; ++r) sum += Input(r, i);
+  return sum;
+}
+
+// Runs `body(rank, client, comm)` on one thread per rank, ranks placed on daemons in blocks.
+template <typename Body>
+void RunRanks(const TestCluster& cluster, const std::string& comm_id, Body body) {
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<Client> client =
+          MustConnect(cluster.daemons()[rank / kRanksPerDaemon].socket);
+      if (client == nullptr) return;
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          client->Join(comm_id, kWorld, rank, absl::Seconds(30));
+      ASSERT_TRUE(comm.ok()) << "rank " << rank << ": " << comm.status();
+      EXPECT_EQ((*comm)->daemon_count(), kDaemons);
+      body(rank, *client, **comm);
+      EXPECT_TRUE((*comm)->Destroy().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+std::string NewCommId(const TestCluster& cluster, int daemon = 0) {
+  std::unique_ptr<Client> client = MustConnect(cluster.daemons()[daemon].socket);
+  absl::StatusOr<std::string> id = client->CreateCommId();
+  EXPECT_TRUE(id.ok()) << id.status();
+  return id.value_or("");
+}
+
+class AllReduceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new TestCluster(kDaemons); }
+  static void TearDownTestSuite() { delete cluster_; }
+  static TestCluster* cluster_;
+};
+TestCluster* AllReduceTest::cluster_ = nullptr;
+
+TEST_F(AllReduceTest, EveryCountZeroCopyAndStagedInPlaceAndOutOfPlace) {
+  ASSERT_TRUE(cluster_->ok());
+  const std::vector<size_t> counts = {0, 1, kWorld - 1, 1001, (size_t{3} << 20) + 1};
+  RunRanks(*cluster_, NewCommId(*cluster_), [&](int rank, Client& client, Communicator& comm) {
+    for (size_t count : counts) {
+      // Zero-copy, out of place.
+      absl::StatusOr<void*> send_mem = client.Allocate(count * sizeof(float));
+      absl::StatusOr<void*> recv_mem = client.Allocate(count * sizeof(float));
+      ASSERT_TRUE(send_mem.ok() && recv_mem.ok());
+      auto* send = static_cast<float*>(*send_mem);
+      auto* recv = static_cast<float*>(*recv_mem);
+      for (size_t i = 0; i < count; ++i) send[i] = Input(rank, i);
+      ASSERT_TRUE(comm.AllReduce(send, recv, count, DataType::kFloat32, ReduceOp::kSum).ok());
+      EXPECT_EQ(comm.last_algorithm(), "ring");
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += recv[i] != Expected(i);
+      EXPECT_EQ(wrong, 0u) << "zero-copy, count " << count << ", rank " << rank;
+      for (size_t i = 0; i < count; ++i) send[i] = Input(rank, i);
+      // Zero-copy, in place.
+      ASSERT_TRUE(comm.AllReduce(send, send, count, DataType::kFloat32, ReduceOp::kSum).ok());
+      wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += send[i] != Expected(i);
+      EXPECT_EQ(wrong, 0u) << "zero-copy in place, count " << count;
+      ASSERT_TRUE(client.Free(*send_mem).ok());
+      ASSERT_TRUE(client.Free(*recv_mem).ok());
+
+      // Staged: ordinary heap memory the daemon cannot map.
+      std::vector<float> staged_send(count), staged_recv(count, -1);
+      for (size_t i = 0; i < count; ++i) staged_send[i] = Input(rank, i);
+      ASSERT_TRUE(comm.AllReduce(staged_send.data(), staged_recv.data(), count,
+                                 DataType::kFloat32, ReduceOp::kSum)
+                      .ok());
+      wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += staged_recv[i] != Expected(i);
+      EXPECT_EQ(wrong, 0u) << "staged, count " << count;
+      for (size_t i = 0; i < count; ++i) EXPECT_EQ(staged_send[i], Input(rank, i)) << "input kept";
+      ASSERT_TRUE(comm.AllReduce(staged_send.data(), staged_send.data(), count,
+                                 DataType::kFloat32, ReduceOp::kSum)
+                      .ok());
+      wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += staged_send[i] != Expected(i);
+      EXPECT_EQ(wrong, 0u) << "staged in place, count " << count;
+    }
+  });
+}
+
+TEST_F(AllReduceTest, OtherTypesAndOpsAndAverage) {
+  ASSERT_TRUE(cluster_->ok());
+  RunRanks(*cluster_, NewCommId(*cluster_), [&](int rank, Client&, Communicator& comm) {
+    std::vector<int32_t> values = {rank, -rank, 7 * rank + 1};
+    ASSERT_TRUE(comm.AllReduce(values.data(), values.data(), 3, DataType::kInt32, ReduceOp::kMax).ok());
+    EXPECT_EQ(values, (std::vector<int32_t>{kWorld - 1, 0, 7 * (kWorld - 1) + 1}));
+    std::vector<double> avg = {static_cast<double>(rank)};
+    ASSERT_TRUE(comm.AllReduce(avg.data(), avg.data(), 1, DataType::kFloat64, ReduceOp::kAvg).ok());
+    EXPECT_DOUBLE_EQ(avg[0], (kWorld - 1) / 2.0);
+  });
+}
+
+TEST_F(AllReduceTest, SeveralCommunicatorsAtOnceAndADaemonRootedCommunicator) {
+  ASSERT_TRUE(cluster_->ok());
+  // Two communicators, rooted at different daemons, used concurrently by the same daemons.
+  const std::string first = NewCommId(*cluster_, 0);
+  const std::string second = NewCommId(*cluster_, 2);
+  auto body = [](int rank, Client&, Communicator& comm) {
+    for (int iteration = 0; iteration < 20; ++iteration) {
+      std::vector<float> data(4099, static_cast<float>(rank + iteration));
+      ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                 ReduceOp::kSum)
+                      .ok());
+      const float expected = kWorld * (kWorld - 1) / 2.0f + kWorld * iteration;
+      ASSERT_EQ(data.front(), expected);
+      ASSERT_EQ(data.back(), expected);
+    }
+  };
+  std::thread a([&] { RunRanks(*cluster_, first, body); });
+  std::thread b([&] { RunRanks(*cluster_, second, body); });
+  a.join();
+  b.join();
+}
+
+TEST_F(AllReduceTest, InvalidArgumentsLeaveTheCommunicatorUsable) {
+  ASSERT_TRUE(cluster_->ok());
+  RunRanks(*cluster_, NewCommId(*cluster_), [&](int rank, Client&, Communicator& comm) {
+    std::vector<float> data(8, 1.0f);
+    absl::Status overflow = comm.AllReduce(data.data(), data.data(), SIZE_MAX / 2,
+                                           DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(overflow.code(), absl::StatusCode::kInvalidArgument) << overflow;
+    ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), 8, DataType::kFloat32, ReduceOp::kSum).ok());
+    EXPECT_EQ(data[0], static_cast<float>(kWorld));
+  });
+}
+
+}  // namespace
+}  // namespace baton

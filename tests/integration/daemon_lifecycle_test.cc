@@ -1,0 +1,86 @@
+// batond as a process: refuses a socket another daemon owns, and on SIGTERM fails in-flight
+// operations with a clear error and removes its socket.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "tests/integration/test_cluster.h"
+
+namespace baton {
+namespace {
+
+using testing::MustConnect;
+using testing::TestCluster;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(DaemonLifecycleTest, ASecondDaemonOnTheSameSocketRefusesToStart) {
+  TestCluster cluster(1);
+  ASSERT_TRUE(cluster.ok());
+  const std::string log = cluster.dir() + "/second.log";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    freopen(log.c_str(), "w", stderr);
+    execl(BATOND_PATH, BATOND_PATH, ("--socket=" + cluster.daemons()[0].socket).c_str(),
+          "--peer-listen=127.0.0.1:0", "--data-listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+          nullptr);
+    _exit(127);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  const std::string message = ReadFile(log);
+  EXPECT_NE(message.find("already owns"), std::string::npos) << message;
+  EXPECT_NE(message.find(std::to_string(cluster.daemons()[0].pid)), std::string::npos) << message;
+  // The first daemon still serves.
+  std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
+  EXPECT_TRUE(client->CreateCommId().ok());
+}
+
+TEST(DaemonLifecycleTest, SigtermFailsInFlightOperationsAndRemovesTheSocket) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  absl::Status in_flight;
+  std::atomic<bool> joined{false};
+  std::thread rank0([&] {
+    std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
+    auto comm = client->Join(id, 2, 0, absl::Seconds(30));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    joined = true;
+    float value = 1;
+    // Rank 1 never submits, so this waits until the daemon shuts down.
+    in_flight = (*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
+                                   absl::Seconds(60));
+  });
+  std::unique_ptr<Client> client = MustConnect(cluster.daemons()[1].socket);
+  auto comm = client->Join(id, 2, 1, absl::Seconds(30));
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  while (!joined) absl::SleepFor(absl::Milliseconds(5));
+  absl::SleepFor(absl::Milliseconds(200));  // let rank 0's operation reach its daemon
+
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(client::StopProcess(cluster.daemons()[0].pid, absl::Seconds(10)))
+      << "batond must exit on SIGTERM within the grace period";
+  rank0.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_FALSE(in_flight.ok());
+  EXPECT_NE(in_flight.message().find("shutting down"), std::string::npos) << in_flight;
+  EXPECT_FALSE(std::filesystem::exists(cluster.daemons()[0].socket));
+  EXPECT_NE(ReadFile(cluster.daemons()[0].log).find("stopped"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,123 @@
+// Failure semantics through real daemons: a daemon killed during a large all-reduce turns into an
+// error naming it on every surviving rank within the configured timeout, and the survivors keep
+// serving new communicators.
+
+#include <signal.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/integration/test_cluster.h"
+
+namespace baton {
+namespace {
+
+using testing::MustConnect;
+using testing::TestCluster;
+
+constexpr absl::Duration kOpTimeout = absl::Seconds(5);
+
+TEST(FailureTest, KilledDaemonIsNamedOnEverySurvivingRankAndSurvivorsKeepServing) {
+  TestCluster cluster(3, {absl::StrCat("--op-timeout=", absl::FormatDuration(kOpTimeout)),
+                          "--chunk-bytes=262144"});
+  ASSERT_TRUE(cluster.ok());
+  constexpr int kRanksPerDaemon = 2;
+  constexpr int kWorld = 6;
+  constexpr size_t kCount = size_t{16} << 20;  // 64 MiB of float32 per rank
+  const std::string victim = cluster.daemons()[2].node_name;
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+
+  std::atomic<int> completed_first{0};
+  std::vector<absl::Status> failure(kWorld);
+  std::vector<absl::Duration> failed_after(kWorld);
+  std::vector<absl::Time> kill_time(1);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank / kRanksPerDaemon].socket);
+      auto comm = client->Join(id, kWorld, rank, absl::Seconds(30));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      auto memory = client->Allocate(kCount * sizeof(float));
+      ASSERT_TRUE(memory.ok());
+      // Keep all-reducing until something fails (the kill), at most 200 times.
+      for (int i = 0; i < 200; ++i) {
+        absl::Status status = (*comm)->AllReduce(*memory, *memory, kCount, DataType::kFloat32,
+                                                 ReduceOp::kSum, absl::Seconds(60));
+        if (!status.ok()) {
+          failure[rank] = status;
+          failed_after[rank] = absl::Now() - kill_time[0];
+          return;
+        }
+        if (i == 0) completed_first++;
+      }
+    });
+  }
+  // Kill the victim once every rank has finished one operation, so the next is in flight.
+  while (completed_first.load() < kWorld) absl::SleepFor(absl::Milliseconds(5));
+  kill_time[0] = absl::Now();
+  ASSERT_EQ(kill(cluster.daemons()[2].pid, SIGKILL), 0);
+  for (auto& t : threads) t.join();
+
+  for (int rank = 0; rank < 4; ++rank) {  // ranks on the surviving daemons
+    EXPECT_FALSE(failure[rank].ok()) << "rank " << rank;
+    EXPECT_NE(failure[rank].message().find(victim), std::string::npos)
+        << "rank " << rank << ": " << failure[rank];
+    EXPECT_LT(failed_after[rank], kOpTimeout + absl::Seconds(3)) << "rank " << rank;
+  }
+  for (int rank = 4; rank < kWorld; ++rank) {  // their daemon is gone: the call fails too
+    EXPECT_EQ(failure[rank].code(), absl::StatusCode::kUnavailable) << failure[rank];
+  }
+
+  // The survivors form a new communicator and reduce correctly.
+  const std::string fresh = *MustConnect(cluster.daemons()[1].socket)->CreateCommId();
+  std::vector<std::thread> survivors;
+  for (int rank = 0; rank < 2; ++rank) {
+    survivors.emplace_back([&, rank] {
+      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
+      auto comm = client->Join(fresh, 2, rank, absl::Seconds(30));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      std::vector<float> data(100000, static_cast<float>(rank + 1));
+      ASSERT_TRUE((*comm)->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                     ReduceOp::kSum)
+                      .ok());
+      EXPECT_EQ(data.front(), 3.0f);
+      EXPECT_EQ(data.back(), 3.0f);
+    });
+  }
+  for (auto& t : survivors) t.join();
+}
+
+TEST(FailureTest, ARankThatExitsWithoutDestroyFailsItsPeersInsteadOfHangingThem) {
+  TestCluster cluster(2, {"--op-timeout=30s"});
+  ASSERT_TRUE(cluster.ok());
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  absl::Status survivor;
+  absl::Duration took;
+  std::thread rank0([&] {
+    std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
+    auto comm = client->Join(id, 2, 0, absl::Seconds(30));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    float value = 1;
+    const absl::Time start = absl::Now();
+    // Rank 1 never submits: its client goes away instead.
+    survivor = (*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
+                                  absl::Seconds(60));
+    took = absl::Now() - start;
+  });
+  {
+    std::unique_ptr<Client> client = MustConnect(cluster.daemons()[1].socket);
+    auto comm = client->Join(id, 2, 1, absl::Seconds(30));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    // The session ends with the communicator never destroyed, as when the process crashes.
+    client.reset();
+  }
+  rank0.join();
+  EXPECT_EQ(survivor.code(), absl::StatusCode::kUnavailable) << survivor;
+  EXPECT_NE(survivor.message().find("went away"), std::string::npos) << survivor;
+  EXPECT_LT(took, absl::Seconds(10)) << "well before the 30 s operation timeout";
+}
+
+}  // namespace
+}  // namespace baton

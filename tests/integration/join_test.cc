@@ -1,0 +1,81 @@
+// Communicator formation through real daemons: missing ranks, bad ids, duplicate ranks.
+
+#include <thread>
+#include <vector>
+
+#include "tests/integration/test_cluster.h"
+
+namespace baton {
+namespace {
+
+using testing::MustConnect;
+using testing::TestCluster;
+
+TEST(JoinTest, AMissingRankFailsEveryJoinAtItsDeadlineNamingTheMissingRank) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  std::unique_ptr<Client> root = MustConnect(cluster.daemons()[0].socket);
+  const std::string id = *root->CreateCommId();
+  // World of 4; rank 2 never comes.
+  std::vector<absl::Status> results(4);
+  std::vector<absl::Duration> took(4);
+  std::vector<std::thread> threads;
+  for (int rank : {0, 1, 3}) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank % 2].socket);
+      const absl::Time start = absl::Now();
+      results[rank] = client->Join(id, 4, rank, absl::Seconds(2)).status();
+      took[rank] = absl::Now() - start;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int rank : {0, 1, 3}) {
+    EXPECT_EQ(results[rank].code(), absl::StatusCode::kDeadlineExceeded) << results[rank];
+    EXPECT_NE(results[rank].message().find("[2]"), std::string::npos) << results[rank];
+    EXPECT_GE(took[rank], absl::Milliseconds(1900));
+    EXPECT_LT(took[rank], absl::Seconds(10)) << "must fail at its deadline, not hang";
+  }
+}
+
+TEST(JoinTest, BadIdsAndRanksGetClearErrors) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  std::unique_ptr<Client> client = MustConnect(cluster.daemons()[1].socket);
+  std::unique_ptr<Client> root = MustConnect(cluster.daemons()[0].socket);
+  const std::string id = *root->CreateCommId();
+  const std::string peer = id.substr(0, id.rfind('/'));
+
+  auto join = [&](const std::string& comm_id, int world, int rank) {
+    return client->Join(comm_id, world, rank, absl::Seconds(1)).status();
+  };
+  EXPECT_EQ(join("not-an-id", 2, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(join(peer + "/0123456789abcdef0123456789abcdef", 2, 0).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(join(id, 2, 2).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(join(id, 0, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(join(id, 2, -1).code(), absl::StatusCode::kInvalidArgument);
+
+  // A duplicate rank is refused while the first is waiting; then the communicator still forms.
+  absl::StatusOr<std::unique_ptr<Communicator>> first = absl::UnknownError("not run");
+  std::thread rank0([&] { first = root->Join(id, 2, 0, absl::Seconds(20)); });
+  absl::Status duplicate;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  do {  // rank 0 may not have reached the root yet
+    duplicate = client->Join(id, 2, 0, absl::Milliseconds(100)).status();
+  } while (duplicate.code() != absl::StatusCode::kInvalidArgument && absl::Now() < give_up);
+  EXPECT_EQ(duplicate.code(), absl::StatusCode::kInvalidArgument) << duplicate;
+  EXPECT_NE(duplicate.message().find("already joined"), std::string::npos) << duplicate;
+  absl::StatusOr<std::unique_ptr<Communicator>> second = client->Join(id, 2, 1, absl::Seconds(20));
+  rank0.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  float a = 1, b = 2;
+  std::thread op([&] { EXPECT_TRUE((*first)->AllReduce(&a, &a, 1, DataType::kFloat32, ReduceOp::kSum).ok()); });
+  EXPECT_TRUE((*second)->AllReduce(&b, &b, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+  op.join();
+  EXPECT_EQ(a, 3);
+  EXPECT_EQ(b, 3);
+}
+
+}  // namespace
+}  // namespace baton

@@ -1,0 +1,80 @@
+#include "transport/frame.h"
+
+#include <array>
+#include <cstddef>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace baton::transport {
+namespace {
+
+using Bytes = std::array<std::byte, kFrameHeaderBytes>;
+
+Bytes Encode(const FrameHeader& header) {
+  Bytes bytes{};
+  EncodeFrameHeader(header, bytes);
+  return bytes;
+}
+
+TEST(FrameTest, HeaderIsFortyBytes) { EXPECT_EQ(kFrameHeaderBytes, 40u); }
+
+TEST(FrameTest, RoundTrips) {
+  const FrameHeader header{FrameType::kData,
+                           Tag{.comm = 0xfedcba9876543210, .seq = 42, .step = 7, .part = 3},
+                           123456789};
+  absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(Encode(header));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, header);
+}
+
+TEST(FrameTest, WireLayoutIsLittleEndian) {
+  const Bytes bytes = Encode(FrameHeader{
+      FrameType::kHello,
+      Tag{.comm = 0x0102030405060708, .seq = 0x1112131415161718, .step = 0x21222324,
+          .part = 0x31323334},
+      0x0000000000000345});
+  const std::array<int, kFrameHeaderBytes> expected = {
+      'B',  'T',  'N',  'F',  1,    2,    0,    0,     // magic, version, type, flags
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // comm
+      0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // seq
+      0x24, 0x23, 0x22, 0x21, 0x34, 0x33, 0x32, 0x31,  // step, part
+      0x45, 0x03, 0,    0,    0,    0,    0,    0};    // payload_bytes
+  for (size_t i = 0; i < kFrameHeaderBytes; ++i) {
+    EXPECT_EQ(static_cast<int>(bytes[i]), expected[i]) << "byte " << i;
+  }
+}
+
+TEST(FrameTest, RejectsCorruptHeaders) {
+  const Bytes good = Encode(FrameHeader{FrameType::kData, Tag{.comm = 1}, 10});
+  struct Case {
+    const char* name;
+    size_t offset;
+    std::byte value;
+  };
+  for (const Case& c : {Case{"magic", 0, std::byte{'X'}}, Case{"version", 4, std::byte{2}},
+                        Case{"type", 5, std::byte{9}}, Case{"flags", 6, std::byte{1}}}) {
+    Bytes bad = good;
+    bad[c.offset] = c.value;
+    absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(bad);
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss) << c.name;
+  }
+}
+
+TEST(FrameTest, LimitsPayloadLength) {
+  EXPECT_TRUE(DecodeFrameHeader(Encode(FrameHeader{FrameType::kData, Tag{}, kMaxFramePayloadBytes}))
+                  .ok());
+  absl::StatusOr<FrameHeader> too_long =
+      DecodeFrameHeader(Encode(FrameHeader{FrameType::kData, Tag{}, kMaxFramePayloadBytes + 1}));
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(too_long.status().message(), ::testing::HasSubstr("1073741825"));
+
+  EXPECT_TRUE(
+      DecodeFrameHeader(Encode(FrameHeader{FrameType::kHello, Tag{}, kMaxHelloAddressBytes})).ok());
+  EXPECT_FALSE(
+      DecodeFrameHeader(Encode(FrameHeader{FrameType::kHello, Tag{}, kMaxHelloAddressBytes + 1}))
+          .ok());
+}
+
+}  // namespace
+}  // namespace baton::transport

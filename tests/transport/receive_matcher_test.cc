@@ -1,0 +1,124 @@
+// The receive-side rules every transport relies on, in particular that a Recv never returns
+// while a transport is still writing into its buffer.
+
+#include "transport/receive_matcher.h"
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/frame.h"
+
+namespace baton::transport {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kPeer[] = "peer-a";
+
+// Delivers to the receive that a concurrent Recv posts with `buffer`, once it is posted.
+ReceiveMatcher::Delivery ClaimPostedReceive(ReceiveMatcher& matcher, const Tag& tag,
+                                            ByteSpan buffer) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (true) {
+    ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(kPeer, tag, buffer.size());
+    if (delivery.buffer().data() == buffer.data() || absl::Now() > give_up) return delivery;
+    // Not posted yet: dropping an unfinished unexpected message leaves no trace.
+    matcher.FinishDelivery(std::move(delivery), absl::UnavailableError("retry"));
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+TEST(ReceiveMatcherTest, UnexpectedMessageIsReceivedLater) {
+  ReceiveMatcher matcher;
+  ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(kPeer, Tag{.seq = 1}, 3);
+  ASSERT_FALSE(delivery.discard());
+  std::memcpy(delivery.buffer().data(), "abc", 3);
+  matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
+  std::vector<std::byte> received(3);
+  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 1}, received, absl::Now()).ok());
+  EXPECT_EQ(std::memcmp(received.data(), "abc", 3), 0);
+  const LinkStats stats = matcher.RecvLinkStats().at(kPeer);
+  EXPECT_EQ(stats.rx_bytes, 3 + kFrameHeaderBytes);
+  EXPECT_EQ(stats.rx_messages, 1u);
+}
+
+TEST(ReceiveMatcherTest, ClaimedReceiveOutlivesItsDeadlineUntilTheWriterFinishes) {
+  ReceiveMatcher matcher;
+  std::vector<std::byte> buffer(4);
+  auto recv = std::async(std::launch::async, [&] {
+    return matcher.Recv(kPeer, Tag{.seq = 1}, buffer, absl::Now() + absl::Milliseconds(50));
+  });
+  ReceiveMatcher::Delivery delivery = ClaimPostedReceive(matcher, Tag{.seq = 1}, buffer);
+  ASSERT_EQ(delivery.buffer().data(), buffer.data()) << "the receive was never posted";
+  absl::SleepFor(absl::Milliseconds(150));
+  // Past the deadline, but the buffer is still ours: the receive must not have returned.
+  EXPECT_EQ(recv.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  std::memset(delivery.buffer().data(), 7, 4);
+  matcher.FinishDelivery(std::move(delivery), RecvDeadlineExceeded(kPeer, Tag{.seq = 1}));
+  const absl::Status status = recv.get();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(status.message(), HasSubstr(kPeer));
+}
+
+TEST(ReceiveMatcherTest, AbortCancelsAClaimedDelivery) {
+  ReceiveMatcher matcher;
+  std::vector<std::byte> buffer(4);
+  auto recv = std::async(std::launch::async, [&] {
+    return matcher.Recv(kPeer, Tag{.comm = 3}, buffer, absl::Now() + absl::Seconds(30));
+  });
+  ReceiveMatcher::Delivery delivery = ClaimPostedReceive(matcher, Tag{.comm = 3}, buffer);
+  ASSERT_EQ(delivery.buffer().data(), buffer.data()) << "the receive was never posted";
+  EXPECT_FALSE(delivery.cancelled());
+  matcher.Abort(3, absl::AbortedError("stop"));
+  EXPECT_TRUE(delivery.cancelled());
+  matcher.FinishDelivery(std::move(delivery), absl::CancelledError("writer stopped"));
+  EXPECT_EQ(recv.get(), absl::AbortedError("stop"));
+}
+
+TEST(ReceiveMatcherTest, SecondPendingReceiveForTheSameMessageIsRefused) {
+  ReceiveMatcher matcher;
+  std::vector<std::byte> first(1), second(1);
+  auto pending = std::async(std::launch::async, [&] {
+    return matcher.Recv(kPeer, Tag{.seq = 1}, first, absl::Now() + absl::Seconds(30));
+  });
+  // Whichever of the two is posted second is refused; until then the probe just times out.
+  absl::Status probe;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  do {
+    probe = matcher.Recv(kPeer, Tag{.seq = 1}, second, absl::Now() + absl::Milliseconds(5));
+  } while (absl::IsDeadlineExceeded(probe) &&
+           pending.wait_for(std::chrono::seconds(0)) == std::future_status::timeout &&
+           absl::Now() < give_up);
+  if (absl::IsDeadlineExceeded(probe)) {
+    probe = pending.get();  // the probe was posted first and refused this one
+  } else {
+    matcher.Shutdown(absl::UnavailableError("endpoint shut down"));
+    EXPECT_EQ(pending.get(), absl::UnavailableError("endpoint shut down"));
+  }
+  EXPECT_EQ(probe.code(), absl::StatusCode::kFailedPrecondition) << probe;
+  EXPECT_THAT(std::string(probe.message()), HasSubstr("already pending"));
+}
+
+TEST(ReceiveMatcherTest, LostPeerKeepsDeliveredMessagesUntilReconnect) {
+  ReceiveMatcher matcher;
+  matcher.PeerConnected(kPeer);
+  ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(kPeer, Tag{.seq = 1}, 0);
+  matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
+  matcher.PeerLost(kPeer, absl::UnavailableError("lost connection from peer peer-a: EOF"));
+  EXPECT_FALSE(matcher.RecvLinkStats().at(kPeer).up);
+  EXPECT_TRUE(matcher.Recv(kPeer, Tag{.seq = 1}, {}, absl::Now()).ok());
+  const absl::Status lost = matcher.Recv(kPeer, Tag{.seq = 2}, {}, absl::Now() + absl::Seconds(30));
+  EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(lost.message(), HasSubstr(kPeer));
+  matcher.PeerConnected(kPeer);
+  EXPECT_EQ(matcher.Recv(kPeer, Tag{.seq = 2}, {}, absl::Now()).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace baton::transport

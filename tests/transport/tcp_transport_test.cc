@@ -1,0 +1,291 @@
+// What only the TCP transport has: its wire protocol, sockets and connection handling, driven
+// here by raw loopback sockets that play a misbehaving or slow peer. The Endpoint contract itself
+// is tested by transport_conformance_test.
+
+#include "transport/tcp/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <future>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/frame.h"
+#include "transport/tcp/socket.h"
+
+namespace baton::transport {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+absl::Time Deadline(absl::Duration timeout = absl::Seconds(30)) { return absl::Now() + timeout; }
+
+TcpOptions Options(const std::string& listen_address, const std::string& advertise_host = "") {
+  TcpOptions options;
+  options.listen_address = listen_address;
+  options.advertise_host = advertise_host;
+  return options;
+}
+
+std::unique_ptr<Endpoint> NewLoopbackEndpoint() {
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(Options("127.0.0.1:0"));
+  EXPECT_TRUE(endpoint.ok()) << endpoint.status();
+  return endpoint.ok() ? *std::move(endpoint) : nullptr;
+}
+
+LinkStats StatsFor(const Endpoint& endpoint, const std::string& peer) {
+  for (const LinkStats& link : endpoint.Stats()) {
+    if (link.peer == peer) return link;
+  }
+  return LinkStats{};
+}
+
+int PortOf(const std::string& address) { return std::stoi(address.substr(address.rfind(':') + 1)); }
+
+// A loopback socket bound to port 0, optionally listening: a peer under the test's control.
+struct RawListener {
+  FileDescriptor fd;
+  std::string address;
+};
+RawListener BindLoopback(bool listening) {
+  RawListener raw{FileDescriptor(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)), ""};
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(raw.fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(getsockname(raw.fd.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  if (listening) {
+    EXPECT_EQ(listen(raw.fd.get(), 16), 0);
+  }
+  raw.address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
+  return raw;
+}
+
+FileDescriptor AcceptWithin(int listener, absl::Duration timeout) {
+  pollfd pfd{listener, POLLIN, 0};
+  if (poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) return {};
+  return FileDescriptor(accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
+}
+
+FileDescriptor RawConnect(const std::string& address) {
+  FileDescriptor fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(PortOf(address)));
+  EXPECT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  return fd;
+}
+
+void WriteRaw(int fd, ConstByteSpan bytes) {
+  std::array<iovec, 1> iov{iovec{const_cast<std::byte*>(bytes.data()), bytes.size()}};
+  size_t written = 0;
+  ASSERT_TRUE(WriteFull(fd, iov, Deadline(), &written).ok());
+}
+
+void WriteFrame(int fd, const FrameHeader& header, ConstByteSpan payload) {
+  std::array<std::byte, kFrameHeaderBytes> bytes;
+  EncodeFrameHeader(header, bytes);
+  WriteRaw(fd, bytes);
+  WriteRaw(fd, payload);
+}
+
+void WriteHello(int fd, const std::string& address) {
+  WriteFrame(fd, FrameHeader{FrameType::kHello, Tag{}, address.size()},
+             std::as_bytes(std::span(address.data(), address.size())));
+}
+
+FrameHeader ReadHeader(int fd) {
+  std::array<std::byte, kFrameHeaderBytes> bytes;
+  size_t read = 0;
+  const absl::Status status = ReadFull(fd, bytes, Deadline(absl::Seconds(10)), &read);
+  EXPECT_TRUE(status.ok()) << status;
+  absl::StatusOr<FrameHeader> header = DecodeFrameHeader(bytes);
+  EXPECT_TRUE(header.ok()) << header.status();
+  return header.ok() ? *header : FrameHeader{};
+}
+
+std::string ReadString(int fd, size_t size) {
+  std::string text(size, '\0');
+  size_t read = 0;
+  EXPECT_TRUE(ReadFull(fd, std::as_writable_bytes(std::span(text.data(), text.size())),
+                       Deadline(absl::Seconds(10)), &read)
+                  .ok());
+  return text;
+}
+
+// True once the endpoint has closed the raw connection (EOF or reset).
+bool ClosedWithin(int fd, absl::Duration timeout) {
+  pollfd pfd{fd, POLLIN, 0};
+  if (poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) return false;
+  char byte;
+  return recv(fd, &byte, 1, 0) <= 0;
+}
+
+TEST(TcpTransportTest, AdvertisesTheBoundLoopbackPort) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  EXPECT_THAT(endpoint->address(), StartsWith("127.0.0.1:"));
+  EXPECT_GT(PortOf(endpoint->address()), 0);
+  auto advertised = NewTcpEndpoint(Options("127.0.0.1:0", "node-7.example"));
+  ASSERT_TRUE(advertised.ok());
+  EXPECT_THAT((*advertised)->address(), StartsWith("node-7.example:"));
+}
+
+TEST(TcpTransportTest, RejectsMalformedListenAddress) {
+  EXPECT_EQ(NewTcpEndpoint(Options("no-port")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(NewTcpEndpoint(Options("127.0.0.1:99999")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TcpTransportTest, BadFramesCloseTheConnectionAndCountAnError) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  {
+    FileDescriptor raw = RawConnect(endpoint->address());
+    WriteHello(raw.get(), "bad-magic:1");
+    std::array<std::byte, kFrameHeaderBytes> garbage;
+    garbage.fill(std::byte{0x5a});
+    WriteRaw(raw.get(), garbage);
+    EXPECT_TRUE(ClosedWithin(raw.get(), absl::Seconds(10)));
+  }
+  {
+    FileDescriptor raw = RawConnect(endpoint->address());
+    WriteHello(raw.get(), "too-long:1");
+    std::array<std::byte, kFrameHeaderBytes> header;
+    EncodeFrameHeader(FrameHeader{FrameType::kData, Tag{}, kMaxFramePayloadBytes + 1}, header);
+    WriteRaw(raw.get(), header);
+    EXPECT_TRUE(ClosedWithin(raw.get(), absl::Seconds(10)));
+  }
+  {
+    // Data before any hello: the sender cannot be named, so there is nobody to count against.
+    FileDescriptor raw = RawConnect(endpoint->address());
+    WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{}, 0}, {});
+    EXPECT_TRUE(ClosedWithin(raw.get(), absl::Seconds(10)));
+  }
+  EXPECT_EQ(StatsFor(*endpoint, "bad-magic:1").errors, 1u);
+  EXPECT_EQ(StatsFor(*endpoint, "too-long:1").errors, 1u);
+  // Whoever comes next is served normally.
+  FileDescriptor raw = RawConnect(endpoint->address());
+  WriteHello(raw.get(), "good:1");
+  const std::string payload = "fine";
+  WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, payload.size()},
+             std::as_bytes(std::span(payload.data(), payload.size())));
+  std::string received(4, '\0');
+  ASSERT_TRUE(endpoint
+                  ->Recv("good:1", Tag{.seq = 1},
+                         std::as_writable_bytes(std::span(received.data(), received.size())),
+                         Deadline())
+                  .ok());
+  EXPECT_EQ(received, payload);
+}
+
+TEST(TcpTransportTest, LostPeerIsReceivableAgainAfterItReconnects) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  const std::string peer = "restarting-peer:1";
+  {
+    FileDescriptor raw = RawConnect(endpoint->address());
+    WriteHello(raw.get(), peer);
+    WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, 0}, {});
+  }  // closed: the endpoint loses the peer
+  EXPECT_TRUE(endpoint->Recv(peer, Tag{.seq = 1}, {}, Deadline()).ok());
+  absl::Status lost;
+  const absl::Time give_up = Deadline(absl::Seconds(10));
+  do {
+    lost = endpoint->Recv(peer, Tag{.seq = 2}, {}, absl::Now() + absl::Milliseconds(20));
+  } while (absl::IsDeadlineExceeded(lost) && absl::Now() < give_up);
+  EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+  EXPECT_THAT(lost.message(), HasSubstr("lost connection from peer restarting-peer:1"));
+
+  FileDescriptor raw = RawConnect(endpoint->address());
+  WriteHello(raw.get(), peer);
+  WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 2}, 0}, {});
+  EXPECT_TRUE(endpoint->Recv(peer, Tag{.seq = 2}, {}, Deadline()).ok());
+}
+
+TEST(TcpTransportTest, ConnectIsRetriedUntilThePeerListens) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  RawListener peer = BindLoopback(/*listening=*/false);
+  const std::string payload = "retry";
+  auto send = std::async(std::launch::async, [&] {
+    return endpoint->Send(peer.address, Tag{.comm = 2, .seq = 3},
+                          std::as_bytes(std::span(payload.data(), payload.size())), Deadline());
+  });
+  absl::SleepFor(absl::Milliseconds(100));  // let a few attempts be refused; correct either way
+  ASSERT_EQ(listen(peer.fd.get(), 16), 0);
+  FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+  ASSERT_TRUE(conn.valid());
+  const FrameHeader hello = ReadHeader(conn.get());
+  EXPECT_EQ(hello.type, FrameType::kHello);
+  EXPECT_EQ(ReadString(conn.get(), hello.payload_bytes), endpoint->address());
+  const FrameHeader data = ReadHeader(conn.get());
+  EXPECT_EQ(data.type, FrameType::kData);
+  EXPECT_EQ(data.tag, (Tag{.comm = 2, .seq = 3}));
+  EXPECT_EQ(ReadString(conn.get(), data.payload_bytes), payload);
+  EXPECT_TRUE(send.get().ok());
+}
+
+TEST(TcpTransportTest, SendNoticesAClosedConnectionAndThenReconnects) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  RawListener peer = BindLoopback(/*listening=*/true);
+  ASSERT_TRUE(endpoint->Send(peer.address, Tag{.seq = 1}, {}, Deadline()).ok());
+  {
+    FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+    ASSERT_TRUE(conn.valid());
+    ReadHeader(conn.get());
+  }  // the peer drops the connection
+  // The first send after the close may still be accepted by the kernel; the next cannot be.
+  absl::Status failed;
+  for (uint64_t seq = 2; seq < 5 && failed.ok(); ++seq) {
+    failed = endpoint->Send(peer.address, Tag{.seq = seq}, {}, Deadline());
+  }
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  EXPECT_THAT(failed.message(), HasSubstr(peer.address));
+  EXPECT_GE(StatsFor(*endpoint, peer.address).errors, 1u);
+
+  ASSERT_TRUE(endpoint->Send(peer.address, Tag{.seq = 9}, {}, Deadline()).ok());
+  FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+  ASSERT_TRUE(conn.valid());
+  EXPECT_EQ(ReadHeader(conn.get()).type, FrameType::kHello);
+}
+
+TEST(TcpTransportTest, SendToAPeerThatDoesNotReadEndsAtTheDeadlineOrOnAbort) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  // Listening but never accepting: the kernel completes connections, nobody reads them.
+  RawListener peer = BindLoopback(/*listening=*/true);
+  const std::vector<std::byte> big(size_t{64} << 20);
+  const absl::Time start = absl::Now();
+  const absl::Status timed_out =
+      endpoint->Send(peer.address, Tag{.seq = 1}, big, start + absl::Milliseconds(300));
+  EXPECT_EQ(timed_out.code(), absl::StatusCode::kDeadlineExceeded) << timed_out;
+  EXPECT_THAT(timed_out.message(), HasSubstr(peer.address));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+
+  auto blocked = std::async(std::launch::async, [&] {
+    return endpoint->Send(peer.address, Tag{.comm = 9, .seq = 2}, big, Deadline());
+  });
+  absl::SleepFor(absl::Milliseconds(100));  // correct whether or not the Send is blocked yet
+  const absl::Time abort_time = absl::Now();
+  endpoint->Abort(9, absl::AbortedError("job cancelled"));
+  EXPECT_EQ(blocked.get(), absl::AbortedError("job cancelled"));
+  EXPECT_LT(absl::Now() - abort_time, absl::Seconds(10));
+}
+
+}  // namespace
+}  // namespace baton::transport

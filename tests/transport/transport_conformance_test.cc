@@ -1,0 +1,447 @@
+// The conformance suite every transport passes: the contract of transport/transport.h, run against
+// each implementation with several endpoints in one process.
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/frame.h"
+#include "transport/inmemory/inmemory_transport.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/transport.h"
+
+namespace baton::transport {
+namespace {
+
+using ::testing::HasSubstr;
+
+#define ASSERT_OK(expr)                          \
+  do {                                           \
+    const absl::Status status_ = (expr);         \
+    ASSERT_TRUE(status_.ok()) << status_;        \
+  } while (0)
+#define EXPECT_OK(expr)                          \
+  do {                                           \
+    const absl::Status status_ = (expr);         \
+    EXPECT_TRUE(status_.ok()) << status_;        \
+  } while (0)
+
+constexpr absl::Duration kLongDeadline = absl::Seconds(30);
+// How much sooner than its deadline a receive must fail when it is failed on purpose.
+constexpr absl::Duration kPrompt = absl::Seconds(10);
+
+absl::Time Deadline(absl::Duration timeout = kLongDeadline) { return absl::Now() + timeout; }
+
+std::vector<std::byte> Pattern(size_t size, uint64_t seed) {
+  std::vector<std::byte> data(size);
+  for (size_t i = 0; i < size; ++i) data[i] = static_cast<std::byte>((i * 131 + seed * 7 + 1) & 0xff);
+  return data;
+}
+
+// Gives a concurrent receive time to get posted. The tests are correct whether or not it was.
+void LetReceiverPost() { absl::SleepFor(absl::Milliseconds(20)); }
+
+// Waits (bounded) until `done()` holds; for conditions that only counters can show.
+bool WaitUntil(const std::function<bool()>& done, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+LinkStats StatsFor(const Endpoint& endpoint, const std::string& peer) {
+  for (const LinkStats& link : endpoint.Stats()) {
+    if (link.peer == peer) return link;
+  }
+  return LinkStats{};
+}
+
+// A transport under test.
+class TransportHarness {
+ public:
+  virtual ~TransportHarness() = default;
+  virtual absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) = 0;
+  // Makes endpoints[index] lost to its peers, as if its process died; may destroy it.
+  virtual void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) = 0;
+};
+
+class InMemoryHarness final : public TransportHarness {
+ public:
+  absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) override {
+    return fabric_->CreateEndpoint(absl::StrCat("mem-", index));
+  }
+  void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
+    fabric_->Kill(endpoints[index]->address());
+  }
+
+ private:
+  std::unique_ptr<InMemoryFabric> fabric_ = NewInMemoryFabric();
+};
+
+class TcpHarness final : public TransportHarness {
+ public:
+  absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) override {
+    TcpOptions options;
+    options.listen_address = "127.0.0.1:0";  // loopback and port 0 only, in every test
+    return NewTcpEndpoint(options);
+  }
+  void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
+    endpoints[index].reset();
+  }
+};
+
+struct TransportParam {
+  std::string name;
+  std::function<std::unique_ptr<TransportHarness>()> make;
+};
+
+class TransportConformanceTest : public ::testing::TestWithParam<TransportParam> {
+ protected:
+  void SetUp() override { harness_ = GetParam().make(); }
+  void TearDown() override {
+    endpoints_.clear();  // before the harness, which may own their fabric
+    harness_.reset();
+  }
+
+  void MakeEndpoints(int count) {
+    for (int i = 0; i < count; ++i) {
+      absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = harness_->NewEndpoint(i);
+      ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+      addresses_.push_back((*endpoint)->address());
+      endpoints_.push_back(*std::move(endpoint));
+    }
+  }
+  Endpoint& ep(int i) { return *endpoints_[i]; }
+  const std::string& addr(int i) const { return addresses_[i]; }
+
+  std::unique_ptr<TransportHarness> harness_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  std::vector<std::string> addresses_;
+};
+
+TEST_P(TransportConformanceTest, SmallMessage) {
+  MakeEndpoints(2);
+  const Tag tag{.comm = 7, .seq = 1, .step = 2, .part = 3};
+  const std::vector<std::byte> sent = Pattern(100, 1);
+  ASSERT_OK(ep(0).Send(addr(1), tag, sent, Deadline()));
+  std::vector<std::byte> received(100);
+  ASSERT_OK(ep(1).Recv(addr(0), tag, received, Deadline()));
+  EXPECT_EQ(received, sent);
+}
+
+TEST_P(TransportConformanceTest, LargeMessagesPostedBeforeAndAfterArrival) {
+  MakeEndpoints(2);
+  constexpr size_t kSize = size_t{64} << 20;
+  const std::vector<std::byte> sent = Pattern(kSize, 2);
+  {
+    // Posted first (the transport may write straight into this buffer).
+    std::vector<std::byte> received(kSize);
+    auto recv = std::async(std::launch::async, [&] {
+      return ep(1).Recv(addr(0), Tag{.comm = 1, .seq = 1}, received, Deadline());
+    });
+    LetReceiverPost();
+    ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 1, .seq = 1}, sent, Deadline()));
+    ASSERT_OK(recv.get());
+    EXPECT_TRUE(received == sent) << "64 MiB payload differs (posted receive)";
+  }
+  {
+    // Sent first (buffered as an unexpected message, or still in flight).
+    ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 1, .seq = 2}, sent, Deadline()));
+    std::vector<std::byte> received(kSize);
+    ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 1, .seq = 2}, received, Deadline()));
+    EXPECT_TRUE(received == sent) << "64 MiB payload differs (unexpected message)";
+  }
+}
+
+TEST_P(TransportConformanceTest, ZeroLengthMessages) {
+  MakeEndpoints(2);
+  auto recv = std::async(std::launch::async,
+                         [&] { return ep(1).Recv(addr(0), Tag{.seq = 1}, {}, Deadline()); });
+  LetReceiverPost();
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.seq = 1}, {}, Deadline()));
+  EXPECT_OK(recv.get());
+
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.seq = 2}, {}, Deadline()));
+  EXPECT_OK(ep(1).Recv(addr(0), Tag{.seq = 2}, {}, Deadline()));
+  // A zero-length message still has to match in length.
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.seq = 3}, {}, Deadline()));
+  std::vector<std::byte> one(1);
+  EXPECT_EQ(ep(1).Recv(addr(0), Tag{.seq = 3}, one, Deadline()).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_P(TransportConformanceTest, ManyTagsReceivedOutOfOrder) {
+  MakeEndpoints(2);
+  constexpr int kTags = 64;
+  constexpr int kReceivers = 8;
+  auto size_of = [](int i) { return static_cast<size_t>(1 + i * 397); };
+  // Each receiver takes every kReceivers-th tag, newest first, so most receives are posted before
+  // their message arrives and most messages arrive before their receive is posted.
+  std::vector<std::future<std::string>> receivers;
+  for (int r = 0; r < kReceivers; ++r) {
+    receivers.push_back(std::async(std::launch::async, [&, r]() -> std::string {
+      std::string failures;
+      for (int i = kTags - kReceivers + r; i >= 0; i -= kReceivers) {
+        std::vector<std::byte> received(size_of(i));
+        const absl::Status status = ep(1).Recv(addr(0), Tag{.comm = 3, .seq = 9, .part = uint32_t(i)},
+                                               received, Deadline());
+        if (!status.ok()) {
+          absl::StrAppend(&failures, "tag ", i, ": ", status.ToString(), "; ");
+        } else if (received != Pattern(size_of(i), i)) {
+          absl::StrAppend(&failures, "tag ", i, ": wrong payload; ");
+        }
+      }
+      return failures;
+    }));
+  }
+  for (int i = 0; i < kTags; ++i) {
+    ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 3, .seq = 9, .part = uint32_t(i)},
+                         Pattern(size_of(i), i), Deadline()));
+  }
+  for (auto& receiver : receivers) EXPECT_EQ(receiver.get(), "");
+}
+
+TEST_P(TransportConformanceTest, ConcurrentSendersAndReceivers) {
+  constexpr int kEndpoints = 4;
+  constexpr int kMessages = 20;
+  MakeEndpoints(kEndpoints);
+  auto size_of = [](int src, int m) { return static_cast<size_t>((m * 997 + src * 13) % 20000); };
+  auto tag_of = [](int src, int dst, int m) {
+    return Tag{.comm = 11, .seq = uint64_t(m), .step = uint32_t(src), .part = uint32_t(dst)};
+  };
+  std::vector<std::future<std::string>> tasks;
+  for (int src = 0; src < kEndpoints; ++src) {
+    for (int dst = 0; dst < kEndpoints; ++dst) {
+      if (src == dst) continue;
+      tasks.push_back(std::async(std::launch::async, [&, src, dst]() -> std::string {
+        for (int m = 0; m < kMessages; ++m) {
+          const absl::Status status = ep(src).Send(addr(dst), tag_of(src, dst, m),
+                                                   Pattern(size_of(src, m), m), Deadline());
+          if (!status.ok()) return absl::StrCat("send ", src, "->", dst, ": ", status.ToString());
+        }
+        return "";
+      }));
+      tasks.push_back(std::async(std::launch::async, [&, src, dst]() -> std::string {
+        for (int m = 0; m < kMessages; ++m) {
+          std::vector<std::byte> received(size_of(src, m));
+          const absl::Status status =
+              ep(dst).Recv(addr(src), tag_of(src, dst, m), received, Deadline());
+          if (!status.ok()) return absl::StrCat("recv ", src, "->", dst, ": ", status.ToString());
+          if (received != Pattern(size_of(src, m), m)) {
+            return absl::StrCat("recv ", src, "->", dst, " message ", m, ": wrong payload");
+          }
+        }
+        return "";
+      }));
+    }
+  }
+  for (auto& task : tasks) EXPECT_EQ(task.get(), "");
+}
+
+TEST_P(TransportConformanceTest, LengthMismatchNamesBothLengthsAndThePeer) {
+  MakeEndpoints(2);
+  const std::vector<std::byte> ten = Pattern(10, 3);
+  std::vector<std::byte> eight(8);
+  auto posted = std::async(std::launch::async, [&] {
+    return ep(1).Recv(addr(0), Tag{.seq = 1}, eight, Deadline());
+  });
+  LetReceiverPost();
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.seq = 1}, ten, Deadline()));
+  const absl::Status first = posted.get();
+  EXPECT_EQ(first.code(), absl::StatusCode::kFailedPrecondition) << first;
+  EXPECT_THAT(first.message(), HasSubstr("10 bytes"));
+  EXPECT_THAT(first.message(), HasSubstr("8 bytes"));
+  EXPECT_THAT(first.message(), HasSubstr(addr(0)));
+
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.seq = 2}, ten, Deadline()));
+  std::vector<std::byte> twelve(12);
+  const absl::Status second = ep(1).Recv(addr(0), Tag{.seq = 2}, twelve, Deadline());
+  EXPECT_EQ(second.code(), absl::StatusCode::kFailedPrecondition) << second;
+  EXPECT_THAT(second.message(), HasSubstr("10 bytes"));
+  EXPECT_THAT(second.message(), HasSubstr("12 bytes"));
+  EXPECT_THAT(second.message(), HasSubstr(addr(0)));
+
+  // The link is still fine.
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.seq = 3}, ten, Deadline()));
+  std::vector<std::byte> received(10);
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.seq = 3}, received, Deadline()));
+  EXPECT_EQ(received, ten);
+}
+
+TEST_P(TransportConformanceTest, RecvDeadlineNamesPeerAndTag) {
+  MakeEndpoints(2);
+  const Tag tag{.comm = 0xabc, .seq = 4, .step = 5, .part = 6};
+  std::vector<std::byte> buffer(4);
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      ep(1).Recv(addr(0), tag, buffer, start + absl::Milliseconds(100));
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_THAT(status.message(), HasSubstr(addr(0)));
+  EXPECT_THAT(status.message(), HasSubstr(TagToString(tag)));
+  EXPECT_GE(waited, absl::Milliseconds(95));
+  EXPECT_LT(waited, kPrompt);
+}
+
+TEST_P(TransportConformanceTest, AbortFailsPendingAndLaterOperationsUntilForget) {
+  MakeEndpoints(2);
+  const absl::Status reason = absl::AbortedError("rank 3 failed");
+  std::vector<std::byte> buffer(16);
+  const absl::Time start = absl::Now();
+  auto pending = std::async(std::launch::async, [&] {
+    return ep(1).Recv(addr(0), Tag{.comm = 5, .seq = 1}, buffer, Deadline());
+  });
+  LetReceiverPost();
+  ep(1).Abort(5, reason);
+  EXPECT_EQ(pending.get(), reason);
+  EXPECT_LT(absl::Now() - start, kPrompt);
+
+  std::vector<std::byte> other(16);
+  EXPECT_EQ(ep(1).Recv(addr(0), Tag{.comm = 5, .seq = 2}, other, Deadline()), reason);
+  EXPECT_EQ(ep(1).Send(addr(0), Tag{.comm = 5, .seq = 2}, other, Deadline()), reason);
+
+  // Other communicators are unaffected.
+  const std::vector<std::byte> sent = Pattern(16, 5);
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 6, .seq = 1}, sent, Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 6, .seq = 1}, other, Deadline()));
+  EXPECT_EQ(other, sent);
+
+  ep(1).Forget(5);
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 5, .seq = 3}, sent, Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 5, .seq = 3}, buffer, Deadline()));
+  EXPECT_EQ(buffer, sent);
+  ASSERT_OK(ep(1).Send(addr(0), Tag{.comm = 5, .seq = 4}, sent, Deadline()));
+}
+
+TEST_P(TransportConformanceTest, AbortAndForgetDropUnexpectedMessages) {
+  MakeEndpoints(2);
+  const std::vector<std::byte> sent = Pattern(8, 6);
+  std::vector<std::byte> buffer(8);
+  for (const bool abort_first : {true, false}) {
+    SCOPED_TRACE(abort_first ? "Abort + Forget" : "Forget");
+    const uint64_t before = StatsFor(ep(1), addr(0)).rx_messages;
+    ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 8, .seq = 1}, sent, Deadline()));
+    // Only the counters can tell that the message has been buffered as unexpected.
+    ASSERT_TRUE(WaitUntil([&] { return StatsFor(ep(1), addr(0)).rx_messages > before; }));
+    if (abort_first) ep(1).Abort(8, absl::CancelledError("gone"));
+    ep(1).Forget(8);
+    const absl::Status dropped =
+        ep(1).Recv(addr(0), Tag{.comm = 8, .seq = 1}, buffer, Deadline(absl::Milliseconds(100)));
+    EXPECT_EQ(dropped.code(), absl::StatusCode::kDeadlineExceeded) << dropped;
+    // The communicator works again.
+    ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 8, .seq = 1}, sent, Deadline()));
+    ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 8, .seq = 1}, buffer, Deadline()));
+    EXPECT_EQ(buffer, sent);
+  }
+}
+
+TEST_P(TransportConformanceTest, LostPeerFailsPendingAndLaterReceivesPromptly) {
+  MakeEndpoints(2);
+  const std::vector<std::byte> sent = Pattern(32, 7);
+  std::vector<std::byte> buffer(32);
+  // Traffic first, so that every transport knows the link.
+  ASSERT_OK(ep(1).Send(addr(0), Tag{.seq = 1}, sent, Deadline()));
+  ASSERT_OK(ep(0).Recv(addr(1), Tag{.seq = 1}, buffer, Deadline()));
+  ASSERT_OK(ep(1).Send(addr(0), Tag{.seq = 2}, sent, Deadline()));
+  ASSERT_TRUE(WaitUntil([&] { return StatsFor(ep(0), addr(1)).rx_messages == 2; }));
+  EXPECT_TRUE(StatsFor(ep(0), addr(1)).up);
+
+  const absl::Time start = absl::Now();
+  auto pending = std::async(std::launch::async, [&] {
+    std::vector<std::byte> never(32);
+    return ep(0).Recv(addr(1), Tag{.seq = 3}, never, Deadline());
+  });
+  LetReceiverPost();
+  harness_->KillEndpoint(endpoints_, 1);
+  const absl::Status lost = pending.get();
+  EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+  EXPECT_THAT(lost.message(), HasSubstr(addr(1)));
+  EXPECT_LT(absl::Now() - start, kPrompt);
+
+  // What arrived before the loss is still there; anything else fails at once.
+  ASSERT_OK(ep(0).Recv(addr(1), Tag{.seq = 2}, buffer, Deadline()));
+  EXPECT_EQ(buffer, sent);
+  const absl::Time later = absl::Now();
+  const absl::Status again = ep(0).Recv(addr(1), Tag{.seq = 4}, buffer, Deadline());
+  EXPECT_EQ(again.code(), absl::StatusCode::kUnavailable) << again;
+  EXPECT_THAT(again.message(), HasSubstr(addr(1)));
+  EXPECT_LT(absl::Now() - later, kPrompt);
+  EXPECT_FALSE(StatsFor(ep(0), addr(1)).up);
+
+  const absl::Status send = ep(0).Send(addr(1), Tag{.seq = 5}, sent, Deadline(absl::Seconds(1)));
+  EXPECT_EQ(send.code(), absl::StatusCode::kUnavailable) << send;
+  EXPECT_THAT(send.message(), HasSubstr(addr(1)));
+}
+
+TEST_P(TransportConformanceTest, SendToMissingPeerFailsAtDeadline) {
+  MakeEndpoints(2);
+  const std::string gone = addr(1);
+  endpoints_[1].reset();
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      ep(0).Send(gone, Tag{.seq = 1}, Pattern(4, 8), start + absl::Milliseconds(300));
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(status.message(), HasSubstr(gone));
+  EXPECT_LT(absl::Now() - start, kPrompt);
+  EXPECT_EQ(StatsFor(ep(0), gone).errors, 1u);
+}
+
+TEST_P(TransportConformanceTest, SendToSelf) {
+  MakeEndpoints(1);
+  const std::vector<std::byte> sent = Pattern(1000, 9);
+  ASSERT_OK(ep(0).Send(addr(0), Tag{.seq = 1}, sent, Deadline()));
+  std::vector<std::byte> received(1000);
+  ASSERT_OK(ep(0).Recv(addr(0), Tag{.seq = 1}, received, Deadline()));
+  EXPECT_EQ(received, sent);
+}
+
+TEST_P(TransportConformanceTest, StatsCountPayloadPlusFrameHeader) {
+  MakeEndpoints(2);
+  const std::vector<size_t> sizes = {0, 1, 1000, size_t{1} << 20};
+  uint64_t expected_bytes = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_OK(ep(0).Send(addr(1), Tag{.seq = i}, Pattern(sizes[i], i), Deadline()));
+    expected_bytes += sizes[i] + kFrameHeaderBytes;
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<std::byte> received(sizes[i]);
+    ASSERT_OK(ep(1).Recv(addr(0), Tag{.seq = i}, received, Deadline()));
+  }
+  ASSERT_OK(ep(1).Send(addr(0), Tag{.seq = 100}, Pattern(3, 0), Deadline()));
+
+  const LinkStats sender = StatsFor(ep(0), addr(1));
+  EXPECT_EQ(sender.peer, addr(1));
+  EXPECT_EQ(sender.tx_bytes, expected_bytes);
+  EXPECT_EQ(sender.tx_messages, sizes.size());
+  EXPECT_EQ(sender.errors, 0u);
+  const LinkStats receiver = StatsFor(ep(1), addr(0));
+  EXPECT_EQ(receiver.rx_bytes, expected_bytes);
+  EXPECT_EQ(receiver.rx_messages, sizes.size());
+  EXPECT_EQ(receiver.tx_bytes, 3 + kFrameHeaderBytes);
+  EXPECT_EQ(receiver.tx_messages, 1u);
+  EXPECT_TRUE(receiver.up);
+  EXPECT_EQ(receiver.errors, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, TransportConformanceTest,
+    ::testing::Values(
+        TransportParam{"InMemory", [] { return std::make_unique<InMemoryHarness>(); }},
+        TransportParam{"Tcp", [] { return std::make_unique<TcpHarness>(); }}),
+    [](const ::testing::TestParamInfo<TransportParam>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace baton::transport

@@ -1,0 +1,95 @@
+#include "transport/frame.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace baton::transport {
+namespace {
+
+// Byte-by-byte so that the wire format does not depend on the host's byte order or alignment.
+template <typename T>
+void PutLittleEndian(T value, std::byte* out) {
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    out[i] = static_cast<std::byte>(static_cast<uint64_t>(value) >> (8 * i));
+  }
+}
+
+template <typename T>
+T GetLittleEndian(const std::byte* in) {
+  uint64_t value = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    value |= static_cast<uint64_t>(in[i]) << (8 * i);
+  }
+  return static_cast<T>(value);
+}
+
+constexpr size_t kMagicOffset = 0;
+constexpr size_t kVersionOffset = 4;
+constexpr size_t kTypeOffset = 5;
+constexpr size_t kFlagsOffset = 6;
+constexpr size_t kCommOffset = 8;
+constexpr size_t kSeqOffset = 16;
+constexpr size_t kStepOffset = 24;
+constexpr size_t kPartOffset = 28;
+constexpr size_t kPayloadBytesOffset = 32;
+static_assert(kPayloadBytesOffset + sizeof(uint64_t) == kFrameHeaderBytes);
+
+}  // namespace
+
+void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out) {
+  std::byte* p = out.data();
+  PutLittleEndian<uint32_t>(kFrameMagic, p + kMagicOffset);
+  PutLittleEndian<uint8_t>(kFrameVersion, p + kVersionOffset);
+  PutLittleEndian<uint8_t>(static_cast<uint8_t>(header.type), p + kTypeOffset);
+  PutLittleEndian<uint16_t>(0, p + kFlagsOffset);
+  PutLittleEndian<uint64_t>(header.tag.comm, p + kCommOffset);
+  PutLittleEndian<uint64_t>(header.tag.seq, p + kSeqOffset);
+  PutLittleEndian<uint32_t>(header.tag.step, p + kStepOffset);
+  PutLittleEndian<uint32_t>(header.tag.part, p + kPartOffset);
+  PutLittleEndian<uint64_t>(header.payload_bytes, p + kPayloadBytesOffset);
+}
+
+absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
+  const std::byte* p = in.data();
+  const auto magic = GetLittleEndian<uint32_t>(p + kMagicOffset);
+  if (magic != kFrameMagic) {
+    return absl::DataLossError(
+        absl::StrCat("bad frame magic 0x", absl::Hex(magic, absl::kZeroPad8)));
+  }
+  const auto version = GetLittleEndian<uint8_t>(p + kVersionOffset);
+  if (version != kFrameVersion) {
+    return absl::DataLossError(absl::StrCat("unsupported frame version ", version,
+                                            " (this build speaks ", kFrameVersion, ")"));
+  }
+  const auto flags = GetLittleEndian<uint16_t>(p + kFlagsOffset);
+  if (flags != 0) {
+    return absl::DataLossError(absl::StrCat("unknown frame flags 0x", absl::Hex(flags)));
+  }
+  FrameHeader header;
+  const auto type = GetLittleEndian<uint8_t>(p + kTypeOffset);
+  uint64_t max_payload = 0;
+  switch (type) {
+    case static_cast<uint8_t>(FrameType::kData):
+      header.type = FrameType::kData;
+      max_payload = kMaxFramePayloadBytes;
+      break;
+    case static_cast<uint8_t>(FrameType::kHello):
+      header.type = FrameType::kHello;
+      max_payload = kMaxHelloAddressBytes;
+      break;
+    default:
+      return absl::DataLossError(absl::StrCat("unknown frame type ", type));
+  }
+  header.tag.comm = GetLittleEndian<uint64_t>(p + kCommOffset);
+  header.tag.seq = GetLittleEndian<uint64_t>(p + kSeqOffset);
+  header.tag.step = GetLittleEndian<uint32_t>(p + kStepOffset);
+  header.tag.part = GetLittleEndian<uint32_t>(p + kPartOffset);
+  header.payload_bytes = GetLittleEndian<uint64_t>(p + kPayloadBytesOffset);
+  if (header.payload_bytes > max_payload) {
+    return absl::DataLossError(absl::StrCat("frame announces ", header.payload_bytes,
+                                            " payload bytes, more than the limit of ",
+                                            max_payload));
+  }
+  return header;
+}
+
+}  // namespace baton::transport

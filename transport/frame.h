@@ -1,0 +1,67 @@
+#pragma once
+
+// The binary frame that daemon-to-daemon transports put around every message (TCP today; the same
+// header is meant for later stream transports). A frame is a fixed-size header followed by the
+// payload. Every integer is little-endian on the wire, whatever the host's byte order:
+//
+//   offset size field
+//        0    4 magic          kFrameMagic: the bytes "BTNF"
+//        4    1 version        kFrameVersion
+//        5    1 type           FrameType: 1 = data, 2 = hello
+//        6    2 flags          0; reserved (e.g. for an optional checksum in a later version)
+//        8    8 comm           Tag::comm
+//       16    8 seq            Tag::seq
+//       24    4 step           Tag::step
+//       28    4 part           Tag::part
+//       32    8 payload_bytes  the number of payload bytes that follow the header
+//
+// kFrameHeaderBytes (40) is the framing overhead of every message: a message of n payload bytes
+// costs n + kFrameHeaderBytes bytes on the wire, and that is what LinkStats' tx_bytes/rx_bytes
+// count per message, for every transport (also the in-memory one, so tests can compare them).
+//
+// Every connection starts with one hello frame: type hello, tag all zero, and as payload the
+// sender's endpoint address (what its address() returns), at most kMaxHelloAddressBytes long. It
+// lets the receiver attribute the connection's messages to the sending endpoint. Hello frames are
+// not counted in LinkStats.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "transport/transport.h"
+
+namespace baton::transport {
+
+inline constexpr size_t kFrameHeaderBytes = 40;
+inline constexpr uint32_t kFrameMagic = 0x464E5442;  // "BTNF" read as a little-endian uint32
+inline constexpr uint8_t kFrameVersion = 1;
+// Largest payload a single frame may carry; a header announcing more is treated as corrupt.
+inline constexpr uint64_t kMaxFramePayloadBytes = uint64_t{1} << 30;
+inline constexpr uint64_t kMaxHelloAddressBytes = 1024;
+
+enum class FrameType : uint8_t {
+  kData = 1,
+  kHello = 2,
+};
+
+struct FrameHeader {
+  FrameType type = FrameType::kData;
+  Tag tag;
+  uint64_t payload_bytes = 0;
+
+  friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
+};
+
+using FrameHeaderBytes = std::span<std::byte, kFrameHeaderBytes>;
+using ConstFrameHeaderBytes = std::span<const std::byte, kFrameHeaderBytes>;
+
+// Writes `header` in wire format (magic, version and zero flags included) into `out`.
+void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out);
+
+// Parses and validates a header. DataLoss when the magic, version, flags or type are wrong, or the
+// payload length is larger than the frame type allows (kMaxFramePayloadBytes for data,
+// kMaxHelloAddressBytes for hello).
+absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in);
+
+}  // namespace baton::transport

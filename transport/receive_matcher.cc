@@ -1,0 +1,255 @@
+#include "transport/receive_matcher.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "transport/frame.h"
+
+namespace baton::transport {
+namespace {
+
+absl::Status LengthMismatch(const std::string& peer, const Tag& tag, uint64_t message_bytes,
+                            size_t buffer_bytes) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "message from peer ", peer, " (", TagToString(tag), ") has ", message_bytes,
+      " bytes but the receive buffer has ", buffer_bytes, " bytes"));
+}
+
+// Abort and Shutdown take a reason that must not be OK; an OK one would complete receives as
+// successful without data, so it is replaced rather than trusted.
+absl::Status NotOk(const absl::Status& status, const char* fallback) {
+  return status.ok() ? absl::CancelledError(fallback) : status;
+}
+
+}  // namespace
+
+absl::Status RecvDeadlineExceeded(const std::string& peer, const Tag& tag) {
+  return absl::DeadlineExceededError(absl::StrCat("timed out waiting for the message from peer ",
+                                                  peer, " (", TagToString(tag), ")"));
+}
+
+absl::Time ReceiveMatcher::Delivery::deadline() const {
+  // The receive cannot return while it is claimed, so recv_ stays valid; its deadline is
+  // immutable after posting.
+  return kind_ == Kind::kPosted ? recv_->deadline : absl::InfiniteFuture();
+}
+
+bool ReceiveMatcher::Delivery::cancelled() const {
+  return kind_ == Kind::kPosted && recv_->cancelled.load(std::memory_order_acquire);
+}
+
+absl::Status ReceiveMatcher::Recv(const std::string& peer, const Tag& tag, ByteSpan data,
+                                  absl::Time deadline) {
+  Key key{peer, tag};
+  Unexpected message;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status error = BlockingErrorLocked(tag.comm); !error.ok()) return error;
+    auto it = unexpected_.find(key);
+    if (it == unexpected_.end()) {
+      // Messages that arrived before the link was lost are still receivable, hence this order.
+      if (auto lost = lost_.find(peer); lost != lost_.end()) return lost->second;
+      if (pending_.contains(key)) {
+        return absl::FailedPreconditionError(absl::StrCat("a receive from peer ", peer, " (",
+                                                          TagToString(tag),
+                                                          ") is already pending"));
+      }
+      PendingRecv recv;
+      recv.comm = tag.comm;
+      recv.data = data;
+      recv.deadline = deadline;
+      pending_.emplace(key, &recv);
+      if (!mu_.AwaitWithDeadline(absl::Condition(&recv.done), deadline) && !recv.claimed) {
+        pending_.erase(key);
+        return RecvDeadlineExceeded(peer, tag);
+      }
+      // Claimed: the writer finishes by recv.deadline (or when cancelled), so this wait is bounded
+      // even though it has no deadline of its own; `data` must not be released before then.
+      mu_.Await(absl::Condition(&recv.done));
+      return recv.result;
+    }
+    message = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) unexpected_.erase(it);
+  }
+  if (message.length != data.size()) return LengthMismatch(peer, tag, message.length, data.size());
+  if (message.length > 0) std::memcpy(data.data(), message.data.get(), message.length);
+  return absl::OkStatus();
+}
+
+ReceiveMatcher::Delivery ReceiveMatcher::BeginDelivery(const std::string& peer, const Tag& tag,
+                                                       uint64_t length) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!BlockingErrorLocked(tag.comm).ok()) return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
+    auto it = pending_.find(Key{peer, tag});
+    if (it != pending_.end()) {
+      PendingRecv* recv = it->second;
+      pending_.erase(it);
+      if (recv->data.size() != length) {
+        CompleteLocked(recv, LengthMismatch(peer, tag, length, recv->data.size()));
+        return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
+      }
+      recv->claimed = true;
+      claimed_.insert(recv);
+      Delivery delivery(Delivery::Kind::kPosted, peer, tag, length);
+      delivery.recv_ = recv;
+      delivery.buffer_ = recv->data;
+      return delivery;
+    }
+  }
+  // Allocated outside the lock: it may be large, and is filled before anyone reads it.
+  Delivery delivery(Delivery::Kind::kUnexpected, peer, tag, length);
+  if (length > 0) delivery.storage_ = std::make_unique_for_overwrite<std::byte[]>(length);
+  delivery.buffer_ = ByteSpan(delivery.storage_.get(), length);
+  return delivery;
+}
+
+void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& status) {
+  const std::string& peer = delivery.peer_;
+  const Tag& tag = delivery.tag_;
+  PendingRecv* target = nullptr;
+  switch (delivery.kind_) {
+    case Delivery::Kind::kDiscard: {
+      absl::MutexLock lock(&mu_);
+      if (status.ok()) CountLocked(peer, delivery.length_);
+      return;
+    }
+    case Delivery::Kind::kPosted: {
+      absl::MutexLock lock(&mu_);
+      if (status.ok()) CountLocked(peer, delivery.length_);
+      claimed_.erase(delivery.recv_);
+      absl::Status blocking = BlockingErrorLocked(tag.comm);
+      CompleteLocked(delivery.recv_, blocking.ok() ? status : blocking);
+      return;
+    }
+    case Delivery::Kind::kUnexpected: {
+      if (!status.ok()) return;  // a partial message is of no use to anyone
+      absl::MutexLock lock(&mu_);
+      CountLocked(peer, delivery.length_);
+      if (!BlockingErrorLocked(tag.comm).ok()) return;
+      Key key{peer, tag};
+      // A receive may have been posted while the payload was being read.
+      auto it = pending_.find(key);
+      if (it == pending_.end()) {
+        unexpected_[std::move(key)].push_back(
+            Unexpected{std::move(delivery.storage_), delivery.length_});
+        return;
+      }
+      target = it->second;
+      pending_.erase(it);
+      if (target->data.size() != delivery.length_) {
+        CompleteLocked(target, LengthMismatch(peer, tag, delivery.length_, target->data.size()));
+        return;
+      }
+      target->claimed = true;
+      claimed_.insert(target);
+      break;
+    }
+  }
+  // Copy outside the lock; the claim keeps the receive (and its buffer) alive meanwhile.
+  if (delivery.length_ > 0) {
+    std::memcpy(target->data.data(), delivery.storage_.get(), delivery.length_);
+  }
+  absl::MutexLock lock(&mu_);
+  claimed_.erase(target);
+  CompleteLocked(target, BlockingErrorLocked(tag.comm));
+}
+
+void ReceiveMatcher::Abort(uint64_t comm, const absl::Status& reason) {
+  absl::MutexLock lock(&mu_);
+  const absl::Status& stored = aborted_[comm] = NotOk(reason, "communicator aborted");
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->first.tag.comm == comm) {
+      CompleteLocked(it->second, stored);
+      pending_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (PendingRecv* recv : claimed_) {
+    if (recv->comm == comm) recv->cancelled.store(true, std::memory_order_release);
+  }
+  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+    if (it->first.tag.comm == comm) {
+      unexpected_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ReceiveMatcher::Forget(uint64_t comm) {
+  absl::MutexLock lock(&mu_);
+  aborted_.erase(comm);
+  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+    if (it->first.tag.comm == comm) {
+      unexpected_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+absl::Status ReceiveMatcher::AbortReason(uint64_t comm) const {
+  absl::MutexLock lock(&mu_);
+  auto it = aborted_.find(comm);
+  return it == aborted_.end() ? absl::OkStatus() : it->second;
+}
+
+void ReceiveMatcher::PeerConnected(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  lost_.erase(peer);
+  LinkStats& link = links_[peer];
+  link.peer = peer;
+  link.up = true;
+}
+
+void ReceiveMatcher::PeerLost(const std::string& peer, const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  const absl::Status& stored = lost_[peer] =
+      NotOk(status, "lost connection to peer");
+  if (auto link = links_.find(peer); link != links_.end()) link->second.up = false;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->first.peer == peer) {
+      CompleteLocked(it->second, stored);
+      pending_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void ReceiveMatcher::Shutdown(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  closed_ = NotOk(status, "endpoint shut down");
+  for (auto& [key, recv] : pending_) CompleteLocked(recv, closed_);
+  pending_.clear();
+  for (PendingRecv* recv : claimed_) recv->cancelled.store(true, std::memory_order_release);
+  unexpected_.clear();
+}
+
+absl::flat_hash_map<std::string, LinkStats> ReceiveMatcher::RecvLinkStats() const {
+  absl::MutexLock lock(&mu_);
+  return links_;
+}
+
+void ReceiveMatcher::CompleteLocked(PendingRecv* recv, absl::Status result) {
+  recv->result = std::move(result);
+  recv->done = true;  // from here on the receiving thread may return and free `recv`
+}
+
+absl::Status ReceiveMatcher::BlockingErrorLocked(uint64_t comm) const {
+  if (!closed_.ok()) return closed_;
+  if (auto it = aborted_.find(comm); it != aborted_.end()) return it->second;
+  return absl::OkStatus();
+}
+
+void ReceiveMatcher::CountLocked(const std::string& peer, uint64_t length) {
+  LinkStats& link = links_[peer];
+  link.peer = peer;
+  link.rx_bytes += length + kFrameHeaderBytes;
+  ++link.rx_messages;
+}
+
+}  // namespace baton::transport

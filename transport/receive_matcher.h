@@ -1,0 +1,156 @@
+#pragma once
+
+// The receive side that every transport shares: it matches incoming messages to posted receives by
+// (sender address, tag), keeps the messages nobody has asked for yet, and applies Abort/Forget,
+// lost peers and shutdown exactly as transport.h specifies, so all transports behave alike.
+//
+// A transport calls Recv() from Endpoint::Recv, and for each incoming message BeginDelivery() ->
+// write the payload into Delivery::buffer() -> FinishDelivery(). When a matching receive is already
+// posted, buffer() is the receiver's own buffer, so a stream transport can read the payload from
+// its socket straight into it (no extra copy); otherwise it is a fresh buffer that becomes an
+// unexpected message.
+//
+// Thread-safe. Receive-side link counters (rx bytes and messages, link up) are kept here too, so
+// that a completed Recv is always already reflected in them.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "transport/transport.h"
+
+namespace baton::transport {
+
+// The error of a receive whose deadline passed: DeadlineExceeded naming the peer and the tag.
+absl::Status RecvDeadlineExceeded(const std::string& peer, const Tag& tag);
+
+class ReceiveMatcher {
+ private:
+  struct PendingRecv;
+
+ public:
+  // One incoming message between BeginDelivery and FinishDelivery. Move-only.
+  class Delivery {
+   public:
+    Delivery(Delivery&&) = default;
+    Delivery& operator=(Delivery&&) = default;
+
+    // True when nobody wants the payload (its communicator is aborted, the posted receive had the
+    // wrong length, or the matcher is shut down): the transport must consume and drop it.
+    bool discard() const { return kind_ == Kind::kDiscard; }
+    // Where the payload goes; exactly as long as the message unless discard().
+    ByteSpan buffer() const { return buffer_; }
+    // How long the receiver waits: writing into a posted receive's buffer must stop by then
+    // (finish with RecvDeadlineExceeded). InfiniteFuture for an unexpected message.
+    absl::Time deadline() const;
+    // True once the posted receive was aborted or the matcher shut down: the transport may stop
+    // writing into buffer(), drop the rest of the payload and finish with any error.
+    bool cancelled() const;
+
+   private:
+    friend class ReceiveMatcher;
+    enum class Kind { kDiscard, kPosted, kUnexpected };
+    Delivery(Kind kind, std::string peer, const Tag& tag, uint64_t length)
+        : kind_(kind), peer_(std::move(peer)), tag_(tag), length_(length) {}
+
+    Kind kind_;
+    std::string peer_;
+    Tag tag_;
+    uint64_t length_;
+    PendingRecv* recv_ = nullptr;            // kPosted
+    std::unique_ptr<std::byte[]> storage_;  // kUnexpected
+    ByteSpan buffer_;
+  };
+
+  ReceiveMatcher() = default;
+  ReceiveMatcher(const ReceiveMatcher&) = delete;
+  ReceiveMatcher& operator=(const ReceiveMatcher&) = delete;
+  // No Recv may be running and no Delivery outstanding.
+  ~ReceiveMatcher() = default;
+
+  // Endpoint::Recv: waits until the message tagged `tag` from `peer` has been written into `data`.
+  // Fails with FailedPrecondition when the lengths differ or another receive for the same peer
+  // and tag is pending, with the abort reason, the peer's lost status (see PeerLost), the shutdown
+  // status, or RecvDeadlineExceeded at `deadline`. While the payload is being written into `data`
+  // the deadline is the writer's to enforce (see Delivery::deadline), so the call never returns
+  // while `data` is still being written.
+  absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data, absl::Time deadline);
+
+  // Starts delivering a message of `length` payload bytes from `peer`. Every Delivery must be
+  // passed to FinishDelivery exactly once.
+  Delivery BeginDelivery(const std::string& peer, const Tag& tag, uint64_t length);
+  // Completes a delivery. `status` is OK when the whole payload was written to buffer() (or
+  // consumed, for discard()); otherwise the posted receive fails with `status` and an unexpected
+  // message is dropped. Counts the message in the peer's rx counters
+  // (length + kFrameHeaderBytes) when `status` is OK.
+  void FinishDelivery(Delivery delivery, const absl::Status& status);
+
+  // Endpoint::Abort and Endpoint::Forget. Abort also cancels deliveries into posted receives.
+  void Abort(uint64_t comm, const absl::Status& reason);
+  void Forget(uint64_t comm);
+  // The abort reason of `comm`, OK when it is not aborted (for the send side of a transport).
+  absl::Status AbortReason(uint64_t comm) const;
+
+  // `peer` has (re)connected: clears its lost status and marks its link up.
+  void PeerConnected(const std::string& peer);
+  // `peer`'s link is gone: its pending receives that are not being written fail with `status`
+  // (Unavailable naming the peer) and so do later receives from it, until PeerConnected(peer).
+  // Messages already delivered from it stay receivable.
+  void PeerLost(const std::string& peer, const absl::Status& status);
+
+  // Fails every pending and later Recv with `status` and drops unexpected messages.
+  void Shutdown(const absl::Status& status);
+
+  // Receive-side counters per peer: peer, rx_bytes, rx_messages and up are filled in.
+  absl::flat_hash_map<std::string, LinkStats> RecvLinkStats() const;
+
+ private:
+  struct PendingRecv {
+    uint64_t comm = 0;
+    ByteSpan data;
+    absl::Time deadline;
+    bool claimed = false;  // a Delivery is writing into `data`; only it may complete this receive
+    bool done = false;
+    absl::Status result;
+    std::atomic<bool> cancelled{false};
+  };
+  struct Key {
+    std::string peer;
+    Tag tag;
+    friend bool operator==(const Key&, const Key&) = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) {
+      return H::combine(std::move(h), k.peer, k.tag);
+    }
+  };
+  struct Unexpected {
+    std::unique_ptr<std::byte[]> data;
+    uint64_t length = 0;
+  };
+
+  void CompleteLocked(PendingRecv* recv, absl::Status result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The error that prevents receiving on `comm` from `peer` now, or OK.
+  absl::Status BlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void CountLocked(const std::string& peer, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, PendingRecv*> pending_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<PendingRecv*> claimed_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Key, std::deque<Unexpected>> unexpected_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace baton::transport

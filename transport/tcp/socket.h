@@ -1,0 +1,88 @@
+#pragma once
+
+// Small POSIX socket helpers for the TCP transport: an owning file descriptor, host:port
+// parsing, listen/connect, and exact reads/writes that honour a deadline and a cancel check, so
+// that no transport thread ever blocks forever in the kernel. Linux only (eventfd, POLLRDHUP).
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "absl/strings/string_view.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/transport.h"
+
+namespace baton::transport {
+
+// Owns a file descriptor and closes it on destruction.
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
+    if (this != &other) Reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor() { Reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void Reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+struct HostPort {
+  std::string host;
+  std::string port;
+};
+
+// Splits "host:port" or "[v6 host]:port". InvalidArgument when malformed.
+absl::StatusOr<HostPort> SplitHostPort(absl::string_view address);
+// The inverse: brackets a host that contains ':'.
+std::string JoinHostPort(absl::string_view host, int port);
+
+// A bound, listening TCP socket (SO_REUSEADDR, close-on-exec) and the port it got.
+struct Listener {
+  FileDescriptor fd;
+  int port = 0;
+};
+absl::StatusOr<Listener> ListenTcp(const HostPort& address);
+
+// Connects to `address` ("host:port"), retrying refused or failed attempts with backoff until
+// `deadline`, or until `cancelled()` returns true (Cancelled). The socket is non-blocking, with
+// TCP_NODELAY. Unavailable names the address and the last error when the deadline passes.
+absl::StatusOr<FileDescriptor> ConnectWithRetry(const std::string& address, absl::Time deadline,
+                                                absl::FunctionRef<bool()> cancelled);
+
+// Writes all of `iov` (modified in place) with MSG_NOSIGNAL, waiting in poll() for buffer space.
+// Adds the bytes written to `*written`. Errors: DeadlineExceeded at `deadline`, Cancelled once
+// `cancelled()` returns true (checked at least every 20 ms while waiting), or the errno's status
+// (e.g. Unavailable for EPIPE/ECONNRESET) when the connection fails.
+absl::Status WriteFull(int fd, std::span<iovec> iov, absl::Time deadline, size_t* written);
+absl::Status WriteFull(int fd, std::span<iovec> iov, absl::Time deadline,
+                       absl::FunctionRef<bool()> cancelled, size_t* written);
+
+// Reads exactly `buffer.size()` bytes. Adds the bytes read to `*read`. Errors: Unavailable
+// ("connection closed by the peer") at EOF, DeadlineExceeded, Cancelled (as for WriteFull), or
+// the errno's status. Without a cancel check an infinite deadline waits in poll() without waking.
+absl::Status ReadFull(int fd, ByteSpan buffer, absl::Time deadline, size_t* read);
+absl::Status ReadFull(int fd, ByteSpan buffer, absl::Time deadline,
+                      absl::FunctionRef<bool()> cancelled, size_t* read);
+
+// True when a connection we only ever write to has been closed or reset by the peer (it is
+// readable, hung up or in error). Never blocks.
+bool PeerHasClosed(int fd);
+
+}  // namespace baton::transport

@@ -1,0 +1,513 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <list>
+#include <memory>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
+#include "common/logging.h"
+#include "spdlog/spdlog.h"
+#include "transport/frame.h"
+#include "transport/receive_matcher.h"
+#include "transport/tcp/socket.h"
+
+namespace baton::transport {
+namespace {
+
+// Outgoing connections per peer. The receive side already treats a peer as connected while any
+// of its streams is up, so raising this only changes how Send picks a stream.
+constexpr size_t kStreamsPerPeer = 1;
+// How long an accepted connection may take to introduce itself.
+constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
+// Payload bytes that nobody wants are read into a scratch buffer of this size.
+constexpr size_t kDiscardChunkBytes = 64 * 1024;
+
+absl::Status ShutDownError() { return absl::UnavailableError("endpoint shut down"); }
+
+class TcpEndpoint final : public Endpoint {
+ public:
+  TcpEndpoint(Listener listener, FileDescriptor wake, std::string address)
+      : listener_(std::move(listener)), wake_(std::move(wake)), address_(std::move(address)) {}
+  ~TcpEndpoint() override;
+
+  // Starts accepting connections; called once, right after construction.
+  void Start() {
+    listener_thread_ = std::thread([this] { ListenLoop(); });
+  }
+
+  std::string address() const override { return address_; }
+  absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                    absl::Time deadline) override;
+  absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data,
+                    absl::Time deadline) override {
+    return matcher_.Recv(peer, tag, data, deadline);
+  }
+  void Abort(uint64_t comm, const absl::Status& reason) override;
+  void Forget(uint64_t comm) override;
+  std::vector<LinkStats> Stats() const override;
+
+ private:
+  // One outgoing connection. `connecting` and `busy` are guarded by mu_; `fd` is set under mu_
+  // before `connecting` turns false and is then only used by the Send that holds `busy` (and
+  // shut down, never closed, by the destructor).
+  struct OutStream {
+    FileDescriptor fd;
+    bool connecting = true;
+    bool busy = true;  // a new stream is reserved by the Send that connects it
+  };
+  // One accepted connection and the thread that reads it. `finished` is guarded by mu_.
+  struct InConn {
+    explicit InConn(int socket) : fd(socket) {}
+    FileDescriptor fd;
+    std::thread thread;
+    bool finished = false;
+  };
+
+  void ListenLoop();
+  void ReapFinishedReaders() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReadLoop(InConn* conn);
+  absl::StatusOr<std::string> ReadHello(int fd);
+  // Reads frames until the connection ends; returns why it ended.
+  absl::Status ReadFrames(int fd, const std::string& peer, std::vector<std::byte>& scratch);
+  absl::Status ReadPayload(int fd, const std::string& peer, const FrameHeader& header,
+                           std::vector<std::byte>& scratch);
+
+  // The error that stops sending on `comm` now (shut down or aborted), or OK.
+  absl::Status SendBlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool SendCancelled(uint64_t comm) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Reserves an idle stream to `peer` (connecting one if there are fewer than kStreamsPerPeer).
+  absl::StatusOr<std::shared_ptr<OutStream>> AcquireStream(const std::string& peer, const Tag& tag,
+                                                           absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<FileDescriptor> ConnectAndIntroduce(const std::string& peer, uint64_t comm,
+                                                     absl::Time deadline);
+  // Returns a stream after a Send; a broken one is dropped so that the next Send reconnects.
+  void ReleaseStream(const std::string& peer, const std::shared_ptr<OutStream>& stream,
+                     bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
+  void CountSendLocked(const std::string& peer, uint64_t length, bool ok)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CountError(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const Listener listener_;
+  const FileDescriptor wake_;  // eventfd that stops ListenLoop
+  const std::string address_;
+  ReceiveMatcher matcher_;
+  std::thread listener_thread_;
+
+  // Lock order: mu_ before the matcher's internal lock.
+  mutable absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // The send side's copy of the abort reasons (the receive side's live in matcher_).
+  absl::flat_hash_map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<OutStream>>> out_
+      ABSL_GUARDED_BY(mu_);
+  std::list<std::unique_ptr<InConn>> in_conns_ ABSL_GUARDED_BY(mu_);
+  // Established, introduced incoming connections per peer address.
+  absl::flat_hash_map<std::string, int> inbound_streams_ ABSL_GUARDED_BY(mu_);
+  // tx counters and errors; rx counters and `up` come from matcher_.
+  absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
+};
+
+TcpEndpoint::~TcpEndpoint() {
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+  }
+  matcher_.Shutdown(ShutDownError());
+  const uint64_t one = 1;
+  if (write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
+    spdlog::error("tcp endpoint {}: cannot wake the listener: errno {}", address_, errno);
+  }
+  if (listener_thread_.joinable()) listener_thread_.join();
+  // No connection is accepted any more. shutdown() wakes every reader with EOF and tells every
+  // peer we send to that we are gone; the fds are closed when their owners go away.
+  std::list<std::unique_ptr<InConn>> conns;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& conn : in_conns_) shutdown(conn->fd.get(), SHUT_RDWR);
+    for (const auto& [peer, streams] : out_) {
+      for (const auto& stream : streams) {
+        if (!stream->connecting) shutdown(stream->fd.get(), SHUT_RDWR);
+      }
+    }
+    conns.swap(in_conns_);
+  }
+  for (const auto& conn : conns) conn->thread.join();
+}
+
+void TcpEndpoint::ListenLoop() {
+  while (true) {
+    std::array<pollfd, 2> fds{pollfd{listener_.fd.get(), POLLIN, 0}, pollfd{wake_.get(), POLLIN, 0}};
+    if (poll(fds.data(), fds.size(), -1) < 0) {
+      if (errno == EINTR) continue;
+      spdlog::error("tcp endpoint {}: poll on the listener failed: errno {}; not accepting any more",
+                    address_, errno);
+      return;
+    }
+    if (fds[1].revents != 0) return;  // shutting down
+    if (fds[0].revents == 0) continue;
+    const int fd = accept4(listener_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
+      spdlog::error("tcp endpoint {}: accept failed: {}", address_,
+                    BATON_ERRNO_STATUS("accept4").ToString());
+      // E.g. out of fds: back off instead of spinning on a listener that stays readable.
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    ReapFinishedReaders();
+    absl::MutexLock lock(&mu_);
+    auto conn = std::make_unique<InConn>(fd);
+    InConn* raw = conn.get();
+    conn->thread = std::thread([this, raw] { ReadLoop(raw); });
+    in_conns_.push_back(std::move(conn));
+  }
+}
+
+void TcpEndpoint::ReapFinishedReaders() {
+  std::list<std::unique_ptr<InConn>> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = in_conns_.begin(); it != in_conns_.end();) {
+      auto next = std::next(it);
+      if ((*it)->finished) finished.splice(finished.end(), in_conns_, it);
+      it = next;
+    }
+  }
+  // Their threads have nothing left to do but return.
+  for (const auto& conn : finished) conn->thread.join();
+}
+
+void TcpEndpoint::ReadLoop(InConn* conn) {
+  const int fd = conn->fd.get();
+  absl::StatusOr<std::string> peer = ReadHello(fd);
+  if (!peer.ok()) {
+    shutdown(fd, SHUT_RDWR);
+    absl::MutexLock lock(&mu_);
+    if (!shutting_down_) {
+      spdlog::error("tcp endpoint {}: dropping a connection without a valid hello: {}", address_,
+                    peer.status().ToString());
+    }
+    conn->finished = true;
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++inbound_streams_[*peer];
+    matcher_.PeerConnected(*peer);
+  }
+  std::vector<std::byte> scratch(kDiscardChunkBytes);
+  const absl::Status ended = ReadFrames(fd, *peer, scratch);
+  // Tell the peer now; the fd itself is closed when this connection is reaped.
+  shutdown(fd, SHUT_RDWR);
+  absl::MutexLock lock(&mu_);
+  // Under mu_, so that a reconnection's PeerConnected cannot be overtaken by this PeerLost.
+  if (--inbound_streams_[*peer] == 0) {
+    inbound_streams_.erase(*peer);
+    matcher_.PeerLost(*peer, absl::UnavailableError(absl::StrCat(
+                                 "lost connection from peer ", *peer, ": ", ended.message())));
+  }
+  conn->finished = true;
+}
+
+absl::StatusOr<std::string> TcpEndpoint::ReadHello(int fd) {
+  const absl::Time deadline = absl::Now() + kHelloTimeout;
+  std::array<std::byte, kFrameHeaderBytes> buffer;
+  size_t read = 0;
+  BATON_RETURN_IF_ERROR(ReadFull(fd, buffer, deadline, &read));
+  BATON_ASSIGN_OR_RETURN(const FrameHeader header, DecodeFrameHeader(buffer));
+  if (header.type != FrameType::kHello || header.payload_bytes == 0) {
+    return absl::DataLossError("the first frame is not a hello with the sender's address");
+  }
+  std::string peer(header.payload_bytes, '\0');
+  BATON_RETURN_IF_ERROR(
+      ReadFull(fd, std::as_writable_bytes(std::span(peer.data(), peer.size())), deadline, &read));
+  return peer;
+}
+
+absl::Status TcpEndpoint::ReadFrames(int fd, const std::string& peer,
+                                     std::vector<std::byte>& scratch) {
+  std::array<std::byte, kFrameHeaderBytes> buffer;
+  while (true) {
+    size_t read = 0;
+    if (absl::Status status = ReadFull(fd, buffer, absl::InfiniteFuture(), &read); !status.ok()) {
+      // EOF between frames is how a peer goes away; anything else is a broken link.
+      if (read > 0 || !absl::IsUnavailable(status)) CountError(peer);
+      return status;
+    }
+    absl::StatusOr<FrameHeader> header = DecodeFrameHeader(buffer);
+    if (header.ok() && header->type != FrameType::kData) {
+      header = absl::DataLossError("unexpected hello frame on an introduced connection");
+    }
+    if (!header.ok()) {
+      spdlog::error("tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
+                    header.status().ToString());
+      CountError(peer);
+      return header.status();
+    }
+    BATON_RETURN_IF_ERROR(ReadPayload(fd, peer, *header, scratch));
+  }
+}
+
+absl::Status TcpEndpoint::ReadPayload(int fd, const std::string& peer, const FrameHeader& header,
+                                      std::vector<std::byte>& scratch) {
+  uint64_t left = header.payload_bytes;
+  // Consumes the rest of a payload nobody wants, to keep the stream in step.
+  auto drain = [&]() -> absl::Status {
+    while (left > 0) {
+      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
+      size_t read = 0;
+      BATON_RETURN_IF_ERROR(
+          ReadFull(fd, ByteSpan(scratch.data(), chunk), absl::InfiniteFuture(), &read));
+      left -= chunk;
+    }
+    return absl::OkStatus();
+  };
+
+  ReceiveMatcher::Delivery delivery = matcher_.BeginDelivery(peer, header.tag, left);
+  if (delivery.discard()) {
+    const absl::Status status = drain();
+    matcher_.FinishDelivery(std::move(delivery), status);
+    if (!status.ok()) CountError(peer);
+    return status;
+  }
+  // Straight into the receiver's buffer when a receive is posted; the delivery says how long the
+  // receiver is willing to wait and whether it has been aborted meanwhile.
+  size_t read = 0;
+  const absl::Status status = ReadFull(fd, delivery.buffer(), delivery.deadline(),
+                                       [&delivery] { return delivery.cancelled(); }, &read);
+  left -= read;
+  if (status.ok()) {
+    matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
+    return absl::OkStatus();
+  }
+  if (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status)) {
+    // The receiver gave up, not the link: release it now, then skip the rest of the message.
+    matcher_.FinishDelivery(std::move(delivery), absl::IsDeadlineExceeded(status)
+                                                     ? RecvDeadlineExceeded(peer, header.tag)
+                                                     : absl::CancelledError("receive cancelled"));
+    const absl::Status drained = drain();
+    if (!drained.ok()) CountError(peer);
+    return drained;
+  }
+  CountError(peer);
+  matcher_.FinishDelivery(std::move(delivery),
+                          absl::UnavailableError(absl::StrCat("lost connection from peer ", peer,
+                                                              ": ", status.message())));
+  return status;
+}
+
+absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                               absl::Time deadline) {
+  if (data.size() > kMaxFramePayloadBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("message of ", data.size(), " bytes to peer ", peer, " (", TagToString(tag),
+                     ") exceeds the frame limit of ", kMaxFramePayloadBytes, " bytes"));
+  }
+  BATON_ASSIGN_OR_RETURN(std::shared_ptr<OutStream> stream, AcquireStream(peer, tag, deadline));
+  const int fd = stream->fd.get();
+  if (PeerHasClosed(fd)) {
+    // The peer went away since our last send; what we sent last may not have arrived, so this is
+    // an error rather than a silent reconnect. The next Send connects afresh.
+    ReleaseStream(peer, stream, /*healthy=*/false);
+    CountError(peer);
+    return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
+                                               TagToString(tag), "): peer closed the connection"));
+  }
+  std::array<std::byte, kFrameHeaderBytes> header;
+  EncodeFrameHeader(FrameHeader{FrameType::kData, tag, data.size()}, header);
+  std::array<iovec, 2> iov{iovec{header.data(), header.size()},
+                           iovec{const_cast<std::byte*>(data.data()), data.size()}};
+  size_t written = 0;
+  const absl::Status status =
+      WriteFull(fd, iov, deadline, [this, &tag] { return SendCancelled(tag.comm); }, &written);
+  // A frame cut short leaves the stream unusable; one never started does not.
+  ReleaseStream(peer, stream, status.ok() || written == 0);
+  {
+    absl::MutexLock lock(&mu_);
+    CountSendLocked(peer, data.size(), status.ok());
+    if (status.ok()) return absl::OkStatus();
+    if (absl::IsCancelled(status)) {
+      absl::Status blocking = SendBlockingErrorLocked(tag.comm);
+      if (!blocking.ok()) return blocking;
+    }
+  }
+  const std::string context = absl::StrCat("send to peer ", peer, " (", TagToString(tag), ")");
+  if (absl::IsDeadlineExceeded(status)) {
+    return absl::DeadlineExceededError(absl::StrCat(context, " timed out after ", written, " of ",
+                                                    header.size() + data.size(), " bytes"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("lost connection to peer ", peer, " (", TagToString(tag), "): ",
+                   status.message()));
+}
+
+absl::StatusOr<std::shared_ptr<TcpEndpoint::OutStream>> TcpEndpoint::AcquireStream(
+    const std::string& peer, const Tag& tag, absl::Time deadline) {
+  std::shared_ptr<OutStream> stream;
+  {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this, &peer, &tag]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (!SendBlockingErrorLocked(tag.comm).ok()) return true;
+      auto it = out_.find(peer);
+      if (it == out_.end() || it->second.size() < kStreamsPerPeer) return true;
+      return std::any_of(it->second.begin(), it->second.end(),
+                         [](const auto& s) { return !s->busy; });
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat("send to peer ", peer, " (",
+                                                      TagToString(tag),
+                                                      ") timed out waiting for a free connection"));
+    }
+    BATON_RETURN_IF_ERROR(SendBlockingErrorLocked(tag.comm));
+    std::vector<std::shared_ptr<OutStream>>& streams = out_[peer];
+    for (const auto& candidate : streams) {
+      if (!candidate->busy) {
+        candidate->busy = true;
+        return candidate;
+      }
+    }
+    stream = std::make_shared<OutStream>();  // busy and connecting: other Sends wait for it
+    streams.push_back(stream);
+  }
+  absl::StatusOr<FileDescriptor> fd = ConnectAndIntroduce(peer, tag.comm, deadline);
+  absl::MutexLock lock(&mu_);
+  if (!fd.ok()) {
+    auto it = out_.find(peer);
+    if (it != out_.end()) {
+      std::erase(it->second, stream);
+      if (it->second.empty()) out_.erase(it);
+    }
+    CountSendLocked(peer, 0, false);
+    absl::Status blocking = SendBlockingErrorLocked(tag.comm);
+    if (!blocking.ok()) return blocking;
+    return absl::UnavailableError(absl::StrCat("cannot connect to peer ", peer, " (",
+                                               TagToString(tag), "): ", fd.status().message()));
+  }
+  stream->fd = *std::move(fd);
+  stream->connecting = false;
+  return stream;
+}
+
+absl::StatusOr<FileDescriptor> TcpEndpoint::ConnectAndIntroduce(const std::string& peer,
+                                                                uint64_t comm,
+                                                                absl::Time deadline) {
+  auto cancelled = [this, comm] { return SendCancelled(comm); };
+  BATON_ASSIGN_OR_RETURN(FileDescriptor fd, ConnectWithRetry(peer, deadline, cancelled));
+  std::array<std::byte, kFrameHeaderBytes> header;
+  EncodeFrameHeader(FrameHeader{FrameType::kHello, Tag{}, address_.size()}, header);
+  std::array<iovec, 2> iov{iovec{header.data(), header.size()},
+                           iovec{const_cast<char*>(address_.data()), address_.size()}};
+  size_t written = 0;
+  BATON_RETURN_IF_ERROR(
+      Annotate(WriteFull(fd.get(), iov, deadline, cancelled, &written), "sending hello"));
+  return fd;
+}
+
+void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<OutStream>& stream,
+                                bool healthy) {
+  absl::MutexLock lock(&mu_);
+  stream->busy = false;
+  if (healthy) return;
+  shutdown(stream->fd.get(), SHUT_RDWR);
+  auto it = out_.find(peer);
+  if (it == out_.end()) return;
+  std::erase(it->second, stream);
+  if (it->second.empty()) out_.erase(it);
+}
+
+void TcpEndpoint::Abort(uint64_t comm, const absl::Status& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    aborted_[comm] = reason.ok() ? absl::CancelledError("communicator aborted") : reason;
+  }
+  matcher_.Abort(comm, reason);
+}
+
+void TcpEndpoint::Forget(uint64_t comm) {
+  {
+    absl::MutexLock lock(&mu_);
+    aborted_.erase(comm);
+  }
+  matcher_.Forget(comm);
+}
+
+std::vector<LinkStats> TcpEndpoint::Stats() const {
+  absl::flat_hash_map<std::string, LinkStats> links = matcher_.RecvLinkStats();
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [peer, tx] : links_) {
+      LinkStats& link = links[peer];
+      link.peer = peer;
+      link.tx_bytes = tx.tx_bytes;
+      link.tx_messages = tx.tx_messages;
+      link.errors = tx.errors;
+    }
+  }
+  std::vector<LinkStats> result;
+  result.reserve(links.size());
+  for (auto& [peer, link] : links) result.push_back(std::move(link));
+  std::sort(result.begin(), result.end(),
+            [](const LinkStats& a, const LinkStats& b) { return a.peer < b.peer; });
+  return result;
+}
+
+absl::Status TcpEndpoint::SendBlockingErrorLocked(uint64_t comm) const {
+  if (shutting_down_) return ShutDownError();
+  if (auto it = aborted_.find(comm); it != aborted_.end()) return it->second;
+  return absl::OkStatus();
+}
+
+bool TcpEndpoint::SendCancelled(uint64_t comm) const {
+  absl::MutexLock lock(&mu_);
+  return !SendBlockingErrorLocked(comm).ok();
+}
+
+void TcpEndpoint::CountSendLocked(const std::string& peer, uint64_t length, bool ok) {
+  LinkStats& link = links_[peer];
+  link.peer = peer;
+  if (ok) {
+    link.tx_bytes += length + kFrameHeaderBytes;
+    ++link.tx_messages;
+  } else {
+    ++link.errors;
+  }
+}
+
+void TcpEndpoint::CountError(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  LinkStats& link = links_[peer];
+  link.peer = peer;
+  ++link.errors;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& options) {
+  BATON_ASSIGN_OR_RETURN(HostPort listen_address, SplitHostPort(options.listen_address));
+  BATON_ASSIGN_OR_RETURN(Listener listener, ListenTcp(listen_address));
+  FileDescriptor wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake.valid()) return BATON_ERRNO_STATUS("eventfd");
+  const std::string& host =
+      options.advertise_host.empty() ? listen_address.host : options.advertise_host;
+  const std::string address = JoinHostPort(host, listener.port);
+  auto endpoint = std::make_unique<TcpEndpoint>(std::move(listener), std::move(wake), address);
+  endpoint->Start();
+  return std::unique_ptr<Endpoint>(std::move(endpoint));
+}
+
+}  // namespace baton::transport

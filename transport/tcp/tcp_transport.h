@@ -1,0 +1,26 @@
+#pragma once
+
+// The TCP transport between daemons. Each endpoint listens on one port; a sender opens its own
+// connection(s) to each peer it sends to, and introduces itself with its listen address, so that
+// every received message is attributed to the sender's endpoint address.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/transport.h"
+
+namespace baton::transport {
+
+struct TcpOptions {
+  // Address to listen on, "host:port"; port 0 picks a free port.
+  std::string listen_address = "127.0.0.1:0";
+  // Host that peers should use to reach this endpoint; empty means the listen host.
+  std::string advertise_host;
+};
+
+// Starts listening and returns the endpoint. Its address() is "<advertise host>:<bound port>".
+absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& options);
+
+}  // namespace baton::transport

@@ -1,0 +1,85 @@
+#pragma once
+
+// The transport interface: how one daemon's data plane exchanges tagged messages with other
+// daemons. Algorithms in collective/ see only this header; daemon/ and tests choose the
+// implementation (tcp/, inmemory/, later shm/, cuda/, verbs/). Control traffic never goes here.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace baton::transport {
+
+using ByteSpan = std::span<std::byte>;
+using ConstByteSpan = std::span<const std::byte>;
+
+// Identifies one message between two endpoints. A message is matched to a receive by its sender
+// and its whole tag; two messages with the same sender and tag must not be in flight at once.
+struct Tag {
+  uint64_t comm = 0;  // the communicator's 64-bit tag
+  uint64_t seq = 0;   // the operation's sequence number within the communicator
+  uint32_t step = 0;  // the algorithm's step within the operation
+  uint32_t part = 0;  // the chunk within the step
+
+  friend bool operator==(const Tag&, const Tag&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const Tag& t) {
+    return H::combine(std::move(h), t.comm, t.seq, t.step, t.part);
+  }
+};
+
+// Renders a tag for error messages: "comm 0123abcd op 7 step 2 part 0".
+std::string TagToString(const Tag& tag);
+
+// Counters of one link (this endpoint <-> one peer). Bytes include framing.
+struct LinkStats {
+  std::string peer;  // the peer endpoint's address
+  uint64_t tx_bytes = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t tx_messages = 0;
+  uint64_t rx_messages = 0;
+  uint64_t errors = 0;
+  bool up = false;  // a receive connection from the peer is currently established
+};
+
+// One daemon's data-plane endpoint. Peers are named by their endpoint address (what address()
+// returns on the peer). All methods are thread-safe; any number of threads may send and receive
+// concurrently, to the same or different peers.
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+
+  // The address other endpoints use to reach this one.
+  virtual std::string address() const = 0;
+
+  // Sends `data` tagged `tag` to `peer`, connecting first if needed. Returns once the bytes are
+  // handed to the transport (they may still be in flight). Errors: Unavailable naming the peer when
+  // the link is lost or cannot be established, DeadlineExceeded at `deadline`, or the abort reason
+  // when tag.comm has been aborted.
+  virtual absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                            absl::Time deadline) = 0;
+
+  // Receives the message tagged `tag` from `peer` into `data`, which must be exactly as long as the
+  // message. Errors: FailedPrecondition when the lengths differ (both are named), Unavailable naming
+  // the peer when its link is lost, DeadlineExceeded naming the peer and tag at `deadline`, or the
+  // abort reason when tag.comm has been aborted.
+  virtual absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data,
+                            absl::Time deadline) = 0;
+
+  // Fails every pending and future Send and Recv on communicator `comm` with `reason` (which must
+  // not be OK), and drops its unexpected messages, until Forget(comm).
+  virtual void Abort(uint64_t comm, const absl::Status& reason) = 0;
+
+  // Drops all state kept for communicator `comm` (abort reason, unexpected messages).
+  virtual void Forget(uint64_t comm) = 0;
+
+  // A snapshot of every link this endpoint has had traffic on.
+  virtual std::vector<LinkStats> Stats() const = 0;
+};
+
+}  // namespace baton::transport
