@@ -51,10 +51,12 @@ void OptionSet::AddString(absl::string_view name, std::string* target, absl::str
 void OptionSet::AddInt(absl::string_view name, int64_t* target, absl::string_view help) {
   options_.push_back({NormalizeName(name), std::string(help),
                       [target](absl::string_view v) {
-                        if (!absl::SimpleAtoi(v, target)) {
+                        int64_t parsed = 0;
+                        if (!absl::SimpleAtoi(v, &parsed)) {
                           return absl::InvalidArgumentError(
                               absl::StrCat("'", v, "' is not an integer"));
                         }
+                        *target = parsed;
                         return absl::OkStatus();
                       },
                       [target] { return absl::StrCat(*target); }});

@@ -64,11 +64,14 @@ absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
   v1::JoinRankResponse response;
   grpc::ClientContext context;
   // A little slack so the root's own deadline error (which names missing ranks) arrives first.
-  context.set_deadline(absl::ToChronoTime(deadline + absl::Seconds(2)));
+  const absl::Time rpc_deadline = deadline + absl::Seconds(2);
+  context.set_deadline(absl::ToChronoTime(rpc_deadline));
   context.set_wait_for_ready(true);
   grpc::Status status = StubFor(root_address)->JoinRank(&context, request, &response);
   if (!status.ok()) {
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // The root's own DeadlineExceeded (naming missing ranks) passes through; only a root that
+    // never answered at all is reported as such.
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && absl::Now() >= rpc_deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("root daemon ", root_address, " did not answer before the deadline"));
     }

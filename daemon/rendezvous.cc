@@ -83,6 +83,7 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
                                                    existing->second.node_name, ")"));
   }
   pending.ranks.emplace(rank, member);
+  pending.seen.insert(rank);
   if (static_cast<int>(pending.ranks.size()) == world_size) {
     absl::StatusOr<uint64_t> tag = TagOfSecret(secret);
     if (!tag.ok()) return tag.status();
@@ -98,7 +99,7 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
     pending.ranks.erase(rank);
     std::vector<int> missing;
     for (int r = 0; r < world_size; ++r) {
-      if (!pending.ranks.contains(r) && r != rank) missing.push_back(r);
+      if (!pending.seen.contains(r)) missing.push_back(r);
     }
     return absl::DeadlineExceededError(absl::StrCat(
         "timed out waiting for ranks [", absl::StrJoin(missing, ", "), "] of ", world_size,

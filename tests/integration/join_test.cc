@@ -1,6 +1,8 @@
 // Communicator formation through real daemons: missing ranks, bad ids, duplicate ranks.
 
 #include <thread>
+
+#include "absl/synchronization/mutex.h"
 #include <vector>
 
 #include "tests/integration/test_cluster.h"
@@ -55,22 +57,40 @@ TEST(JoinTest, BadIdsAndRanksGetClearErrors) {
   EXPECT_EQ(join(id, 0, 0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(join(id, 2, -1).code(), absl::StatusCode::kInvalidArgument);
 
-  // A duplicate rank is refused while the first is waiting; then the communicator still forms.
-  absl::StatusOr<std::unique_ptr<Communicator>> first = absl::UnknownError("not run");
-  std::thread rank0([&] { first = root->Join(id, 2, 0, absl::Seconds(20)); });
-  absl::Status duplicate;
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  do {  // rank 0 may not have reached the root yet
-    duplicate = client->Join(id, 2, 0, absl::Milliseconds(100)).status();
-  } while (duplicate.code() != absl::StatusCode::kInvalidArgument && absl::Now() < give_up);
+  // Two clients claim rank 0: whichever reaches the root second is refused at once, the other
+  // waits and forms the communicator with rank 1.
+  std::vector<absl::StatusOr<std::unique_ptr<Communicator>>> claims;
+  claims.emplace_back(absl::UnknownError("not run"));
+  claims.emplace_back(absl::UnknownError("not run"));
+  absl::Mutex mu;
+  int returned = 0;
+  std::vector<std::thread> claimants;
+  for (int i = 0; i < 2; ++i) {
+    claimants.emplace_back([&, i] {
+      absl::StatusOr<std::unique_ptr<Communicator>> result =
+          (i == 0 ? root : client)->Join(id, 2, 0, absl::Seconds(20));
+      absl::MutexLock lock(&mu);
+      claims[i] = std::move(result);
+      ++returned;
+    });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(+[](int* n) { return *n >= 1; }, &returned));
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> second = client->Join(id, 2, 1, absl::Seconds(20));
+  for (auto& t : claimants) t.join();
+  ASSERT_TRUE(second.ok()) << second.status();
+  const int winner = claims[0].ok() ? 0 : 1;
+  ASSERT_TRUE(claims[winner].ok()) << claims[winner].status();
+  const absl::Status duplicate = claims[1 - winner].status();
   EXPECT_EQ(duplicate.code(), absl::StatusCode::kInvalidArgument) << duplicate;
   EXPECT_NE(duplicate.message().find("already joined"), std::string::npos) << duplicate;
-  absl::StatusOr<std::unique_ptr<Communicator>> second = client->Join(id, 2, 1, absl::Seconds(20));
-  rank0.join();
-  ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_TRUE(second.ok()) << second.status();
+  std::unique_ptr<Communicator>& first_comm = *claims[winner];
   float a = 1, b = 2;
-  std::thread op([&] { EXPECT_TRUE((*first)->AllReduce(&a, &a, 1, DataType::kFloat32, ReduceOp::kSum).ok()); });
+  std::thread op([&] {
+    EXPECT_TRUE(first_comm->AllReduce(&a, &a, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+  });
   EXPECT_TRUE((*second)->AllReduce(&b, &b, 1, DataType::kFloat32, ReduceOp::kSum).ok());
   op.join();
   EXPECT_EQ(a, 3);
