@@ -10,9 +10,9 @@ namespace {
 
 absl::Status LengthMismatch(const std::string& peer, const Tag& tag, uint64_t message_bytes,
                             size_t buffer_bytes) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "message from peer ", peer, " (", TagToString(tag), ") has ", message_bytes,
-      " bytes but the receive buffer has ", buffer_bytes, " bytes"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("message from peer ", peer, " (", TagToString(tag), ") has ", message_bytes,
+                   " bytes but the receive buffer has ", buffer_bytes, " bytes"));
 }
 
 // Abort and Shutdown take a reason that must not be OK; an OK one would complete receives as
@@ -50,9 +50,8 @@ absl::Status ReceiveMatcher::Recv(const std::string& peer, const Tag& tag, ByteS
       // Messages that arrived before the link was lost are still receivable, hence this order.
       if (auto lost = lost_.find(peer); lost != lost_.end()) return lost->second;
       if (pending_.contains(key)) {
-        return absl::FailedPreconditionError(absl::StrCat("a receive from peer ", peer, " (",
-                                                          TagToString(tag),
-                                                          ") is already pending"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "a receive from peer ", peer, " (", TagToString(tag), ") is already pending"));
       }
       PendingRecv recv;
       recv.comm = tag.comm;
@@ -81,7 +80,8 @@ ReceiveMatcher::Delivery ReceiveMatcher::BeginDelivery(const std::string& peer, 
                                                        uint64_t length) {
   {
     absl::MutexLock lock(&mu_);
-    if (!BlockingErrorLocked(tag.comm).ok()) return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
+    if (!BlockingErrorLocked(tag.comm).ok())
+      return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
     auto it = pending_.find(Key{peer, tag});
     if (it != pending_.end()) {
       PendingRecv* recv = it->second;
@@ -207,8 +207,7 @@ void ReceiveMatcher::PeerConnected(const std::string& peer) {
 
 void ReceiveMatcher::PeerLost(const std::string& peer, const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  const absl::Status& stored = lost_[peer] =
-      NotOk(status, "lost connection to peer");
+  const absl::Status& stored = lost_[peer] = NotOk(status, "lost connection to peer");
   if (auto link = links_.find(peer); link != links_.end()) link->second.up = false;
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->first.peer == peer) {

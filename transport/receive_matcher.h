@@ -67,7 +67,7 @@ class ReceiveMatcher {
     std::string peer_;
     Tag tag_;
     uint64_t length_;
-    PendingRecv* recv_ = nullptr;            // kPosted
+    PendingRecv* recv_ = nullptr;           // kPosted
     std::unique_ptr<std::byte[]> storage_;  // kUnexpected
     ByteSpan buffer_;
   };
@@ -139,7 +139,7 @@ class ReceiveMatcher {
   };
 
   void CompleteLocked(PendingRecv* recv, absl::Status result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The error that prevents receiving on `comm` from `peer` now, or OK.
+  // The error that prevents receiving on `comm` now (shut down or aborted), or OK.
   absl::Status BlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CountLocked(const std::string& peer, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

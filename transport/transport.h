@@ -65,9 +65,9 @@ class Endpoint {
                             absl::Time deadline) = 0;
 
   // Receives the message tagged `tag` from `peer` into `data`, which must be exactly as long as the
-  // message. Errors: FailedPrecondition when the lengths differ (both are named), Unavailable naming
-  // the peer when its link is lost, DeadlineExceeded naming the peer and tag at `deadline`, or the
-  // abort reason when tag.comm has been aborted.
+  // message. Errors: FailedPrecondition when the lengths differ (both are named), Unavailable
+  // naming the peer when its link is lost, DeadlineExceeded naming the peer and tag at `deadline`,
+  // or the abort reason when tag.comm has been aborted.
   virtual absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data,
                             absl::Time deadline) = 0;
 

@@ -29,11 +29,12 @@ TEST(FrameTest, RoundTrips) {
 }
 
 TEST(FrameTest, WireLayoutIsLittleEndian) {
-  const Bytes bytes = Encode(FrameHeader{
-      FrameType::kHello,
-      Tag{.comm = 0x0102030405060708, .seq = 0x1112131415161718, .step = 0x21222324,
-          .part = 0x31323334},
-      0x0000000000000345});
+  const Bytes bytes = Encode(FrameHeader{FrameType::kHello,
+                                         Tag{.comm = 0x0102030405060708,
+                                             .seq = 0x1112131415161718,
+                                             .step = 0x21222324,
+                                             .part = 0x31323334},
+                                         0x0000000000000345});
   const std::array<int, kFrameHeaderBytes> expected = {
       'B',  'T',  'N',  'F',  1,    2,    0,    0,     // magic, version, type, flags
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // comm
@@ -62,8 +63,8 @@ TEST(FrameTest, RejectsCorruptHeaders) {
 }
 
 TEST(FrameTest, LimitsPayloadLength) {
-  EXPECT_TRUE(DecodeFrameHeader(Encode(FrameHeader{FrameType::kData, Tag{}, kMaxFramePayloadBytes}))
-                  .ok());
+  EXPECT_TRUE(
+      DecodeFrameHeader(Encode(FrameHeader{FrameType::kData, Tag{}, kMaxFramePayloadBytes})).ok());
   absl::StatusOr<FrameHeader> too_long =
       DecodeFrameHeader(Encode(FrameHeader{FrameType::kData, Tag{}, kMaxFramePayloadBytes + 1}));
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kDataLoss);

@@ -56,12 +56,9 @@ TEST(InMemoryTransportTest, KillFailsPeersEvenWithoutPriorTrafficAndTheKilledEnd
   EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(lost.message(), HasSubstr("peer a"));
   // The killed endpoint itself can do nothing any more.
-  EXPECT_EQ((*a)->Send("b", Tag{.seq = 2}, {}, Deadline()).code(),
-            absl::StatusCode::kUnavailable);
-  EXPECT_EQ((*a)->Recv("b", Tag{.seq = 2}, {}, Deadline()).code(),
-            absl::StatusCode::kUnavailable);
-  EXPECT_EQ((*b)->Send("a", Tag{.seq = 2}, {}, Deadline()).code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*a)->Send("b", Tag{.seq = 2}, {}, Deadline()).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*a)->Recv("b", Tag{.seq = 2}, {}, Deadline()).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*b)->Send("a", Tag{.seq = 2}, {}, Deadline()).code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(InMemoryTransportTest, RestartedPeerIsReachableAgainOnceItSends) {
@@ -71,8 +68,7 @@ TEST(InMemoryTransportTest, RestartedPeerIsReachableAgainOnceItSends) {
   ASSERT_TRUE(a.ok() && b.ok());
   fabric->Kill("a");
   a->reset();
-  EXPECT_EQ((*b)->Recv("a", Tag{.seq = 1}, {}, Deadline()).code(),
-            absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*b)->Recv("a", Tag{.seq = 1}, {}, Deadline()).code(), absl::StatusCode::kUnavailable);
   auto restarted = fabric->CreateEndpoint("a");
   ASSERT_TRUE(restarted.ok());
   ASSERT_TRUE((*restarted)->Send("b", Tag{.seq = 1}, {}, Deadline()).ok());

@@ -26,15 +26,15 @@ namespace {
 
 using ::testing::HasSubstr;
 
-#define ASSERT_OK(expr)                          \
-  do {                                           \
-    const absl::Status status_ = (expr);         \
-    ASSERT_TRUE(status_.ok()) << status_;        \
+#define ASSERT_OK(expr)                   \
+  do {                                    \
+    const absl::Status status_ = (expr);  \
+    ASSERT_TRUE(status_.ok()) << status_; \
   } while (0)
-#define EXPECT_OK(expr)                          \
-  do {                                           \
-    const absl::Status status_ = (expr);         \
-    EXPECT_TRUE(status_.ok()) << status_;        \
+#define EXPECT_OK(expr)                   \
+  do {                                    \
+    const absl::Status status_ = (expr);  \
+    EXPECT_TRUE(status_.ok()) << status_; \
   } while (0)
 
 constexpr absl::Duration kLongDeadline = absl::Seconds(30);
@@ -45,7 +45,8 @@ absl::Time Deadline(absl::Duration timeout = kLongDeadline) { return absl::Now()
 
 std::vector<std::byte> Pattern(size_t size, uint64_t seed) {
   std::vector<std::byte> data(size);
-  for (size_t i = 0; i < size; ++i) data[i] = static_cast<std::byte>((i * 131 + seed * 7 + 1) & 0xff);
+  for (size_t i = 0; i < size; ++i)
+    data[i] = static_cast<std::byte>((i * 131 + seed * 7 + 1) & 0xff);
   return data;
 }
 
@@ -196,8 +197,8 @@ TEST_P(TransportConformanceTest, ManyTagsReceivedOutOfOrder) {
       std::string failures;
       for (int i = kTags - kReceivers + r; i >= 0; i -= kReceivers) {
         std::vector<std::byte> received(size_of(i));
-        const absl::Status status = ep(1).Recv(addr(0), Tag{.comm = 3, .seq = 9, .part = uint32_t(i)},
-                                               received, Deadline());
+        const absl::Status status = ep(1).Recv(
+            addr(0), Tag{.comm = 3, .seq = 9, .part = uint32_t(i)}, received, Deadline());
         if (!status.ok()) {
           absl::StrAppend(&failures, "tag ", i, ": ", status.ToString(), "; ");
         } else if (received != Pattern(size_of(i), i)) {
@@ -228,8 +229,8 @@ TEST_P(TransportConformanceTest, ConcurrentSendersAndReceivers) {
       if (src == dst) continue;
       tasks.push_back(std::async(std::launch::async, [&, src, dst]() -> std::string {
         for (int m = 0; m < kMessages; ++m) {
-          const absl::Status status = ep(src).Send(addr(dst), tag_of(src, dst, m),
-                                                   Pattern(size_of(src, m), m), Deadline());
+          const absl::Status status =
+              ep(src).Send(addr(dst), tag_of(src, dst, m), Pattern(size_of(src, m), m), Deadline());
           if (!status.ok()) return absl::StrCat("send ", src, "->", dst, ": ", status.ToString());
         }
         return "";
@@ -255,9 +256,8 @@ TEST_P(TransportConformanceTest, LengthMismatchNamesBothLengthsAndThePeer) {
   MakeEndpoints(2);
   const std::vector<std::byte> ten = Pattern(10, 3);
   std::vector<std::byte> eight(8);
-  auto posted = std::async(std::launch::async, [&] {
-    return ep(1).Recv(addr(0), Tag{.seq = 1}, eight, Deadline());
-  });
+  auto posted = std::async(std::launch::async,
+                           [&] { return ep(1).Recv(addr(0), Tag{.seq = 1}, eight, Deadline()); });
   LetReceiverPost();
   ASSERT_OK(ep(0).Send(addr(1), Tag{.seq = 1}, ten, Deadline()));
   const absl::Status first = posted.get();
@@ -286,8 +286,7 @@ TEST_P(TransportConformanceTest, RecvDeadlineNamesPeerAndTag) {
   const Tag tag{.comm = 0xabc, .seq = 4, .step = 5, .part = 6};
   std::vector<std::byte> buffer(4);
   const absl::Time start = absl::Now();
-  const absl::Status status =
-      ep(1).Recv(addr(0), tag, buffer, start + absl::Milliseconds(100));
+  const absl::Status status = ep(1).Recv(addr(0), tag, buffer, start + absl::Milliseconds(100));
   const absl::Duration waited = absl::Now() - start;
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
   EXPECT_THAT(status.message(), HasSubstr(addr(0)));
@@ -438,9 +437,9 @@ TEST_P(TransportConformanceTest, StatsCountPayloadPlusFrameHeader) {
 
 INSTANTIATE_TEST_SUITE_P(
     Transports, TransportConformanceTest,
-    ::testing::Values(
-        TransportParam{"InMemory", [] { return std::make_unique<InMemoryHarness>(); }},
-        TransportParam{"Tcp", [] { return std::make_unique<TcpHarness>(); }}),
+    ::testing::Values(TransportParam{"InMemory",
+                                     [] { return std::make_unique<InMemoryHarness>(); }},
+                      TransportParam{"Tcp", [] { return std::make_unique<TcpHarness>(); }}),
     [](const ::testing::TestParamInfo<TransportParam>& info) { return info.param.name; });
 
 }  // namespace

@@ -14,7 +14,7 @@ TEST(TagTest, ToStringNamesEveryField) {
 }
 
 TEST(TagTest, EveryFieldTellsTagsApart) {
-  const absl::flat_hash_set<Tag> tags = {Tag{},         Tag{.comm = 1}, Tag{.seq = 1},
+  const absl::flat_hash_set<Tag> tags = {Tag{},          Tag{.comm = 1}, Tag{.seq = 1},
                                          Tag{.step = 1}, Tag{.part = 1}, Tag{.comm = 1, .seq = 1}};
   EXPECT_EQ(tags.size(), 6u);
   EXPECT_TRUE(tags.contains(Tag{.comm = 1, .seq = 1}));

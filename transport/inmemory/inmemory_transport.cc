@@ -1,5 +1,6 @@
 #include "transport/inmemory/inmemory_transport.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -88,7 +89,8 @@ class InMemoryFabricImpl final : public InMemoryFabric {
     // A closed endpoint is as gone as a dead process; its peers learn it as TCP peers would.
     const absl::Status lost = absl::UnavailableError(
         absl::StrCat("lost connection from peer ", address, ": endpoint closed"));
-    for (auto& [other_address, entry] : endpoints_) entry.endpoint->matcher().PeerLost(address, lost);
+    for (auto& [other_address, entry] : endpoints_)
+      entry.endpoint->matcher().PeerLost(address, lost);
   }
 
   absl::Status Deliver(InMemoryEndpoint& sender, const std::string& peer, const Tag& tag,
@@ -135,13 +137,12 @@ absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::st
     }
     // Like a TCP connect that is retried until the deadline: the peer may not exist yet.
     absl::MutexLock lock(&mu_);
-    auto peer_exists = [this, &peer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return endpoints_.contains(peer);
-    };
+    auto peer_exists = [this, &peer]()
+                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return endpoints_.contains(peer); };
     if (!mu_.AwaitWithDeadline(absl::Condition(&peer_exists), deadline)) {
-      return absl::UnavailableError(absl::StrCat("cannot reach peer ", peer, " (",
-                                                 TagToString(tag),
-                                                 "): no endpoint with that address by the deadline"));
+      return absl::UnavailableError(
+          absl::StrCat("cannot reach peer ", peer, " (", TagToString(tag),
+                       "): no endpoint with that address by the deadline"));
     }
   }
 }
@@ -186,6 +187,8 @@ std::vector<LinkStats> InMemoryEndpoint::Stats() const {
   std::vector<LinkStats> result;
   result.reserve(links.size());
   for (auto& [peer, link] : links) result.push_back(std::move(link));
+  std::sort(result.begin(), result.end(),
+            [](const LinkStats& a, const LinkStats& b) { return a.peer < b.peer; });
   return result;
 }
 

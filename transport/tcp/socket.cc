@@ -10,9 +10,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <memory>
 
-#include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 
 namespace baton::transport {
@@ -64,8 +65,8 @@ void SetNoDelay(int fd) {
 // One non-blocking connect attempt to one resolved address, bounded by `deadline`.
 absl::StatusOr<FileDescriptor> ConnectOnce(const addrinfo& ai, absl::Time deadline,
                                            const absl::FunctionRef<bool()>* cancelled) {
-  FileDescriptor fd(socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                           ai.ai_protocol));
+  FileDescriptor fd(
+      socket(ai.ai_family, ai.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.ai_protocol));
   if (!fd.valid()) return BATON_ERRNO_STATUS("socket");
   if (connect(fd.get(), ai.ai_addr, ai.ai_addrlen) != 0) {
     if (errno != EINPROGRESS) return BATON_ERRNO_STATUS("connect");
@@ -137,8 +138,8 @@ absl::StatusOr<Listener> ListenTcp(const HostPort& address) {
   }
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(resolved, &freeaddrinfo);
   Listener listener;
-  listener.fd.Reset(socket(resolved->ai_family, resolved->ai_socktype | SOCK_CLOEXEC,
-                           resolved->ai_protocol));
+  listener.fd.Reset(
+      socket(resolved->ai_family, resolved->ai_socktype | SOCK_CLOEXEC, resolved->ai_protocol));
   if (!listener.fd.valid()) return BATON_ERRNO_STATUS("socket");
   const int one = 1;
   BATON_POSIX_RETURN_IF_ERROR(
@@ -152,9 +153,9 @@ absl::StatusOr<Listener> ListenTcp(const HostPort& address) {
   socklen_t len = sizeof(bound);
   BATON_POSIX_RETURN_IF_ERROR(
       getsockname(listener.fd.get(), reinterpret_cast<sockaddr*>(&bound), &len));
-  listener.port = ntohs(bound.ss_family == AF_INET6
-                            ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
-                            : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+  listener.port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
   return listener;
 }
 
@@ -182,11 +183,12 @@ absl::StatusOr<FileDescriptor> ConnectWithRetry(const std::string& address, absl
         last_error = fd.status();
       }
     }
-    if (cancelled()) return absl::CancelledError(absl::StrCat("connect to ", address, " cancelled"));
+    if (cancelled())
+      return absl::CancelledError(absl::StrCat("connect to ", address, " cancelled"));
     const absl::Time now = absl::Now();
     if (now >= deadline) {
-      return absl::UnavailableError(absl::StrCat("cannot connect to ", address,
-                                                 " by the deadline: ", last_error.message()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot connect to ", address, " by the deadline: ", last_error.message()));
     }
     absl::SleepFor(std::min(backoff, deadline - now));
     backoff = std::min(backoff * 2, kMaxConnectBackoff);

@@ -12,10 +12,10 @@
 #include <string_view>
 #include <utility>
 
-#include "absl/strings/string_view.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "transport/transport.h"
 

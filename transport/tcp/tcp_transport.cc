@@ -18,8 +18,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/status_macros.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "transport/frame.h"
 #include "transport/receive_matcher.h"
@@ -151,11 +151,13 @@ TcpEndpoint::~TcpEndpoint() {
 
 void TcpEndpoint::ListenLoop() {
   while (true) {
-    std::array<pollfd, 2> fds{pollfd{listener_.fd.get(), POLLIN, 0}, pollfd{wake_.get(), POLLIN, 0}};
+    std::array<pollfd, 2> fds{pollfd{listener_.fd.get(), POLLIN, 0},
+                              pollfd{wake_.get(), POLLIN, 0}};
     if (poll(fds.data(), fds.size(), -1) < 0) {
       if (errno == EINTR) continue;
-      spdlog::error("tcp endpoint {}: poll on the listener failed: errno {}; not accepting any more",
-                    address_, errno);
+      spdlog::error(
+          "tcp endpoint {}: poll on the listener failed: errno {}; not accepting any more",
+          address_, errno);
       return;
     }
     if (fds[1].revents != 0) return;  // shutting down
@@ -218,8 +220,8 @@ void TcpEndpoint::ReadLoop(InConn* conn) {
   // Under mu_, so that a reconnection's PeerConnected cannot be overtaken by this PeerLost.
   if (--inbound_streams_[*peer] == 0) {
     inbound_streams_.erase(*peer);
-    matcher_.PeerLost(*peer, absl::UnavailableError(absl::StrCat(
-                                 "lost connection from peer ", *peer, ": ", ended.message())));
+    matcher_.PeerLost(*peer, absl::UnavailableError(absl::StrCat("lost connection from peer ",
+                                                                 *peer, ": ", ended.message())));
   }
   conn->finished = true;
 }
@@ -288,8 +290,9 @@ absl::Status TcpEndpoint::ReadPayload(int fd, const std::string& peer, const Fra
   // Straight into the receiver's buffer when a receive is posted; the delivery says how long the
   // receiver is willing to wait and whether it has been aborted meanwhile.
   size_t read = 0;
-  const absl::Status status = ReadFull(fd, delivery.buffer(), delivery.deadline(),
-                                       [&delivery] { return delivery.cancelled(); }, &read);
+  const absl::Status status = ReadFull(
+      fd, delivery.buffer(), delivery.deadline(), [&delivery] { return delivery.cancelled(); },
+      &read);
   left -= read;
   if (status.ok()) {
     matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
@@ -333,8 +336,8 @@ absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByt
   std::array<iovec, 2> iov{iovec{header.data(), header.size()},
                            iovec{const_cast<std::byte*>(data.data()), data.size()}};
   size_t written = 0;
-  const absl::Status status =
-      WriteFull(fd, iov, deadline, [this, &tag] { return SendCancelled(tag.comm); }, &written);
+  const absl::Status status = WriteFull(
+      fd, iov, deadline, [this, &tag] { return SendCancelled(tag.comm); }, &written);
   // A frame cut short leaves the stream unusable; one never started does not.
   ReleaseStream(peer, stream, status.ok() || written == 0);
   {
@@ -351,9 +354,8 @@ absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByt
     return absl::DeadlineExceededError(absl::StrCat(context, " timed out after ", written, " of ",
                                                     header.size() + data.size(), " bytes"));
   }
-  return absl::UnavailableError(
-      absl::StrCat("lost connection to peer ", peer, " (", TagToString(tag), "): ",
-                   status.message()));
+  return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
+                                             TagToString(tag), "): ", status.message()));
 }
 
 absl::StatusOr<std::shared_ptr<TcpEndpoint::OutStream>> TcpEndpoint::AcquireStream(
@@ -369,8 +371,7 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::OutStream>> TcpEndpoint::AcquireStre
                          [](const auto& s) { return !s->busy; });
     };
     if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat("send to peer ", peer, " (",
-                                                      TagToString(tag),
+      return absl::DeadlineExceededError(absl::StrCat("send to peer ", peer, " (", TagToString(tag),
                                                       ") timed out waiting for a free connection"));
     }
     BATON_RETURN_IF_ERROR(SendBlockingErrorLocked(tag.comm));
@@ -395,8 +396,8 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::OutStream>> TcpEndpoint::AcquireStre
     CountSendLocked(peer, 0, false);
     absl::Status blocking = SendBlockingErrorLocked(tag.comm);
     if (!blocking.ok()) return blocking;
-    return absl::UnavailableError(absl::StrCat("cannot connect to peer ", peer, " (",
-                                               TagToString(tag), "): ", fd.status().message()));
+    return absl::UnavailableError(
+        absl::StrCat("send to peer ", peer, " (", TagToString(tag), "): ", fd.status().message()));
   }
   stream->fd = *std::move(fd);
   stream->connecting = false;
