@@ -55,8 +55,8 @@ class Client {
   static std::string DefaultSocketPath();
 
   // Connects to the daemon listening on `socket_path`. Unavailable if none answers in `timeout`.
-  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_path,
-                                                         absl::Duration timeout = absl::Seconds(10));
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const std::string& socket_path, absl::Duration timeout = absl::Seconds(10));
 
   virtual ~Client() = default;  // frees buffers, leaves communicators, closes the session
 

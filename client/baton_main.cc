@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "baton/v1/baton.grpc.pb.h"
 #include "client/baton.h"
 #include "client/bench.h"
@@ -76,11 +76,12 @@ int Local(int argc, char** argv) {
   options.AddString("daemon_args", &daemon_args,
                     "extra flags for every daemon, space-separated (e.g. \"--op-timeout=10s\")");
   std::vector<std::string> positional;
-  const int code = ParseOrHelp(options,
-                               "Usage: baton local up|down|status [options]\n\n"
-                               "Starts, stops or shows a cluster of batond daemons on this machine,\n"
-                               "each with its own unix socket, peer, data and metrics port (loopback).",
-                               argc, argv, 2, &positional);
+  const int code =
+      ParseOrHelp(options,
+                  "Usage: baton local up|down|status [options]\n\n"
+                  "Starts, stops or shows a cluster of batond daemons on this machine,\n"
+                  "each with its own unix socket, peer, data and metrics port (loopback).",
+                  argc, argv, 2, &positional);
   if (code >= 0) return code;
   if (positional.size() != 1) {
     std::cerr << "baton local: expected one of up, down, status\n";
@@ -137,9 +138,8 @@ int Local(int argc, char** argv) {
 // Accepts nccl-tests' short flags by rewriting them to their long names.
 std::vector<std::string> ExpandShortFlags(int argc, char** argv, int first) {
   static const std::vector<std::pair<std::string, std::string>> kShort = {
-      {"-b", "--minbytes"}, {"-e", "--maxbytes"}, {"-f", "--stepfactor"},
-      {"-n", "--iters"},    {"-w", "--warmup-iters"}, {"-c", "--check"},
-      {"-d", "--datatype"}, {"-o", "--op"}};
+      {"-b", "--minbytes"},     {"-e", "--maxbytes"}, {"-f", "--stepfactor"}, {"-n", "--iters"},
+      {"-w", "--warmup-iters"}, {"-c", "--check"},    {"-d", "--datatype"},   {"-o", "--op"}};
   std::vector<std::string> args = {argv[0]};
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
@@ -156,10 +156,20 @@ absl::StatusOr<int64_t> ParseSize(std::string text) {
   int64_t multiplier = 1;
   if (!text.empty()) {
     switch (text.back()) {
-      case 'K': case 'k': multiplier = 1 << 10; break;
-      case 'M': case 'm': multiplier = 1 << 20; break;
-      case 'G': case 'g': multiplier = int64_t{1} << 30; break;
-      default: break;
+      case 'K':
+      case 'k':
+        multiplier = 1 << 10;
+        break;
+      case 'M':
+      case 'm':
+        multiplier = 1 << 20;
+        break;
+      case 'G':
+      case 'g':
+        multiplier = int64_t{1} << 30;
+        break;
+      default:
+        break;
     }
     if (multiplier != 1) text.pop_back();
   }
@@ -214,9 +224,8 @@ int Bench(int argc, char** argv, bool worker) {
   bench.min_bytes = *min;
   bench.max_bytes = *max;
   if (worker) {
-    absl::Status status = baton::client::RunBenchRank(bench, socket, comm_id,
-                                                      static_cast<int>(world_size),
-                                                      static_cast<int>(rank));
+    absl::Status status = baton::client::RunBenchRank(
+        bench, socket, comm_id, static_cast<int>(world_size), static_cast<int>(rank));
     if (!status.ok()) {
       std::cerr << "baton bench: rank " << rank << ": " << status << "\n";
       return 1;
@@ -244,7 +253,8 @@ int Status(int argc, char** argv) {
   std::string socket = baton::Client::DefaultSocketPath();
   baton::OptionSet options;
   options.AddString("socket", &socket, "daemon socket ($BATON_SOCKET)");
-  const int code = ParseOrHelp(options, "Usage: baton status [--socket PATH]", argc, argv, 2, nullptr);
+  const int code =
+      ParseOrHelp(options, "Usage: baton status [--socket PATH]", argc, argv, 2, nullptr);
   if (code >= 0) return code;
   auto channel = grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials());
   auto stub = baton::v1::Client::NewStub(channel);
@@ -283,10 +293,11 @@ int CommId(int argc, char** argv) {
   std::string socket = baton::Client::DefaultSocketPath();
   baton::OptionSet options;
   options.AddString("socket", &socket, "daemon socket ($BATON_SOCKET)");
-  const int code = ParseOrHelp(options,
-                               "Usage: baton comm-id [--socket PATH]\n\n"
-                               "Prints a new communicator id rooted at the daemon, for BATON_COMM_ID.",
-                               argc, argv, 2, nullptr);
+  const int code =
+      ParseOrHelp(options,
+                  "Usage: baton comm-id [--socket PATH]\n\n"
+                  "Prints a new communicator id rooted at the daemon, for BATON_COMM_ID.",
+                  argc, argv, 2, nullptr);
   if (code >= 0) return code;
   absl::StatusOr<std::unique_ptr<baton::Client>> client = baton::Client::Connect(socket);
   if (!client.ok()) return Fail("comm-id", client.status());

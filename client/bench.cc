@@ -81,8 +81,8 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
     for (int64_t i = 0; i < options.iters; ++i) {
       if (absl::Status status = run(); !status.ok()) return status;
     }
-    const double seconds =
-        absl::ToDoubleSeconds(absl::Now() - start) / static_cast<double>(std::max<int64_t>(1, options.iters));
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start) /
+                           static_cast<double>(std::max<int64_t>(1, options.iters));
     int64_t wrong = 0;
     if (options.check) {
       if (options.iters == 0) {
@@ -113,10 +113,11 @@ absl::Status RunBench(const BenchOptions& options) {
 
   std::printf("# baton bench: all_reduce, %d ranks on %zu daemons (%lld per daemon)\n", world_size,
               options.sockets.size(), static_cast<long long>(options.ranks_per_daemon));
-  std::printf("# sizes %lld..%lld bytes, factor %lld, %lld iterations after %lld warm-up, check %s\n",
-              static_cast<long long>(options.min_bytes), static_cast<long long>(options.max_bytes),
-              static_cast<long long>(options.step_factor), static_cast<long long>(options.iters),
-              static_cast<long long>(options.warmup_iters), options.check ? "on" : "off");
+  std::printf(
+      "# sizes %lld..%lld bytes, factor %lld, %lld iterations after %lld warm-up, check %s\n",
+      static_cast<long long>(options.min_bytes), static_cast<long long>(options.max_bytes),
+      static_cast<long long>(options.step_factor), static_cast<long long>(options.iters),
+      static_cast<long long>(options.warmup_iters), options.check ? "on" : "off");
   std::fflush(stdout);
 
   // Launch one worker per rank with its output on a pipe.
@@ -132,14 +133,19 @@ absl::Status RunBench(const BenchOptions& options) {
     int pipe_fds[2];
     if (pipe(pipe_fds) != 0) return absl::InternalError("pipe failed");
     const std::string& socket = options.sockets[rank / options.ranks_per_daemon];
-    std::vector<std::string> args = {
-        self, "bench-rank", "--socket=" + socket, "--comm-id=" + *comm_id,
-        absl::StrCat("--world-size=", world_size), absl::StrCat("--rank=", rank),
-        absl::StrCat("--minbytes=", options.min_bytes), absl::StrCat("--maxbytes=", options.max_bytes),
-        absl::StrCat("--stepfactor=", options.step_factor), absl::StrCat("--iters=", options.iters),
-        absl::StrCat("--warmup-iters=", options.warmup_iters),
-        absl::StrCat("--check=", options.check ? 1 : 0),
-        absl::StrCat("--timeout-ms=", options.timeout_ms)};
+    std::vector<std::string> args = {self,
+                                     "bench-rank",
+                                     "--socket=" + socket,
+                                     "--comm-id=" + *comm_id,
+                                     absl::StrCat("--world-size=", world_size),
+                                     absl::StrCat("--rank=", rank),
+                                     absl::StrCat("--minbytes=", options.min_bytes),
+                                     absl::StrCat("--maxbytes=", options.max_bytes),
+                                     absl::StrCat("--stepfactor=", options.step_factor),
+                                     absl::StrCat("--iters=", options.iters),
+                                     absl::StrCat("--warmup-iters=", options.warmup_iters),
+                                     absl::StrCat("--check=", options.check ? 1 : 0),
+                                     absl::StrCat("--timeout-ms=", options.timeout_ms)};
     const pid_t pid = fork();
     if (pid < 0) return absl::InternalError("fork failed");
     if (pid == 0) {
@@ -209,8 +215,8 @@ absl::Status RunBench(const BenchOptions& options) {
   }
   std::fflush(stdout);
   if (!failures.empty()) {
-    return absl::InternalError(absl::StrCat(failures.size(), " rank(s) failed (",
-                                            failures.front(), " first); their errors are above"));
+    return absl::InternalError(absl::StrCat(failures.size(), " rank(s) failed (", failures.front(),
+                                            " first); their errors are above"));
   }
   if (total_wrong > 0) return absl::DataLossError(absl::StrCat(total_wrong, " wrong elements"));
   return absl::OkStatus();

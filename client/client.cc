@@ -43,8 +43,7 @@ class Session {
 
   absl::StatusOr<void*> Allocate(size_t bytes) {
     static std::atomic<uint64_t> counter{0};
-    const std::string name =
-        absl::StrCat("/baton.", getpid(), ".", id_, ".", counter.fetch_add(1));
+    const std::string name = absl::StrCat("/baton.", getpid(), ".", id_, ".", counter.fetch_add(1));
     absl::StatusOr<std::unique_ptr<SharedMemory>> memory = SharedMemory::Create(name, bytes);
     if (!memory.ok()) return memory.status();
     v1::RegisterBufferRequest request;

@@ -11,10 +11,10 @@
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/string_view.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 
 namespace baton::client {
 namespace {
@@ -158,9 +158,9 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOpt
     const std::string ready = (fs::path(options.dir) / (daemon.node_name + ".ready")).string();
     fs::remove(ready, error);
     std::vector<std::string> args = {
-        "--node-name=" + daemon.node_name,       "--socket=" + daemon.socket,
-        "--peer-listen=127.0.0.1:0",             "--data-listen=127.0.0.1:0",
-        "--metrics-listen=127.0.0.1:0",          "--advertise-host=127.0.0.1",
+        "--node-name=" + daemon.node_name, "--socket=" + daemon.socket,
+        "--peer-listen=127.0.0.1:0",       "--data-listen=127.0.0.1:0",
+        "--metrics-listen=127.0.0.1:0",    "--advertise-host=127.0.0.1",
         "--ready-file=" + ready,
     };
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
@@ -176,9 +176,9 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOpt
     LocalDaemon& daemon = daemons[i];
     while (!fs::exists(ready_files[i], error)) {
       if (!IsRunning(daemon.pid)) {
-        return fail(absl::UnavailableError(absl::StrCat(daemon.node_name, " exited during start; ",
-                                                        daemon.log, " ends with:\n",
-                                                        Tail(daemon.log))));
+        return fail(
+            absl::UnavailableError(absl::StrCat(daemon.node_name, " exited during start; ",
+                                                daemon.log, " ends with:\n", Tail(daemon.log))));
       }
       if (absl::Now() > deadline) {
         return fail(absl::DeadlineExceededError(
@@ -200,7 +200,8 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOpt
         << " peer=" << daemon.peer_address << " data=" << daemon.data_address
         << " metrics=" << daemon.metrics_address << " log=" << daemon.log << "\n";
   }
-  if (!out) return fail(absl::InternalError(absl::StrCat("cannot write ", ClusterFile(options.dir))));
+  if (!out)
+    return fail(absl::InternalError(absl::StrCat("cannot write ", ClusterFile(options.dir))));
   return daemons;
 }
 
@@ -218,9 +219,9 @@ absl::Status StopLocalCluster(const std::string& dir, absl::Duration grace) {
   std::error_code error;
   fs::remove(ClusterFile(dir), error);
   if (!forced.empty()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "had to kill ", forced.size(), " daemon(s) that did not stop within ",
-        absl::FormatDuration(grace)));
+    return absl::DeadlineExceededError(absl::StrCat("had to kill ", forced.size(),
+                                                    " daemon(s) that did not stop within ",
+                                                    absl::FormatDuration(grace)));
   }
   return absl::OkStatus();
 }

@@ -25,9 +25,9 @@ struct LocalDaemon {
 };
 
 struct LocalClusterOptions {
-  std::string dir;     // created if missing; holds sockets, logs and cluster.txt
+  std::string dir;  // created if missing; holds sockets, logs and cluster.txt
   int nodes = 4;
-  std::string batond;  // path of the batond binary
+  std::string batond;                   // path of the batond binary
   std::vector<std::string> extra_args;  // passed to every daemon, e.g. {"--op-timeout=5s"}
   absl::Duration start_timeout = absl::Seconds(30);
 };

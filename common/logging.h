@@ -5,8 +5,8 @@
 
 #include <string_view>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "spdlog/fmt/fmt.h"
 
 namespace baton {

@@ -3,11 +3,11 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/string_view.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 
 namespace baton {
@@ -73,7 +73,8 @@ void OptionSet::AddBool(absl::string_view name, bool* target, absl::string_view 
                       [target] { return std::string(*target ? "true" : "false"); }, true});
 }
 
-void OptionSet::AddDuration(absl::string_view name, absl::Duration* target, absl::string_view help) {
+void OptionSet::AddDuration(absl::string_view name, absl::Duration* target,
+                            absl::string_view help) {
   options_.push_back({NormalizeName(name), std::string(help),
                       [target](absl::string_view v) -> absl::Status {
                         absl::StatusOr<absl::Duration> parsed = ParseDurationFlag(v);
@@ -94,7 +95,8 @@ OptionSet::Option* OptionSet::Find(absl::string_view name) {
 
 absl::Status OptionSet::Set(absl::string_view name, absl::string_view value) {
   Option* option = Find(name);
-  if (option == nullptr) return absl::InvalidArgumentError(absl::StrCat("unknown option '", name, "'"));
+  if (option == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("unknown option '", name, "'"));
   absl::Status status = option->set(value);
   if (!status.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("option '", name, "': ", status.message()));
@@ -125,7 +127,8 @@ absl::Status OptionSet::ParseConfigFile(const std::string& path) {
     }
     absl::Status status = Set(key, value);
     if (!status.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_number, ": ", status.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_number, ": ", status.message()));
     }
   }
   return absl::OkStatus();

@@ -23,7 +23,8 @@ absl::StatusOr<void*> MapFd(int fd, size_t size, const std::string& name) {
 absl::StatusOr<std::unique_ptr<SharedMemory>> SharedMemory::Create(const std::string& name,
                                                                    size_t size) {
   if (name.empty() || name[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat("shared memory name '", name, "' must start with '/'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory name '", name, "' must start with '/'"));
   }
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return BATON_ERRNO_STATUS(absl::StrCat("shm_open(", name, ")"));

@@ -6,9 +6,9 @@
 #include <cerrno>
 #include <string_view>
 
-#include "absl/strings/string_view.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace baton {
 
@@ -26,10 +26,10 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context);
 #define BATON_STATUS_CONCAT_INNER(a, b) a##b
 #define BATON_STATUS_CONCAT(a, b) BATON_STATUS_CONCAT_INNER(a, b)
 
-#define BATON_RETURN_IF_ERROR(expr)                   \
-  do {                                                \
-    ::absl::Status baton_status_ = (expr);            \
-    if (!baton_status_.ok()) return baton_status_;    \
+#define BATON_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::absl::Status baton_status_ = (expr);         \
+    if (!baton_status_.ok()) return baton_status_; \
   } while (0)
 
 #define BATON_ASSIGN_OR_RETURN(lhs, expr) \
@@ -41,8 +41,8 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context);
 
 // Evaluates a POSIX call returning -1 on failure; returns an errno status from the enclosing
 // function when it fails.
-#define BATON_POSIX_RETURN_IF_ERROR(call)                                              \
-  do {                                                                                 \
+#define BATON_POSIX_RETURN_IF_ERROR(call)                                            \
+  do {                                                                               \
     if ((call) == -1) return ::baton::ErrnoStatus(errno, #call, __FILE__, __LINE__); \
   } while (0)
 

@@ -59,8 +59,8 @@ grpc::Status ClientService::CreateCommId(grpc::ServerContext*, const v1::CreateC
 grpc::Status ClientService::Join(grpc::ServerContext*, const v1::JoinRequest* request,
                                  v1::JoinResponse* response) {
   absl::StatusOr<JoinResult> result =
-      node_->Join(request->session_id(), request->comm_id(), request->world_size(),
-                  request->rank(), DeadlineFrom(request->timeout_ms(), absl::Minutes(5)));
+      node_->Join(request->session_id(), request->comm_id(), request->world_size(), request->rank(),
+                  DeadlineFrom(request->timeout_ms(), absl::Minutes(5)));
   if (!result.ok()) {
     spdlog::info("join of rank {} failed: {}", request->rank(), result.status().ToString());
     return ToGrpc(result.status());
@@ -79,8 +79,8 @@ grpc::Status ClientService::Destroy(grpc::ServerContext*, const v1::DestroyReque
 grpc::Status ClientService::RegisterBuffer(grpc::ServerContext*,
                                            const v1::RegisterBufferRequest* request,
                                            v1::RegisterBufferResponse* response) {
-  absl::StatusOr<uint64_t> id = node_->sessions().RegisterBuffer(
-      request->session_id(), request->shm_name(), request->size());
+  absl::StatusOr<uint64_t> id =
+      node_->sessions().RegisterBuffer(request->session_id(), request->shm_name(), request->size());
   if (!id.ok()) return ToGrpc(id.status());
   response->set_buffer_id(*id);
   return grpc::Status::OK;
@@ -103,8 +103,9 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
       call.kind = OpKind::kAllReduce;
       break;
     default:
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("unsupported collective ", v1::CollectiveOp_Name(request->op())));
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("unsupported collective ", v1::CollectiveOp_Name(request->op())));
   }
   call.data_type = request->data_type();
   call.reduce_op = request->reduce_op();

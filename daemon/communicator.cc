@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
-#include "absl/strings/string_view.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/string_view.h"
 #include "collective/reduce.h"
 #include "collective/ring_all_reduce.h"
 #include "spdlog/spdlog.h"
@@ -80,7 +80,8 @@ bool Communicator::DetachRank(int rank) {
   const int index = LocalIndex(rank);
   absl::MutexLock lock(&mu_);
   if (index >= 0) sessions_[index].reset();
-  return std::none_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return s.has_value(); });
+  return std::none_of(sessions_.begin(), sessions_.end(),
+                      [](const auto& s) { return s.has_value(); });
 }
 
 std::vector<int> Communicator::DetachSession(uint64_t session_id) {
@@ -97,7 +98,8 @@ std::vector<int> Communicator::DetachSession(uint64_t session_id) {
 
 bool Communicator::Empty() const {
   absl::MutexLock lock(&mu_);
-  return std::none_of(sessions_.begin(), sessions_.end(), [](const auto& s) { return s.has_value(); });
+  return std::none_of(sessions_.begin(), sessions_.end(),
+                      [](const auto& s) { return s.has_value(); });
 }
 
 absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, OpRequest request,
@@ -105,9 +107,9 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
   const int index = LocalIndex(rank);
   absl::MutexLock lock(&mu_);
   if (index < 0 || sessions_[index] != session_id) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("rank ", rank, " of communicator ", absl::Hex(plan_.comm_tag),
-                     " is not attached by this session"));
+    return absl::PermissionDeniedError(absl::StrCat("rank ", rank, " of communicator ",
+                                                    absl::Hex(plan_.comm_tag),
+                                                    " is not attached by this session"));
   }
   if (!aborted_.ok()) return aborted_;
   const uint64_t seq = next_seq_[index]++;
@@ -116,19 +118,18 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
   slot.parts[index] = std::move(request);
   ++slot.arrived;
 
-  auto finished = [this, &slot]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return slot.done || !aborted_.ok();
-  };
+  auto finished = [this, &slot]()
+                      ABSL_SHARED_LOCKS_REQUIRED(mu_) { return slot.done || !aborted_.ok(); };
   if (!mu_.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
     std::vector<int> missing;
     for (size_t i = 0; i < slot.parts.size(); ++i) {
       if (!slot.parts[i].has_value()) missing.push_back(local_ranks_[i]);
     }
-    const absl::Status timeout = absl::DeadlineExceededError(absl::StrCat(
-        "operation ", seq, " did not complete before the deadline",
-        missing.empty() ? std::string(" (waiting on peers)")
-                        : absl::StrCat(" (local ranks [", absl::StrJoin(missing, ", "),
-                                       "] never submitted it)")));
+    const absl::Status timeout = absl::DeadlineExceededError(
+        absl::StrCat("operation ", seq, " did not complete before the deadline",
+                     missing.empty() ? std::string(" (waiting on peers)")
+                                     : absl::StrCat(" (local ranks [", absl::StrJoin(missing, ", "),
+                                                    "] never submitted it)")));
     mu_.Unlock();
     Abort(timeout, /*notify_peers=*/true);
     mu_.Lock();
@@ -193,6 +194,7 @@ void Communicator::RunExecutor() {
     if (result.ok()) {
       slot.algorithm = *result;
       ++ops_completed_;
+      if (options_.completed_total != nullptr) options_.completed_total->fetch_add(1);
     }
     ++next_to_run_;
     if (slot.collected == slot.arrived) slots_.erase(seq);
@@ -240,9 +242,9 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
         collective::RingAllReduce(context, ring, result, first.count, first.type, first.op);
     if (!status.ok()) {
       return NamePeers(absl::Status(
-          status.code(), absl::StrCat("operation ", seq, " ", Describe(first), " failed on node ",
-                                      plan_.daemons[self_].member.node_name, ": ",
-                                      status.message())));
+          status.code(),
+          absl::StrCat("operation ", seq, " ", Describe(first), " failed on node ",
+                       plan_.daemons[self_].member.node_name, ": ", status.message())));
     }
     algorithm = "ring";
   }

@@ -5,6 +5,7 @@
 // local ranks' buffers are reduced in memory, one node's worth of data crosses the network, and
 // the result is written back to every local rank.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -15,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collective/data_type.h"
@@ -43,6 +44,8 @@ struct OpRequest {
 struct CommunicatorOptions {
   absl::Duration op_timeout = absl::Seconds(60);
   size_t chunk_bytes = size_t{1} << 20;
+  // Incremented for every completed operation (daemon-wide counter); may be null.
+  std::atomic<uint64_t>* completed_total = nullptr;
 };
 
 class Communicator {

@@ -37,11 +37,11 @@ void CommunicatorRegistry::DropSession(uint64_t session_id) {
     const std::vector<int> lost = comm->DetachSession(session_id);
     if (lost.empty()) continue;
     // A rank that goes away without Destroy leaves its peers unable to finish: fail them now.
-    comm->Abort(absl::UnavailableError(absl::StrCat(
-                    "rank(s) [", absl::StrJoin(lost, ", "), "] on node ",
-                    comm->plan().daemons[comm->self()].member.node_name,
-                    " went away without destroying the communicator")),
-                /*notify_peers=*/true);
+    comm->Abort(
+        absl::UnavailableError(absl::StrCat("rank(s) [", absl::StrJoin(lost, ", "), "] on node ",
+                                            comm->plan().daemons[comm->self()].member.node_name,
+                                            " went away without destroying the communicator")),
+        /*notify_peers=*/true);
     if (comm->Empty()) Remove(comm->plan().comm_tag);
   }
 }

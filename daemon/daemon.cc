@@ -111,7 +111,8 @@ class DaemonImpl final : public Daemon {
     client_builder.RegisterService(client_service_.get());
     client_server_ = client_builder.BuildAndStart();
     if (client_server_ == nullptr) {
-      return absl::UnavailableError(absl::StrCat("cannot serve the client API on ", config_.socket));
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve the client API on ", config_.socket));
     }
     chmod(config_.socket.c_str(), 0660);
 

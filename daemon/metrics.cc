@@ -22,8 +22,8 @@ prometheus::MetricFamily Family(std::string name, std::string help, prometheus::
   return family;
 }
 
-void AddSample(prometheus::MetricFamily& family, std::vector<prometheus::ClientMetric::Label> labels,
-               double value) {
+void AddSample(prometheus::MetricFamily& family,
+               std::vector<prometheus::ClientMetric::Label> labels, double value) {
   prometheus::ClientMetric metric;
   metric.label = std::move(labels);
   if (family.type == prometheus::MetricType::Counter) {
@@ -41,17 +41,17 @@ class NodeCollector final : public prometheus::Collectable {
 
   std::vector<prometheus::MetricFamily> Collect() const override {
     const std::string& local = node_->self().node_name;
-    auto tx_bytes = Family("baton_link_transmitted_bytes_total",
-                           "Bytes sent to a peer daemon, framing included.",
-                           prometheus::MetricType::Counter);
+    auto tx_bytes =
+        Family("baton_link_transmitted_bytes_total",
+               "Bytes sent to a peer daemon, framing included.", prometheus::MetricType::Counter);
     auto rx_bytes = Family("baton_link_received_bytes_total",
                            "Bytes received from a peer daemon, framing included.",
                            prometheus::MetricType::Counter);
     auto tx_messages = Family("baton_link_transmitted_messages_total",
                               "Messages sent to a peer daemon.", prometheus::MetricType::Counter);
-    auto rx_messages = Family("baton_link_received_messages_total",
-                              "Messages received from a peer daemon.",
-                              prometheus::MetricType::Counter);
+    auto rx_messages =
+        Family("baton_link_received_messages_total", "Messages received from a peer daemon.",
+               prometheus::MetricType::Counter);
     auto errors = Family("baton_link_errors_total", "Transport errors on a link.",
                          prometheus::MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection from the peer is established.",
@@ -69,11 +69,10 @@ class NodeCollector final : public prometheus::Collectable {
     auto communicators = Family("baton_communicators", "Communicators this daemon takes part in.",
                                 prometheus::MetricType::Gauge);
     auto ops = Family("baton_collectives_completed_total",
-                      "Collective operations completed, summed over live communicators.",
+                      "Collective operations completed since the daemon started.",
                       prometheus::MetricType::Counter);
-    double completed = 0;
+    const double completed = static_cast<double>(node_->collectives_completed());
     const auto comms = node_->communicators().List();
-    for (const auto& comm : comms) completed += static_cast<double>(comm->ops_completed());
     AddSample(communicators, {Label("local_node", local)}, static_cast<double>(comms.size()));
     AddSample(ops, {Label("local_node", local)}, completed);
     auto sessions = Family("baton_client_sessions", "Client sessions open on this daemon.",
@@ -90,7 +89,9 @@ class PrometheusMetricsServer final : public MetricsServer {
  public:
   PrometheusMetricsServer(std::unique_ptr<prometheus::Exposer> exposer,
                           std::shared_ptr<NodeCollector> collector, std::string address)
-      : exposer_(std::move(exposer)), collector_(std::move(collector)), address_(std::move(address)) {
+      : exposer_(std::move(exposer)),
+        collector_(std::move(collector)),
+        address_(std::move(address)) {
     exposer_->RegisterCollectable(collector_);
   }
   std::string address() const override { return address_; }
@@ -115,8 +116,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   }
   const std::vector<int> ports = exposer->GetListeningPorts();
   const std::string host = listen_address.substr(0, listen_address.rfind(':'));
-  std::string address =
-      absl::StrCat(host, ":", ports.empty() ? 0 : ports.front());
+  std::string address = absl::StrCat(host, ":", ports.empty() ? 0 : ports.front());
   return std::unique_ptr<MetricsServer>(new PrometheusMetricsServer(
       std::move(exposer), std::make_shared<NodeCollector>(node), std::move(address)));
 }

@@ -10,13 +10,13 @@ namespace baton::daemon {
 absl::StatusOr<CommId> ParseCommId(const std::string& text) {
   const size_t slash = text.rfind('/');
   if (slash == std::string::npos || slash == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "malformed communicator id '", text, "': expected <root address>/<32 hex digits>"));
+    return absl::InvalidArgumentError(absl::StrCat("malformed communicator id '", text,
+                                                   "': expected <root address>/<32 hex digits>"));
   }
   CommId id{text.substr(0, slash), text.substr(slash + 1)};
   if (!Rendezvous::TagOfSecret(id.secret).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "malformed communicator id '", text, "': the secret must be 32 hex digits"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed communicator id '", text, "': the secret must be 32 hex digits"));
   }
   return id;
 }
@@ -33,12 +33,12 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint)
         CommunicatorOptions options;
         options.op_timeout = config_.op_timeout;
         options.chunk_bytes = static_cast<size_t>(config_.chunk_bytes);
+        options.completed_total = &collectives_completed_;
         return std::make_shared<Communicator>(
             plan, index, endpoint_, options, [this](const Plan& p, const absl::Status& reason) {
               for (const PlanDaemon& daemon : p.daemons) {
                 if (daemon.member.data_address == self_.data_address) continue;
-                peers_.AbortAsync(daemon.member.peer_address, p.comm_tag, reason,
-                                  self_.node_name);
+                peers_.AbortAsync(daemon.member.peer_address, p.comm_tag, reason, self_.node_name);
               }
             });
       }) {}
@@ -54,7 +54,8 @@ absl::StatusOr<JoinResult> Node::Join(uint64_t session_id, const std::string& co
   }
   BATON_ASSIGN_OR_RETURN(CommId id, ParseCommId(comm_id));
   if (world_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("world size must be at least 1, got ", world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size must be at least 1, got ", world_size));
   }
   if (rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
@@ -97,9 +98,11 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   OpRequest request;
   request.kind = call.kind;
   std::optional<collective::DataType> type = collective::ParseDataType(call.data_type);
-  if (!type) return absl::InvalidArgumentError(absl::StrCat("unknown data type '", call.data_type, "'"));
+  if (!type)
+    return absl::InvalidArgumentError(absl::StrCat("unknown data type '", call.data_type, "'"));
   std::optional<collective::ReduceOp> op = collective::ParseReduceOp(call.reduce_op);
-  if (!op) return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", call.reduce_op, "'"));
+  if (!op)
+    return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", call.reduce_op, "'"));
   request.type = *type;
   request.op = *op;
   const uint64_t element = collective::DataTypeSize(*type);

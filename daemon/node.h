@@ -3,6 +3,7 @@
 // The daemon's core, apart from gRPC: sessions, communicator formation, and operations. The gRPC
 // services translate requests into calls here and statuses back.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -72,6 +73,9 @@ class Node {
                                 const Member& member, absl::Time deadline);
   void AbortFromPeer(uint64_t comm_tag, const absl::Status& reason, const std::string& from_node);
 
+  // Collectives completed on this daemon since it started.
+  uint64_t collectives_completed() const { return collectives_completed_.load(); }
+
   // Fails every communicator (shutdown), telling peers.
   void AbortAll(const absl::Status& reason);
 
@@ -82,6 +86,7 @@ class Node {
   Rendezvous rendezvous_;
   SessionRegistry sessions_;
   PeerClient peers_;
+  std::atomic<uint64_t> collectives_completed_{0};
   CommunicatorRegistry communicators_;
 };
 

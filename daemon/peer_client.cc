@@ -93,13 +93,12 @@ void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
   call->request.set_message(std::string(reason.message()));
   call->request.set_from_node(from_node);
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  StubFor(address)->async()->Abort(&call->context, &call->request, &call->response,
-                                   [call, address](grpc::Status status) {
-                                     if (!status.ok()) {
-                                       spdlog::debug("abort notice to {} failed: {}", address,
-                                                     status.error_message());
-                                     }
-                                   });
+  StubFor(address)->async()->Abort(
+      &call->context, &call->request, &call->response, [call, address](grpc::Status status) {
+        if (!status.ok()) {
+          spdlog::debug("abort notice to {} failed: {}", address, status.error_message());
+        }
+      });
 }
 
 }  // namespace baton::daemon

@@ -18,7 +18,7 @@ grpc::Status PeerService::JoinRank(grpc::ServerContext*, const v1::JoinRankReque
   const absl::Duration timeout = absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
   absl::StatusOr<Plan> plan =
       node->JoinRank(request->secret(), request->world_size(), request->rank(),
-                      MemberFromProto(request->member()), absl::Now() + timeout);
+                     MemberFromProto(request->member()), absl::Now() + timeout);
   if (!plan.ok()) return ToGrpc(plan.status());
   *response->mutable_plan() = PlanToProto(*plan);
   return grpc::Status::OK;
@@ -33,7 +33,7 @@ grpc::Status PeerService::Abort(grpc::ServerContext*, const v1::AbortRequest* re
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "an abort needs an error code");
   }
   node->AbortFromPeer(request->comm_tag(), absl::Status(code, request->message()),
-                       request->from_node());
+                      request->from_node());
   return grpc::Status::OK;
 }
 

@@ -62,14 +62,16 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
   }
   Pending& pending = it->second;
   if (world_size < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("world size must be at least 1, got ", world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("world size must be at least 1, got ", world_size));
   }
   if (rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is out of range for world size ", world_size));
   }
   if (pending.plan != nullptr) {
-    return absl::FailedPreconditionError("communicator has already formed; its id cannot be reused");
+    return absl::FailedPreconditionError(
+        "communicator has already formed; its id cannot be reused");
   }
   if (pending.ranks.empty() && pending.waiting == 0) {
     pending.world_size = world_size;
@@ -101,9 +103,9 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
     for (int r = 0; r < world_size; ++r) {
       if (!pending.seen.contains(r)) missing.push_back(r);
     }
-    return absl::DeadlineExceededError(absl::StrCat(
-        "timed out waiting for ranks [", absl::StrJoin(missing, ", "), "] of ", world_size,
-        " to join the communicator"));
+    return absl::DeadlineExceededError(absl::StrCat("timed out waiting for ranks [",
+                                                    absl::StrJoin(missing, ", "), "] of ",
+                                                    world_size, " to join the communicator"));
   }
   if (pending.waiting == 0) pending_.erase(it);
   return *plan;

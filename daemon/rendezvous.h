@@ -6,8 +6,8 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -48,8 +48,8 @@ class Rendezvous {
  private:
   struct Pending {
     int world_size = 0;
-    std::map<int, Member> ranks;  // rank -> hosting daemon, of the ranks waiting now
-    std::set<int> seen;           // every rank that ever arrived, withdrawn or not
+    std::map<int, Member> ranks;       // rank -> hosting daemon, of the ranks waiting now
+    std::set<int> seen;                // every rank that ever arrived, withdrawn or not
     std::shared_ptr<const Plan> plan;  // set once complete
     int waiting = 0;
   };

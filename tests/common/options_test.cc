@@ -37,8 +37,8 @@ std::string WriteTemp(const std::string& text) {
 TEST(OptionsTest, FlagsInBothFormsAndDashOrUnderscore) {
   Settings s;
   OptionSet options = MakeOptions(s);
-  const char* argv[] = {"prog", "--socket=/tmp/a.sock", "--chunk-count", "7", "--verbose",
-                        "--op_timeout=250ms", "extra"};
+  const char* argv[] = {"prog",      "--socket=/tmp/a.sock", "--chunk-count", "7",
+                        "--verbose", "--op_timeout=250ms",   "extra"};
   absl::StatusOr<std::vector<std::string>> positional = options.ParseFlags(7, argv);
   ASSERT_TRUE(positional.ok()) << positional.status();
   EXPECT_EQ(s.socket, "/tmp/a.sock");

@@ -35,8 +35,7 @@ TEST(SharedMemoryTest, ErrorsAreClear) {
   auto created = SharedMemory::Create(name, 100);
   ASSERT_TRUE(created.ok());
   EXPECT_EQ(SharedMemory::Create(name, 100).status().code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(SharedMemory::Open(name, 1 << 20).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMemory::Open(name, 1 << 20).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SharedMemory::Open("/baton-test-absent", 1).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(SharedMemory::Open("../etc/passwd", 1).status().code(),

@@ -23,8 +23,8 @@ TEST(RendezvousTest, AllRanksGetTheSamePlanGroupedByDaemonInRankOrder) {
   std::vector<std::thread> threads;
   for (int rank = 0; rank < static_cast<int>(host.size()); ++rank) {
     threads.emplace_back([&, rank] {
-      plans[rank] = rendezvous.Join(secret, 5, rank, Daemon(host[rank]),
-                                    absl::Now() + absl::Seconds(30));
+      plans[rank] =
+          rendezvous.Join(secret, 5, rank, Daemon(host[rank]), absl::Now() + absl::Seconds(30));
     });
   }
   for (auto& t : threads) t.join();
@@ -48,9 +48,9 @@ TEST(RendezvousTest, MissingRanksAreNamedAtTheDeadline) {
   std::vector<std::thread> threads;
   for (int rank : {0, 2}) {
     threads.emplace_back([&, rank] {
-      results[rank / 2] = rendezvous
-                              .Join(secret, 4, rank, Daemon(0), absl::Now() + absl::Milliseconds(200))
-                              .status();
+      results[rank / 2] =
+          rendezvous.Join(secret, 4, rank, Daemon(0), absl::Now() + absl::Milliseconds(200))
+              .status();
     });
   }
   for (auto& t : threads) t.join();
@@ -64,8 +64,9 @@ TEST(RendezvousTest, BadJoinsAreRejectedWithoutDisturbingTheOthers) {
   Rendezvous rendezvous;
   const std::string secret = rendezvous.CreateSecret();
   const absl::Time soon = absl::Now() + absl::Milliseconds(100);
-  EXPECT_EQ(rendezvous.Join("0123456789abcdef0123456789abcdef", 2, 0, Daemon(0), soon).status().code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      rendezvous.Join("0123456789abcdef0123456789abcdef", 2, 0, Daemon(0), soon).status().code(),
+      absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(rendezvous.Join(secret, 2, 2, Daemon(0), soon).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(rendezvous.Join(secret, 2, -1, Daemon(0), soon).status().code(),
@@ -74,9 +75,8 @@ TEST(RendezvousTest, BadJoinsAreRejectedWithoutDisturbingTheOthers) {
             absl::StatusCode::kInvalidArgument);
 
   absl::StatusOr<Plan> first = absl::UnknownError("not run");
-  std::thread rank0([&] {
-    first = rendezvous.Join(secret, 2, 0, Daemon(0), absl::Now() + absl::Seconds(30));
-  });
+  std::thread rank0(
+      [&] { first = rendezvous.Join(secret, 2, 0, Daemon(0), absl::Now() + absl::Seconds(30)); });
   // Once rank 0 is registered, a second rank 0 is rejected.
   while (rendezvous.Arrived(secret) < 1) absl::SleepFor(absl::Milliseconds(1));
   const absl::Status duplicate =
@@ -86,7 +86,8 @@ TEST(RendezvousTest, BadJoinsAreRejectedWithoutDisturbingTheOthers) {
   EXPECT_EQ(rendezvous.Join(secret, 3, 1, Daemon(1), absl::Now()).status().code(),
             absl::StatusCode::kInvalidArgument)
       << "world size differs from rank 0's";
-  absl::StatusOr<Plan> second = rendezvous.Join(secret, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30));
+  absl::StatusOr<Plan> second =
+      rendezvous.Join(secret, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30));
   rank0.join();
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(second.ok()) << second.status();

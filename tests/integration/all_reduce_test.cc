@@ -88,15 +88,15 @@ TEST_F(AllReduceTest, EveryCountZeroCopyAndStagedInPlaceAndOutOfPlace) {
       // Staged: ordinary heap memory the daemon cannot map.
       std::vector<float> staged_send(count), staged_recv(count, -1);
       for (size_t i = 0; i < count; ++i) staged_send[i] = Input(rank, i);
-      ASSERT_TRUE(comm.AllReduce(staged_send.data(), staged_recv.data(), count,
-                                 DataType::kFloat32, ReduceOp::kSum)
+      ASSERT_TRUE(comm.AllReduce(staged_send.data(), staged_recv.data(), count, DataType::kFloat32,
+                                 ReduceOp::kSum)
                       .ok());
       wrong = 0;
       for (size_t i = 0; i < count; ++i) wrong += staged_recv[i] != Expected(i);
       EXPECT_EQ(wrong, 0u) << "staged, count " << count;
       for (size_t i = 0; i < count; ++i) EXPECT_EQ(staged_send[i], Input(rank, i)) << "input kept";
-      ASSERT_TRUE(comm.AllReduce(staged_send.data(), staged_send.data(), count,
-                                 DataType::kFloat32, ReduceOp::kSum)
+      ASSERT_TRUE(comm.AllReduce(staged_send.data(), staged_send.data(), count, DataType::kFloat32,
+                                 ReduceOp::kSum)
                       .ok());
       wrong = 0;
       for (size_t i = 0; i < count; ++i) wrong += staged_send[i] != Expected(i);
@@ -109,7 +109,8 @@ TEST_F(AllReduceTest, OtherTypesAndOpsAndAverage) {
   ASSERT_TRUE(cluster_->ok());
   RunRanks(*cluster_, NewCommId(*cluster_), [&](int rank, Client&, Communicator& comm) {
     std::vector<int32_t> values = {rank, -rank, 7 * rank + 1};
-    ASSERT_TRUE(comm.AllReduce(values.data(), values.data(), 3, DataType::kInt32, ReduceOp::kMax).ok());
+    ASSERT_TRUE(
+        comm.AllReduce(values.data(), values.data(), 3, DataType::kInt32, ReduceOp::kMax).ok());
     EXPECT_EQ(values, (std::vector<int32_t>{kWorld - 1, 0, 7 * (kWorld - 1) + 1}));
     std::vector<double> avg = {static_cast<double>(rank)};
     ASSERT_TRUE(comm.AllReduce(avg.data(), avg.data(), 1, DataType::kFloat64, ReduceOp::kAvg).ok());
@@ -125,9 +126,9 @@ TEST_F(AllReduceTest, SeveralCommunicatorsAtOnceAndADaemonRootedCommunicator) {
   auto body = [](int rank, Client&, Communicator& comm) {
     for (int iteration = 0; iteration < 20; ++iteration) {
       std::vector<float> data(4099, static_cast<float>(rank + iteration));
-      ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
-                                 ReduceOp::kSum)
-                      .ok());
+      ASSERT_TRUE(
+          comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum)
+              .ok());
       const float expected = kWorld * (kWorld - 1) / 2.0f + kWorld * iteration;
       ASSERT_EQ(data.front(), expected);
       ASSERT_EQ(data.back(), expected);
@@ -143,10 +144,11 @@ TEST_F(AllReduceTest, InvalidArgumentsLeaveTheCommunicatorUsable) {
   ASSERT_TRUE(cluster_->ok());
   RunRanks(*cluster_, NewCommId(*cluster_), [&](int rank, Client&, Communicator& comm) {
     std::vector<float> data(8, 1.0f);
-    absl::Status overflow = comm.AllReduce(data.data(), data.data(), SIZE_MAX / 2,
-                                           DataType::kFloat32, ReduceOp::kSum);
+    absl::Status overflow =
+        comm.AllReduce(data.data(), data.data(), SIZE_MAX / 2, DataType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(overflow.code(), absl::StatusCode::kInvalidArgument) << overflow;
-    ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), 8, DataType::kFloat32, ReduceOp::kSum).ok());
+    ASSERT_TRUE(
+        comm.AllReduce(data.data(), data.data(), 8, DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ(data[0], static_cast<float>(kWorld));
   });
 }

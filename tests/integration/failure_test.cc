@@ -20,8 +20,8 @@ using testing::TestCluster;
 constexpr absl::Duration kOpTimeout = absl::Seconds(5);
 
 TEST(FailureTest, KilledDaemonIsNamedOnEverySurvivingRankAndSurvivorsKeepServing) {
-  TestCluster cluster(3, {absl::StrCat("--op-timeout=", absl::FormatDuration(kOpTimeout)),
-                          "--chunk-bytes=262144"});
+  TestCluster cluster(
+      3, {absl::StrCat("--op-timeout=", absl::FormatDuration(kOpTimeout)), "--chunk-bytes=262144"});
   ASSERT_TRUE(cluster.ok());
   constexpr int kRanksPerDaemon = 2;
   constexpr int kWorld = 6;
@@ -36,7 +36,8 @@ TEST(FailureTest, KilledDaemonIsNamedOnEverySurvivingRankAndSurvivorsKeepServing
   std::vector<std::thread> threads;
   for (int rank = 0; rank < kWorld; ++rank) {
     threads.emplace_back([&, rank] {
-      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank / kRanksPerDaemon].socket);
+      std::unique_ptr<Client> client =
+          MustConnect(cluster.daemons()[rank / kRanksPerDaemon].socket);
       auto comm = client->Join(id, kWorld, rank, absl::Seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       auto memory = client->Allocate(kCount * sizeof(float));
@@ -79,9 +80,10 @@ TEST(FailureTest, KilledDaemonIsNamedOnEverySurvivingRankAndSurvivorsKeepServing
       auto comm = client->Join(fresh, 2, rank, absl::Seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       std::vector<float> data(100000, static_cast<float>(rank + 1));
-      ASSERT_TRUE((*comm)->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
-                                     ReduceOp::kSum)
-                      .ok());
+      ASSERT_TRUE(
+          (*comm)
+              ->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum)
+              .ok());
       EXPECT_EQ(data.front(), 3.0f);
       EXPECT_EQ(data.back(), 3.0f);
     });

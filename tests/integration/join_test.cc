@@ -1,10 +1,9 @@
 // Communicator formation through real daemons: missing ranks, bad ids, duplicate ranks.
 
 #include <thread>
-
-#include "absl/synchronization/mutex.h"
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "tests/integration/test_cluster.h"
 
 namespace baton {
@@ -76,7 +75,8 @@ TEST(JoinTest, BadIdsAndRanksGetClearErrors) {
   }
   {
     absl::MutexLock lock(&mu);
-    mu.Await(absl::Condition(+[](int* n) { return *n >= 1; }, &returned));
+    mu.Await(absl::Condition(
+        +[](int* n) { return *n >= 1; }, &returned));
   }
   absl::StatusOr<std::unique_ptr<Communicator>> second = client->Join(id, 2, 1, absl::Seconds(20));
   for (auto& t : claimants) t.join();
