@@ -1,9 +1,9 @@
 #include "collective/data_type.h"
 
-#include "absl/strings/string_view.h"
-
 #include <array>
 #include <utility>
+
+#include "absl/strings/string_view.h"
 
 namespace baton::collective {
 namespace {

@@ -38,13 +38,13 @@ struct Bfloat16Format {
 struct Fp8E4M3Format {
   using Storage = uint8_t;
   using Acc = float;
-  static float Load(uint8_t x) { return kFp8E4M3Values[x]; }
+  static float Load(uint8_t x) { return Fp8E4M3ToFloat(x); }
   static uint8_t Store(float x) { return FloatToFp8E4M3(x); }
 };
 struct Fp8E5M2Format {
   using Storage = uint8_t;
   using Acc = float;
-  static float Load(uint8_t x) { return kFp8E5M2Values[x]; }
+  static float Load(uint8_t x) { return Fp8E5M2ToFloat(x); }
   static uint8_t Store(float x) { return FloatToFp8E5M2(x); }
 };
 
@@ -53,7 +53,8 @@ struct Fp8E5M2Format {
 // narrow unsigned operands to `int` can invoke undefined behaviour; converting back to T is
 // modular (C++20).
 template <typename T>
-using WrapType = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+using WrapType =
+    std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 
 struct SumOp {
   template <typename T>
@@ -162,8 +163,9 @@ void DivideTyped(void* data, size_t count, int divisor) {
   // Integers divide in a 64-bit type of their signedness (a divisor above 127 must not wrap in
   // int8) and truncate toward zero; the quotient always fits back. Floats divide in their
   // accumulation type and round once.
-  using Divisor = std::conditional_t<
-      std::is_integral_v<Acc>, std::conditional_t<std::is_signed_v<Acc>, int64_t, uint64_t>, Acc>;
+  using Divisor =
+      std::conditional_t<std::is_integral_v<Acc>,
+                         std::conditional_t<std::is_signed_v<Acc>, int64_t, uint64_t>, Acc>;
   const auto d = static_cast<Divisor>(divisor);
   for (size_t i = 0; i < count; ++i) {
     values[i] = Format::Store(static_cast<Acc>(Format::Load(values[i]) / d));

@@ -49,7 +49,8 @@ class RingOperation {
         type_(type),
         op_(op),
         element_size_(DataTypeSize(type)),
-        chunk_elements_(std::max<size_t>(1, ctx.chunk_bytes / std::max<size_t>(1, element_size_))) {}
+        chunk_elements_(std::max<size_t>(1, ctx.chunk_bytes / std::max<size_t>(1, element_size_))) {
+  }
 
   absl::Status Run() {
     const int steps = ring_.size - 1;
@@ -150,7 +151,8 @@ absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, void* data, s
   }
   if (count > std::numeric_limits<size_t>::max() / element_size) {
     return absl::InvalidArgumentError(absl::StrCat("ring all-reduce: ", count, " elements of ",
-                                                   DataTypeName(type), " overflow the address space"));
+                                                   DataTypeName(type),
+                                                   " overflow the address space"));
   }
   if (ring.size == 1 || count == 0) return absl::OkStatus();
   if (ctx.endpoint == nullptr || data == nullptr || ring.prev.empty() || ring.next.empty()) {

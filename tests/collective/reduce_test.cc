@@ -34,11 +34,11 @@ TEST(DataTypeTest, SizesAndNames) {
     absl::string_view name;
   };
   const Expected expected[] = {
-      {DataType::kInt8, 1, "int8"},         {DataType::kUint8, 1, "uint8"},
-      {DataType::kInt32, 4, "int32"},       {DataType::kUint32, 4, "uint32"},
-      {DataType::kInt64, 8, "int64"},       {DataType::kUint64, 8, "uint64"},
-      {DataType::kFloat16, 2, "float16"},   {DataType::kBfloat16, 2, "bfloat16"},
-      {DataType::kFloat32, 4, "float32"},   {DataType::kFloat64, 8, "float64"},
+      {DataType::kInt8, 1, "int8"},        {DataType::kUint8, 1, "uint8"},
+      {DataType::kInt32, 4, "int32"},      {DataType::kUint32, 4, "uint32"},
+      {DataType::kInt64, 8, "int64"},      {DataType::kUint64, 8, "uint64"},
+      {DataType::kFloat16, 2, "float16"},  {DataType::kBfloat16, 2, "bfloat16"},
+      {DataType::kFloat32, 4, "float32"},  {DataType::kFloat64, 8, "float64"},
       {DataType::kFp8E4M3, 1, "fp8_e4m3"}, {DataType::kFp8E5M2, 1, "fp8_e5m2"},
   };
   for (const Expected& e : expected) {
@@ -55,10 +55,10 @@ TEST(DataTypeTest, SizesAndNames) {
 
 TEST(DataTypeTest, ReduceOpNames) {
   const std::pair<ReduceOp, absl::string_view> expected[] = {{ReduceOp::kSum, "sum"},
-                                                            {ReduceOp::kProd, "prod"},
-                                                            {ReduceOp::kMin, "min"},
-                                                            {ReduceOp::kMax, "max"},
-                                                            {ReduceOp::kAvg, "avg"}};
+                                                             {ReduceOp::kProd, "prod"},
+                                                             {ReduceOp::kMin, "min"},
+                                                             {ReduceOp::kMax, "max"},
+                                                             {ReduceOp::kAvg, "avg"}};
   for (const auto& [op, name] : expected) {
     EXPECT_EQ(ReduceOpName(op), name);
     EXPECT_EQ(ParseReduceOp(name), op);
@@ -73,10 +73,10 @@ TEST(DataTypeTest, ReduceOpNames) {
 struct NarrowFormat {
   const char* name;
   DataType type;
-  int bits;       // 8 or 16
+  int bits;  // 8 or 16
   int exp_bits;
   int man_bits;
-  bool ieee;      // has infinity (all-ones exponent is inf/NaN); otherwise e4m3 FN
+  bool ieee;  // has infinity (all-ones exponent is inf/NaN); otherwise e4m3 FN
   uint32_t canonical_nan;
   float (*decode)(uint32_t);
   uint32_t (*encode)(float);
@@ -146,22 +146,42 @@ class CachedRounder {
   double beyond_ = 0;
 };
 
-const NarrowFormat kFloat16{
-    "float16", DataType::kFloat16, 16, 5, 10, true, 0x7E00,
-    [](uint32_t p) { return HalfToFloat(static_cast<uint16_t>(p)); },
-    [](float f) { return static_cast<uint32_t>(FloatToHalf(f)); }};
-const NarrowFormat kBfloat16{
-    "bfloat16", DataType::kBfloat16, 16, 8, 7, true, 0x7FC0,
-    [](uint32_t p) { return Bfloat16ToFloat(static_cast<uint16_t>(p)); },
-    [](float f) { return static_cast<uint32_t>(FloatToBfloat16(f)); }};
-const NarrowFormat kFp8E4M3{
-    "fp8_e4m3", DataType::kFp8E4M3, 8, 4, 3, false, 0x7F,
-    [](uint32_t p) { return Fp8E4M3ToFloat(static_cast<uint8_t>(p)); },
-    [](float f) { return static_cast<uint32_t>(FloatToFp8E4M3(f)); }};
-const NarrowFormat kFp8E5M2{
-    "fp8_e5m2", DataType::kFp8E5M2, 8, 5, 2, true, 0x7F,
-    [](uint32_t p) { return Fp8E5M2ToFloat(static_cast<uint8_t>(p)); },
-    [](float f) { return static_cast<uint32_t>(FloatToFp8E5M2(f)); }};
+const NarrowFormat kFloat16{"float16",
+                            DataType::kFloat16,
+                            16,
+                            5,
+                            10,
+                            true,
+                            0x7E00,
+                            [](uint32_t p) { return HalfToFloat(static_cast<uint16_t>(p)); },
+                            [](float f) { return static_cast<uint32_t>(FloatToHalf(f)); }};
+const NarrowFormat kBfloat16{"bfloat16",
+                             DataType::kBfloat16,
+                             16,
+                             8,
+                             7,
+                             true,
+                             0x7FC0,
+                             [](uint32_t p) { return Bfloat16ToFloat(static_cast<uint16_t>(p)); },
+                             [](float f) { return static_cast<uint32_t>(FloatToBfloat16(f)); }};
+const NarrowFormat kFp8E4M3{"fp8_e4m3",
+                            DataType::kFp8E4M3,
+                            8,
+                            4,
+                            3,
+                            false,
+                            0x7F,
+                            [](uint32_t p) { return Fp8E4M3ToFloat(static_cast<uint8_t>(p)); },
+                            [](float f) { return static_cast<uint32_t>(FloatToFp8E4M3(f)); }};
+const NarrowFormat kFp8E5M2{"fp8_e5m2",
+                            DataType::kFp8E5M2,
+                            8,
+                            5,
+                            2,
+                            true,
+                            0x7F,
+                            [](uint32_t p) { return Fp8E5M2ToFloat(static_cast<uint8_t>(p)); },
+                            [](float f) { return static_cast<uint32_t>(FloatToFp8E5M2(f)); }};
 
 uint32_t RoundReference(const NarrowFormat& f, double x) {
   static const CachedRounder float16(kFloat16), bfloat16(kBfloat16), e4m3(kFp8E4M3), e5m2(kFp8E5M2);
@@ -264,7 +284,8 @@ TEST_P(ConversionTest, RandomFloatsMatchBruteForceRounding) {
     // the format's range.
     const float x = (i % 2 == 0) ? std::bit_cast<float>(static_cast<uint32_t>(rng()))
                                  : in_range(rng) * std::ldexp(1.0f, -static_cast<int>(rng() % 40));
-    ASSERT_EQ(f.encode(x), RoundReference(f, x)) << f.name << " x=" << x << " bits=" << FloatBits(x);
+    ASSERT_EQ(f.encode(x), RoundReference(f, x))
+        << f.name << " x=" << x << " bits=" << FloatBits(x);
   }
 }
 
@@ -282,8 +303,8 @@ TEST(ConversionBoundaryTest, Float16Boundaries) {
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie with zero: even
   EXPECT_EQ(FloatToHalf(std::ldexp(1.5f, -25)), 0x0001);
-  EXPECT_EQ(FloatToHalf(-std::ldexp(1.0f, -26)), 0x8000);  // underflow keeps the sign
-  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie: down to even
+  EXPECT_EQ(FloatToHalf(-std::ldexp(1.0f, -26)), 0x8000);            // underflow keeps the sign
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3C00);      // tie: down to even
   EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3C02);  // tie: up to even
   EXPECT_EQ(HalfToFloat(0x7BFF), 65504.0f);
   EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));
@@ -428,7 +449,8 @@ void ExpectElement(DataType type, ReduceOp op, const std::vector<std::byte>& got
   const bool minmax = op == ReduceOp::kMin || op == ReduceOp::kMax;
   auto check_float = [&](double want, double have, uint64_t want_bits, uint64_t have_bits) {
     if (std::isnan(want)) {
-      EXPECT_TRUE(std::isnan(have)) << DataTypeName(type) << " " << ReduceOpName(op) << " [" << i << "]";
+      EXPECT_TRUE(std::isnan(have))
+          << DataTypeName(type) << " " << ReduceOpName(op) << " [" << i << "]";
     } else if (minmax && want == 0 && have == 0) {
     } else {
       EXPECT_EQ(have_bits, want_bits) << DataTypeName(type) << " " << ReduceOpName(op) << " [" << i
@@ -446,8 +468,7 @@ void ExpectElement(DataType type, ReduceOp op, const std::vector<std::byte>& got
   if (const NarrowFormat* f = FormatOf(type)) {
     float acc = static_cast<float>(f->Value(NarrowElement(*f, *inputs[0], i)));
     for (size_t s = 1; s < inputs.size(); ++s) {
-      acc = static_cast<float>(
-          ApplyReference(op, acc, f->Value(NarrowElement(*f, *inputs[s], i))));
+      acc = static_cast<float>(ApplyReference(op, acc, f->Value(NarrowElement(*f, *inputs[s], i))));
     }
     const uint32_t want = RoundReference(*f, acc);
     const uint32_t have = NarrowElement(*f, got, i);
@@ -491,10 +512,10 @@ void ExpectElement(DataType type, ReduceOp op, const std::vector<std::byte>& got
   }
 }
 
-const DataType kAllTypes[] = {
-    DataType::kInt8,    DataType::kUint8,    DataType::kInt32,   DataType::kUint32,
-    DataType::kInt64,   DataType::kUint64,   DataType::kFloat16, DataType::kBfloat16,
-    DataType::kFloat32, DataType::kFloat64,  DataType::kFp8E4M3, DataType::kFp8E5M2};
+const DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,
+                              DataType::kUint32,  DataType::kInt64,    DataType::kUint64,
+                              DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
+                              DataType::kFloat64, DataType::kFp8E4M3,  DataType::kFp8E5M2};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax,
                             ReduceOp::kAvg};
 
@@ -557,13 +578,13 @@ TEST_P(KernelTest, ZeroCountTouchesNothing) {
   EXPECT_EQ(dst, std::vector<std::byte>(8, std::byte{0x5A}));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllTypesAndOps, KernelTest, ::testing::Combine(::testing::ValuesIn(kAllTypes),
-                                                   ::testing::ValuesIn(kAllOps)),
-    [](const auto& info) {
-      return std::string(DataTypeName(std::get<0>(info.param))) + "_" +
-             std::string(ReduceOpName(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(AllTypesAndOps, KernelTest,
+                         ::testing::Combine(::testing::ValuesIn(kAllTypes),
+                                            ::testing::ValuesIn(kAllOps)),
+                         [](const auto& info) {
+                           return std::string(DataTypeName(std::get<0>(info.param))) + "_" +
+                                  std::string(ReduceOpName(std::get<1>(info.param)));
+                         });
 
 // ---- Specific cases ----
 

@@ -234,10 +234,10 @@ struct RingCase {
 };
 
 std::vector<RingCase> AllCases() {
-  const DataType kAllTypes[] = {
-      DataType::kInt8,    DataType::kUint8,   DataType::kInt32,   DataType::kUint32,
-      DataType::kInt64,   DataType::kUint64,  DataType::kFloat16, DataType::kBfloat16,
-      DataType::kFloat32, DataType::kFloat64, DataType::kFp8E4M3, DataType::kFp8E5M2};
+  const DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,
+                                DataType::kUint32,  DataType::kInt64,    DataType::kUint64,
+                                DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
+                                DataType::kFloat64, DataType::kFp8E4M3,  DataType::kFp8E5M2};
   const DataType kLargeTypes[] = {DataType::kFloat32, DataType::kInt32, DataType::kFloat16,
                                   DataType::kBfloat16};
   const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin, ReduceOp::kMax};
@@ -352,9 +352,8 @@ TEST(RingAllReduceTest, ConsecutiveAndConcurrentOperations) {
     ctx_b.comm = 8;
     ctx_a.chunk_bytes = ctx_b.chunk_bytes = 64;
     std::vector<absl::Status> statuses_a, statuses_b;
-    std::thread other([&] {
-      statuses_b = group.AllReduce(b, kCount, DataType::kInt32, ReduceOp::kSum, ctx_b);
-    });
+    std::thread other(
+        [&] { statuses_b = group.AllReduce(b, kCount, DataType::kInt32, ReduceOp::kSum, ctx_b); });
     statuses_a = group.AllReduce(a, kCount, DataType::kInt32, ReduceOp::kSum, ctx_a);
     other.join();
     for (int r = 0; r < kRanks; ++r) {
@@ -372,35 +371,35 @@ TEST(RingAllReduceTest, ConsecutiveAndConcurrentOperations) {
 TEST(RingAllReduceTest, RejectsBadArguments) {
   int32_t data[4] = {};
   OpContext ctx;
-  EXPECT_EQ(RingAllReduce(ctx, Ring{2, 2, "a", "b"}, data, 4, DataType::kInt32, ReduceOp::kSum)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingAllReduce(ctx, Ring{0, 0, "", ""}, data, 4, DataType::kInt32, ReduceOp::kSum)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingAllReduce(ctx, Ring{-1, 2, "a", "b"}, data, 4, DataType::kInt32, ReduceOp::kSum)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RingAllReduce(ctx, Ring{2, 2, "a", "b"}, data, 4, DataType::kInt32, ReduceOp::kSum).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RingAllReduce(ctx, Ring{0, 0, "", ""}, data, 4, DataType::kInt32, ReduceOp::kSum).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RingAllReduce(ctx, Ring{-1, 2, "a", "b"}, data, 4, DataType::kInt32, ReduceOp::kSum).code(),
+      absl::StatusCode::kInvalidArgument);
   // Missing endpoint, buffer or neighbour in a real ring.
-  EXPECT_EQ(RingAllReduce(ctx, Ring{0, 2, "a", "b"}, data, 4, DataType::kInt32, ReduceOp::kSum)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RingAllReduce(ctx, Ring{0, 2, "a", "b"}, data, 4, DataType::kInt32, ReduceOp::kSum).code(),
+      absl::StatusCode::kInvalidArgument);
   Group group(2);
   ctx.endpoint = group.endpoint(0);
-  EXPECT_EQ(RingAllReduce(ctx, Ring{0, 2, "", "rank1"}, data, 4, DataType::kInt32, ReduceOp::kSum)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingAllReduce(ctx, Group::RingOf(0, 2), nullptr, 4, DataType::kInt32, ReduceOp::kSum)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingAllReduce(ctx, Group::RingOf(0, 2), data, SIZE_MAX / 2, DataType::kInt32,
-                          ReduceOp::kSum)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RingAllReduce(ctx, Group::RingOf(0, 2), data, 4, static_cast<DataType>(77),
-                          ReduceOp::kSum)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RingAllReduce(ctx, Ring{0, 2, "", "rank1"}, data, 4, DataType::kInt32, ReduceOp::kSum).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RingAllReduce(ctx, Group::RingOf(0, 2), nullptr, 4, DataType::kInt32, ReduceOp::kSum).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RingAllReduce(ctx, Group::RingOf(0, 2), data, SIZE_MAX / 2, DataType::kInt32, ReduceOp::kSum)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RingAllReduce(ctx, Group::RingOf(0, 2), data, 4, static_cast<DataType>(77), ReduceOp::kSum)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
   // Nothing to do: no transport needed.
   EXPECT_TRUE(RingAllReduce(OpContext{}, Ring{}, data, 4, DataType::kInt32, ReduceOp::kSum).ok());
   EXPECT_TRUE(
@@ -447,8 +446,7 @@ TEST(RingAllReduceTest, PeerKilledMidOperationFailsEveryRankWithoutHanging) {
   DyingEndpoint victim(group.endpoint(kVictim), &group.fabric(), /*kill_after=*/5);
   std::vector<Endpoint*> endpoints;
   for (int r = 0; r < kRanks; ++r) endpoints.push_back(r == kVictim ? &victim : group.endpoint(r));
-  std::vector<std::vector<std::byte>> buffers(kRanks,
-                                              AsBytes(std::vector<float>(kCount, 1.0f)));
+  std::vector<std::vector<std::byte>> buffers(kRanks, AsBytes(std::vector<float>(kCount, 1.0f)));
   OpContext ctx = TestContext(1, kTimeout);
   ctx.chunk_bytes = 64;  // 63 chunks per step: the victim dies early in the first step
 
