@@ -38,13 +38,13 @@ struct Bfloat16Format {
 struct Fp8E4M3Format {
   using Storage = uint8_t;
   using Acc = float;
-  static float Load(uint8_t x) { return Fp8E4M3ToFloat(x); }
+  static float Load(uint8_t x) { return kFp8E4M3Values[x]; }  // a lookup beats SSE2 arithmetic
   static uint8_t Store(float x) { return FloatToFp8E4M3(x); }
 };
 struct Fp8E5M2Format {
   using Storage = uint8_t;
   using Acc = float;
-  static float Load(uint8_t x) { return Fp8E5M2ToFloat(x); }
+  static float Load(uint8_t x) { return kFp8E5M2Values[x]; }
   static uint8_t Store(float x) { return FloatToFp8E5M2(x); }
 };
 

@@ -6,7 +6,8 @@
 // infinity, NaN becomes the format's canonical NaN).
 //
 // Integer sums and products wrap around (two's complement). Floating-point min and max propagate
-// NaN. Pointers must be aligned for the element type. The functions are thread-safe (no state).
+// NaN; between +0 and -0 either may be returned. Pointers must be aligned for the element type.
+// The functions are thread-safe (no state).
 
 #include <cstddef>
 #include <span>

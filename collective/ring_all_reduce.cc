@@ -68,8 +68,8 @@ class RingOperation {
     return absl::OkStatus();
   }
 
-  size_t ChunksIn(const Range& segment) const {
-    return (segment.length + chunk_elements_ - 1) / chunk_elements_;
+  size_t ChunksIn(const Range& segment) const {  // rounded up without overflowing
+    return segment.length / chunk_elements_ + (segment.length % chunk_elements_ != 0 ? 1 : 0);
   }
 
  private:

@@ -34,8 +34,12 @@ struct OpContext {
 
 // Reduces `count` elements at `data` in place across the ring: on return every participant holds
 // op(participant 0's data, ..., participant size-1's data). ReduceOp::kAvg is reduced as a sum;
-// the caller divides once at the end (DivideInPlace in reduce.h). Errors come from the transport
-// and name the peer at fault.
+// the caller divides once at the end (DivideInPlace in reduce.h). Errors come from the transport,
+// annotated with this rank, the phase and step, and the neighbour it was sending to or receiving
+// from; on error `data` is left partly reduced. A lost neighbour shows up as Unavailable; ranks
+// further away only see DeadlineExceeded at ctx.deadline unless the caller aborts the
+// communicator on their endpoints. InvalidArgument for a rank outside the ring, an unknown type,
+// or a byte count that overflows.
 absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, void* data, size_t count,
                            DataType type, ReduceOp op);
 

@@ -335,6 +335,25 @@ TEST(RingAllReduceTest, AvgReducesAsSumForTheCallerToDivide) {
   }
 }
 
+// Chunk sizes below one element, not a multiple of it, and so large that rounding up the number
+// of chunks could overflow (one-byte elements).
+TEST(RingAllReduceTest, ChunkBytesOfAnySize) {
+  for (size_t chunk_bytes : {size_t{0}, size_t{3}, size_t{8}, SIZE_MAX / 2, SIZE_MAX}) {
+    Group group(3);
+    std::vector<std::vector<std::byte>> buffers = {AsBytes<uint8_t>({1, 2, 3, 4, 5}),
+                                                   AsBytes<uint8_t>({10, 20, 30, 40, 50}),
+                                                   AsBytes<uint8_t>({100, 200, 44, 144, 250})};
+    OpContext ctx = TestContext(1, absl::Seconds(30));
+    ctx.chunk_bytes = chunk_bytes;
+    const auto statuses = group.AllReduce(buffers, 5, DataType::kUint8, ReduceOp::kSum, ctx);
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+      EXPECT_EQ(FromBytes<uint8_t>(buffers[r]), (std::vector<uint8_t>{111, 222, 77, 188, 49}))
+          << "chunk_bytes " << chunk_bytes;
+    }
+  }
+}
+
 // Back-to-back operations on the same endpoints, and two communicators at once: tags keep them
 // apart.
 TEST(RingAllReduceTest, ConsecutiveAndConcurrentOperations) {

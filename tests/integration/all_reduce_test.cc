@@ -105,6 +105,32 @@ TEST_F(AllReduceTest, EveryCountZeroCopyAndStagedInPlaceAndOutOfPlace) {
   });
 }
 
+TEST_F(AllReduceTest, HundredsOfMebibytesOneRankPerDaemon) {
+  ASSERT_TRUE(cluster_->ok());
+  constexpr size_t kCount = size_t{64} << 20;  // 256 MiB of float32 per rank
+  const std::string id = NewCommId(*cluster_);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kDaemons; ++rank) {
+    threads.emplace_back([&, rank] {
+      std::unique_ptr<Client> client = MustConnect(cluster_->daemons()[rank].socket);
+      auto comm = client->Join(id, kDaemons, rank, absl::Seconds(30));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      absl::StatusOr<void*> memory = client->Allocate(kCount * sizeof(float));
+      ASSERT_TRUE(memory.ok()) << memory.status();
+      auto* data = static_cast<float*>(*memory);
+      for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(rank + (i & 1023));
+      ASSERT_TRUE((*comm)->AllReduce(data, data, kCount, DataType::kFloat32, ReduceOp::kSum).ok());
+      size_t wrong = 0;
+      for (size_t i = 0; i < kCount; ++i) {
+        wrong +=
+            data[i] != static_cast<float>(kDaemons * (kDaemons - 1) / 2 + kDaemons * (i & 1023));
+      }
+      EXPECT_EQ(wrong, 0u) << "rank " << rank;
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 TEST_F(AllReduceTest, OtherTypesAndOpsAndAverage) {
   ASSERT_TRUE(cluster_->ok());
   RunRanks(*cluster_, NewCommId(*cluster_), [&](int rank, Client&, Communicator& comm) {
