@@ -192,8 +192,8 @@ int Bench(int argc, char** argv, bool worker) {
   options.AddInt("iters", &bench.iters, "-n: timed iterations per size");
   options.AddInt("warmup_iters", &bench.warmup_iters, "-w: untimed iterations per size");
   options.AddInt("check", &check, "-c: check every element of the result (1) or not (0)");
-  options.AddString("datatype", &bench.data_type, "-d: element type");
-  options.AddString("op", &bench.reduce_op, "-o: reduce op");
+  options.AddString("datatype", &bench.data_type, "-d: element type (float32 so far)");
+  options.AddString("op", &bench.reduce_op, "-o: reduce op (sum so far)");
   options.AddInt("ranks_per_daemon", &bench.ranks_per_daemon, "ranks launched per daemon");
   options.AddString("cluster", &cluster, "local cluster directory whose daemons to use");
   options.AddString("sockets", &sockets, "comma-separated daemon sockets (instead of --cluster)");

@@ -107,6 +107,12 @@ class DaemonImpl final : public Daemon {
     DaemonInfo info{kVersion, metrics_->address(), absl::Now()};
     client_service_ = std::make_unique<ClientService>(node_.get(), info, &shutting_down_);
     grpc::ServerBuilder client_builder;
+    // Client calls block (Join, Collective, WatchSession) for as long as the operation takes. With
+    // gRPC's default of at most two polling threads, every concurrent call would spawn and then
+    // retire a thread; keep enough pollers for a node's ranks instead.
+    client_builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
+    client_builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 4);
+    client_builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 64);
     client_builder.AddListeningPort("unix://" + config_.socket, grpc::InsecureServerCredentials());
     client_builder.RegisterService(client_service_.get());
     client_server_ = client_builder.BuildAndStart();

@@ -23,7 +23,6 @@ metrics over HTTP. Every option can also be set in the config file (see docs/con
 override the file. SIGTERM or SIGINT stops the daemon cleanly.
 
 Options:
-  --config=FILE                           config file ("key = value" lines)
 )";
 
 }  // namespace
@@ -37,6 +36,8 @@ int main(int argc, char** argv) {
   if (baton::WantsHelp(argc, argv)) {
     std::cout << kUsage;
     baton::OptionSet listing;
+    std::string no_file;
+    listing.AddString("config", &no_file, "config file (\"key = value\" lines, docs/config.md)");
     baton::daemon::Config defaults;
     baton::daemon::RegisterOptions(listing, defaults);
     std::cout << listing.Help();
