@@ -185,7 +185,12 @@ void Communicator::RunExecutor() {
     for (auto& part : slot.parts) parts.push_back(*part);
 
     mu_.Unlock();
+    const absl::Time start = absl::Now();
     absl::StatusOr<std::string> result = Execute(seq, parts);
+    if (options_.observer != nullptr) {
+      options_.observer->OnOperation(OpRecord{parts.front().kind, result.value_or(""),
+                                              absl::Now() - start, result.ok()});
+    }
     if (!result.ok()) Abort(result.status(), /*notify_peers=*/true);
     mu_.Lock();
 

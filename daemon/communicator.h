@@ -41,11 +41,29 @@ struct OpRequest {
   std::vector<std::shared_ptr<void>> pins;
 };
 
+// What an operation cost, reported once it completes (successfully or not).
+struct OpRecord {
+  OpKind kind = OpKind::kAllReduce;
+  std::string algorithm;  // "ring", "local"; empty if it failed before choosing
+  absl::Duration total;   // from the last local rank's submission to completion
+  bool ok = false;
+};
+
+// Receives every completed operation; must be thread-safe (executors of different communicators
+// call it concurrently).
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void OnOperation(const OpRecord& record) = 0;
+};
+
 struct CommunicatorOptions {
   absl::Duration op_timeout = absl::Seconds(60);
   size_t chunk_bytes = size_t{1} << 20;
   // Incremented for every completed operation (daemon-wide counter); may be null.
   std::atomic<uint64_t>* completed_total = nullptr;
+  // Told about every operation; may be null.
+  OpObserver* observer = nullptr;
 };
 
 class Communicator {

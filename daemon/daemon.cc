@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,10 +17,13 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "daemon/client_service.h"
+#include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/node.h"
 #include "daemon/peer_service.h"
+#include "daemon/systemd_notify.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -82,6 +88,8 @@ class DaemonImpl final : public Daemon {
     tcp.advertise_host = config_.advertise_host;
     BATON_ASSIGN_OR_RETURN(endpoint_, transport::NewTcpEndpoint(tcp));
 
+    // grpc.health.v1 on both servers: "" reports SERVING while the daemon serves.
+    grpc::EnableDefaultHealthCheckService(true);
     int peer_port = 0;
     grpc::ServerBuilder peer_builder;
     peer_builder.AddListeningPort(config_.peer_listen, grpc::InsecureServerCredentials(),
@@ -95,16 +103,26 @@ class DaemonImpl final : public Daemon {
 
     Member self{config_.node_name, absl::StrCat(config_.advertise_host, ":", peer_port),
                 endpoint_->address()};
-    node_ = std::make_unique<Node>(config_, self, endpoint_.get());
+    metrics_ = Metrics::Create(self.node_name);
+    node_ = std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get());
+    metrics_->SetNode(node_.get());
     peer_service_.SetNode(node_.get());
 
-    BATON_ASSIGN_OR_RETURN(metrics_, MetricsServer::Start(config_.metrics_listen, node_.get()));
+    std::vector<HttpRoute> routes = {
+        {"/metrics",
+         [this] {
+           return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_->Render()};
+         }},
+        {"/healthz", [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; }},
+        {"/readyz", [this] { return Readiness(); }},
+    };
+    BATON_ASSIGN_OR_RETURN(http_, HttpServer::Start(config_.metrics_listen, std::move(routes)));
 
     const std::filesystem::path socket(config_.socket);
     std::error_code error;
     std::filesystem::create_directories(socket.parent_path(), error);
     std::filesystem::remove(socket, error);  // stale: we hold the lock, so no daemon serves it
-    DaemonInfo info{kVersion, metrics_->address(), absl::Now()};
+    DaemonInfo info{kVersion, http_->address(), absl::Now()};
     client_service_ = std::make_unique<ClientService>(node_.get(), info, &shutting_down_);
     grpc::ServerBuilder client_builder;
     // Client calls block (Join, Collective, WatchSession) for as long as the operation takes. With
@@ -121,16 +139,22 @@ class DaemonImpl final : public Daemon {
           absl::StrCat("cannot serve the client API on ", config_.socket));
     }
     chmod(config_.socket.c_str(), 0660);
+    serving_ = true;
 
     spdlog::info("batond {} serving as node {}: client {} peer {} data {} metrics {}", kVersion,
                  self.node_name, config_.socket, self.peer_address, self.data_address,
-                 metrics_->address());
+                 http_->address());
     if (!config_.ready_file.empty()) {
       BATON_RETURN_IF_ERROR(WriteFileAtomically(
           config_.ready_file,
           absl::StrCat("node_name=", self.node_name, "\nsocket=", config_.socket,
                        "\npeer_address=", self.peer_address, "\ndata_address=", self.data_address,
-                       "\nmetrics_address=", metrics_->address(), "\npid=", getpid(), "\n")));
+                       "\nmetrics_address=", http_->address(), "\npid=", getpid(), "\n")));
+    }
+    NotifySystemd(absl::StrCat("READY=1\nMAINPID=", getpid(), "\nSTATUS=serving as node ",
+                               self.node_name));
+    if (std::optional<absl::Duration> interval = SystemdWatchdogInterval()) {
+      watchdog_ = std::thread([this, period = *interval / 2] { RunWatchdog(period); });
     }
     return absl::OkStatus();
   }
@@ -138,6 +162,9 @@ class DaemonImpl final : public Daemon {
   void Shutdown() override {
     if (shutting_down_.HasBeenNotified()) return;
     shutting_down_.Notify();
+    serving_ = false;
+    NotifySystemd("STOPPING=1");
+    if (watchdog_.joinable()) watchdog_.join();
     spdlog::info("shutting down");
     if (node_ != nullptr) {
       node_->AbortAll(absl::UnavailableError(
@@ -146,11 +173,12 @@ class DaemonImpl final : public Daemon {
     const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(3);
     if (client_server_ != nullptr) client_server_->Shutdown(deadline);
     if (peer_server_ != nullptr) peer_server_->Shutdown(deadline);
-    metrics_.reset();
+    http_.reset();
     client_server_.reset();
     peer_server_.reset();
     client_service_.reset();
     node_.reset();
+    metrics_.reset();
     endpoint_.reset();
     std::error_code error;
     std::filesystem::remove(config_.socket, error);
@@ -159,6 +187,22 @@ class DaemonImpl final : public Daemon {
   }
 
  private:
+  HttpResponse Readiness() const {
+    if (!serving_) return HttpResponse{503, "text/plain; charset=utf-8", "not serving\n"};
+    return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};
+  }
+
+  // Pings systemd's watchdog while the daemon's core answers: listing communicators and sessions
+  // takes the locks every request path takes, so a deadlocked daemon stops pinging and is
+  // restarted.
+  void RunWatchdog(absl::Duration period) {
+    while (!shutting_down_.WaitForNotificationWithTimeout(period)) {
+      (void)node_->communicators().List();
+      (void)node_->sessions().Count();
+      NotifySystemd("WATCHDOG=1");
+    }
+  }
+
   const Config config_;
   std::unique_ptr<SocketLock> lock_;
   absl::Notification shutting_down_;
@@ -166,7 +210,10 @@ class DaemonImpl final : public Daemon {
   PeerService peer_service_;
   std::unique_ptr<grpc::Server> peer_server_;
   std::unique_ptr<Node> node_;
-  std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<Metrics> metrics_;
+  std::unique_ptr<HttpServer> http_;
+  std::atomic<bool> serving_{false};
+  std::thread watchdog_;
   std::unique_ptr<ClientService> client_service_;
   std::unique_ptr<grpc::Server> client_server_;
 };

@@ -1,11 +1,13 @@
 #include "daemon/metrics.h"
 
-#include <exception>
+#include <sstream>
 
-#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
-#include "prometheus/exposer.h"
+#include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 
 namespace baton::daemon {
 namespace {
@@ -34,31 +36,73 @@ void AddSample(prometheus::MetricFamily& family,
   family.metric.push_back(std::move(metric));
 }
 
-// Reads the node's state on every scrape.
-class NodeCollector final : public prometheus::Collectable {
- public:
-  explicit NodeCollector(Node* node) : node_(node) {}
+// Latency buckets from 10 us to ~84 s, a factor of 2 apart: small all-reduces take tens of
+// microseconds, 1 GiB ones seconds.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  prometheus::Histogram::BucketBoundaries buckets;
+  for (double b = 10e-6; b < 100; b *= 2) buckets.push_back(b);
+  return buckets;
+}
 
-  std::vector<prometheus::MetricFamily> Collect() const override {
-    const std::string& local = node_->self().node_name;
-    auto tx_bytes =
-        Family("baton_link_transmitted_bytes_total",
-               "Bytes sent to a peer daemon, framing included.", prometheus::MetricType::Counter);
+class PrometheusMetrics final : public Metrics {
+ public:
+  explicit PrometheusMetrics(const std::string& node_name)
+      : node_name_(node_name),
+        latency_(prometheus::BuildHistogram()
+                     .Name("baton_collective_duration_seconds")
+                     .Help("Time from the last local rank's submission to completion, by "
+                           "operation, algorithm and outcome.")
+                     .Register(registry_)) {}
+
+  void SetNode(Node* node) override {
+    absl::MutexLock lock(&mu_);
+    node_ = node;
+  }
+
+  void OnOperation(const OpRecord& record) override {
+    absl::MutexLock lock(&mu_);
+    latency_
+        .Add({{"local_node", node_name_},
+              {"op", std::string(OpKindName(record.kind))},
+              {"algorithm", record.algorithm.empty() ? "none" : record.algorithm},
+              {"outcome", record.ok ? "ok" : "error"}},
+             LatencyBuckets())
+        .Observe(absl::ToDoubleSeconds(record.total));
+  }
+
+  std::string Render() override {
+    std::vector<prometheus::MetricFamily> families = registry_.Collect();
+    {
+      absl::MutexLock lock(&mu_);
+      if (node_ != nullptr) AppendNodeState(*node_, families);
+    }
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, families);
+    return out.str();
+  }
+
+ private:
+  void AppendNodeState(Node& node, std::vector<prometheus::MetricFamily>& families) {
+    const std::string& local = node_name_;
+    auto tx_bytes = Family("baton_link_transmitted_bytes_total",
+                           "Bytes sent to a peer daemon, framing included.",
+                           prometheus::MetricType::Counter);
     auto rx_bytes = Family("baton_link_received_bytes_total",
                            "Bytes received from a peer daemon, framing included.",
                            prometheus::MetricType::Counter);
     auto tx_messages = Family("baton_link_transmitted_messages_total",
                               "Messages sent to a peer daemon.", prometheus::MetricType::Counter);
-    auto rx_messages =
-        Family("baton_link_received_messages_total", "Messages received from a peer daemon.",
-               prometheus::MetricType::Counter);
+    auto rx_messages = Family("baton_link_received_messages_total",
+                              "Messages received from a peer daemon.",
+                              prometheus::MetricType::Counter);
     auto errors = Family("baton_link_errors_total", "Transport errors on a link.",
                          prometheus::MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection from the peer is established.",
                      prometheus::MetricType::Gauge);
-    for (const transport::LinkStats& link : node_->endpoint()->Stats()) {
+    for (const transport::LinkStats& link : node.endpoint()->Stats()) {
       std::vector<prometheus::ClientMetric::Label> labels = {
-          Label("local_node", local), Label("peer", link.peer), Label("transport", "tcp")};
+          Label("local_node", local), Label("peer_node", node.PeerName(link.peer)),
+          Label("transport", "tcp")};
       AddSample(tx_bytes, labels, static_cast<double>(link.tx_bytes));
       AddSample(rx_bytes, labels, static_cast<double>(link.rx_bytes));
       AddSample(tx_messages, labels, static_cast<double>(link.tx_messages));
@@ -68,57 +112,33 @@ class NodeCollector final : public prometheus::Collectable {
     }
     auto communicators = Family("baton_communicators", "Communicators this daemon takes part in.",
                                 prometheus::MetricType::Gauge);
-    auto ops = Family("baton_collectives_completed_total",
-                      "Collective operations completed since the daemon started.",
-                      prometheus::MetricType::Counter);
-    const double completed = static_cast<double>(node_->collectives_completed());
-    const auto comms = node_->communicators().List();
-    AddSample(communicators, {Label("local_node", local)}, static_cast<double>(comms.size()));
-    AddSample(ops, {Label("local_node", local)}, completed);
+    AddSample(communicators, {Label("local_node", local)},
+              static_cast<double>(node.communicators().List().size()));
+    auto completed = Family("baton_collectives_completed_total",
+                            "Collective operations completed since the daemon started.",
+                            prometheus::MetricType::Counter);
+    AddSample(completed, {Label("local_node", local)},
+              static_cast<double>(node.collectives_completed()));
     auto sessions = Family("baton_client_sessions", "Client sessions open on this daemon.",
                            prometheus::MetricType::Gauge);
-    AddSample(sessions, {Label("local_node", local)}, node_->sessions().Count());
-    return {tx_bytes, rx_bytes, tx_messages, rx_messages, errors, up, communicators, ops, sessions};
+    AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
+    for (auto* family : {&tx_bytes, &rx_bytes, &tx_messages, &rx_messages, &errors, &up,
+                         &communicators, &completed, &sessions}) {
+      families.push_back(std::move(*family));
+    }
   }
 
- private:
-  Node* const node_;
-};
-
-class PrometheusMetricsServer final : public MetricsServer {
- public:
-  PrometheusMetricsServer(std::unique_ptr<prometheus::Exposer> exposer,
-                          std::shared_ptr<NodeCollector> collector, std::string address)
-      : exposer_(std::move(exposer)),
-        collector_(std::move(collector)),
-        address_(std::move(address)) {
-    exposer_->RegisterCollectable(collector_);
-  }
-  std::string address() const override { return address_; }
-
- private:
-  std::unique_ptr<prometheus::Exposer> exposer_;
-  std::shared_ptr<NodeCollector> collector_;
-  std::string address_;
+  const std::string node_name_;
+  prometheus::Registry registry_;
+  prometheus::Family<prometheus::Histogram>& latency_;
+  absl::Mutex mu_;
+  Node* node_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& listen_address, Node* node) {
-  // prometheus-cpp reports a failed bind by throwing; this is the one place we catch it.
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    exposer = std::make_unique<prometheus::Exposer>(listen_address, 2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot serve metrics on ", listen_address, ": ", e.what()));
-  }
-  const std::vector<int> ports = exposer->GetListeningPorts();
-  const std::string host = listen_address.substr(0, listen_address.rfind(':'));
-  std::string address = absl::StrCat(host, ":", ports.empty() ? 0 : ports.front());
-  return std::unique_ptr<MetricsServer>(new PrometheusMetricsServer(
-      std::move(exposer), std::make_shared<NodeCollector>(node), std::move(address)));
+std::unique_ptr<Metrics> Metrics::Create(const std::string& node_name) {
+  return std::make_unique<PrometheusMetrics>(node_name);
 }
 
 }  // namespace baton::daemon

@@ -1,25 +1,27 @@
 #pragma once
 
-// The daemon's Prometheus endpoint (the only user of prometheus-cpp). Metrics are read from the
-// node at scrape time, so the data plane keeps one set of counters and nothing is double-counted.
-// docs/metrics.md lists every metric.
+// The daemon's Prometheus metrics (the only user of prometheus-cpp). Link and communicator state
+// is read from the node at scrape time, so the data plane keeps one set of counters; operation
+// latencies are recorded as they complete. docs/metrics.md lists every metric.
 
 #include <memory>
 #include <string>
 
-#include "absl/status/statusor.h"
+#include "daemon/communicator.h"
 #include "daemon/node.h"
 
 namespace baton::daemon {
 
-class MetricsServer {
+class Metrics : public OpObserver {
  public:
-  // Serves /metrics on `listen_address` ("host:port", port 0 picks one). `node` must outlive it.
-  static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& listen_address,
-                                                              Node* node);
-  virtual ~MetricsServer() = default;
-  // "host:port" actually bound.
-  virtual std::string address() const = 0;
+  // `node` must outlive the metrics; it may be set after construction (SetNode) because the node
+  // takes this object as its operation observer.
+  static std::unique_ptr<Metrics> Create(const std::string& node_name);
+  ~Metrics() override = default;
+
+  virtual void SetNode(Node* node) = 0;
+  // The Prometheus text exposition of every metric.
+  virtual std::string Render() = 0;
 };
 
 }  // namespace baton::daemon

@@ -21,19 +21,28 @@ absl::StatusOr<CommId> ParseCommId(const std::string& text) {
   return id;
 }
 
-Node::Node(const Config& config, Member self, transport::Endpoint* endpoint)
+Node::Node(const Config& config, Member self, transport::Endpoint* endpoint,
+           OpObserver* observer)
     : config_(config),
       self_(std::move(self)),
       endpoint_(endpoint),
+      observer_(observer),
       communicators_([this](const Plan& plan) -> absl::StatusOr<std::shared_ptr<Communicator>> {
         const int index = plan.IndexOf(self_.data_address);
         if (index < 0) {
           return absl::InternalError("the communicator's plan does not include this daemon");
         }
+        {
+          absl::MutexLock lock(&names_mu_);
+          for (const PlanDaemon& daemon : plan.daemons) {
+            peer_names_[daemon.member.data_address] = daemon.member.node_name;
+          }
+        }
         CommunicatorOptions options;
         options.op_timeout = config_.op_timeout;
         options.chunk_bytes = static_cast<size_t>(config_.chunk_bytes);
         options.completed_total = &collectives_completed_;
+        options.observer = observer_;
         return std::make_shared<Communicator>(
             plan, index, endpoint_, options, [this](const Plan& p, const absl::Status& reason) {
               for (const PlanDaemon& daemon : p.daemons) {
@@ -42,6 +51,12 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint)
               }
             });
       }) {}
+
+std::string Node::PeerName(const std::string& data_address) const {
+  absl::MutexLock lock(&names_mu_);
+  auto it = peer_names_.find(data_address);
+  return it == peer_names_.end() ? data_address : it->second;
+}
 
 std::string Node::CreateCommId() {
   return absl::StrCat(self_.peer_address, "/", rendezvous_.CreateSecret());

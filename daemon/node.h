@@ -8,7 +8,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/communicator_registry.h"
 #include "daemon/config.h"
@@ -52,7 +54,8 @@ struct CollectiveCall {
 class Node {
  public:
   // `self` is how other daemons reach this one. `endpoint` must outlive the node.
-  Node(const Config& config, Member self, transport::Endpoint* endpoint);
+  // `observer` (may be null) is told about every completed operation and must outlive the node.
+  Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer);
 
   const Member& self() const { return self_; }
   SessionRegistry& sessions() { return sessions_; }
@@ -73,6 +76,10 @@ class Node {
                                 const Member& member, absl::Time deadline);
   void AbortFromPeer(uint64_t comm_tag, const absl::Status& reason, const std::string& from_node);
 
+  // The node name of the peer daemon whose data endpoint is `data_address`, learnt from the plans
+  // of this daemon's communicators; the address itself if no plan named it.
+  std::string PeerName(const std::string& data_address) const;
+
   // Collectives completed on this daemon since it started.
   uint64_t collectives_completed() const { return collectives_completed_.load(); }
 
@@ -83,10 +90,13 @@ class Node {
   const Config config_;
   const Member self_;
   transport::Endpoint* const endpoint_;
+  OpObserver* const observer_;
   Rendezvous rendezvous_;
   SessionRegistry sessions_;
   PeerClient peers_;
   std::atomic<uint64_t> collectives_completed_{0};
+  mutable absl::Mutex names_mu_;
+  absl::flat_hash_map<std::string, std::string> peer_names_ ABSL_GUARDED_BY(names_mu_);
   CommunicatorRegistry communicators_;
 };
 

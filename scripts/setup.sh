@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
+  libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev
   libgtest-dev libgmock-dev libhwloc-dev libibverbs-dev
   iproute2 procps
 )

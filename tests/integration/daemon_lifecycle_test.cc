@@ -49,6 +49,47 @@ TEST(DaemonLifecycleTest, ASecondDaemonOnTheSameSocketRefusesToStart) {
   EXPECT_TRUE(client->CreateCommId().ok());
 }
 
+TEST(DaemonLifecycleTest, HealthReadinessAndMetricsAreServedOverHttp) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  const std::string http = cluster.daemons()[0].metrics_address;
+  EXPECT_EQ(testing::HttpGet(http, "/healthz"), "200\nok\n");
+  EXPECT_EQ(testing::HttpGet(http, "/readyz"), "200\nready\n");
+  EXPECT_EQ(testing::HttpGet(http, "/nope").substr(0, 3), "404");
+
+  // One all-reduce of 1000 floats between the two daemons, then the counters show it.
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
+      auto comm = client->Join(id, 2, rank, absl::Seconds(30));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      std::vector<float> data(1000, 1.0f);
+      ASSERT_TRUE((*comm)->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                     ReduceOp::kSum)
+                      .ok());
+    });
+  }
+  for (auto& t : ranks) t.join();
+  const std::string metrics = testing::HttpGet(http, "/metrics");
+  ASSERT_EQ(metrics.substr(0, 3), "200") << metrics;
+  const std::string labels = "{local_node=\"node-0\",peer_node=\"node-1\",transport=\"tcp\"}";
+  // Ring of 2: each daemon sends one 2000-byte half in reduce-scatter and one in all-gather, each
+  // with a 40-byte frame header.
+  EXPECT_NE(metrics.find("baton_link_transmitted_bytes_total" + labels + " 4080"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("baton_link_transmitted_messages_total" + labels + " 2"), std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("baton_collectives_completed_total{local_node=\"node-0\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("baton_collective_duration_seconds_count{algorithm=\"ring\",local_node="
+                         "\"node-0\",op=\"all_reduce\",outcome=\"ok\"} 1"),
+            std::string::npos)
+      << metrics;
+}
+
 TEST(DaemonLifecycleTest, SigtermFailsInFlightOperationsAndRemovesTheSocket) {
   TestCluster cluster(2);
   ASSERT_TRUE(cluster.ok());
