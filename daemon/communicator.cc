@@ -9,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "collective/reduce.h"
 #include "collective/ring_all_reduce.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace baton::daemon {
@@ -31,6 +32,38 @@ std::string Describe(const OpRequest& r) {
 bool SameOperation(const OpRequest& a, const OpRequest& b) {
   return a.kind == b.kind && a.type == b.type && a.op == b.op && a.count == b.count;
 }
+
+// What every daemon must agree on for one operation, as sent to the next daemon on the ring.
+struct Signature {
+  uint32_t kind = 0;
+  uint32_t type = 0;
+  uint32_t op = 0;
+  uint32_t reserved = 0;
+  uint64_t count = 0;
+  uint64_t reserved2 = 0;
+
+  static Signature Of(const OpRequest& r) {
+    return {static_cast<uint32_t>(r.kind),
+            static_cast<uint32_t>(r.type),
+            static_cast<uint32_t>(r.op),
+            0,
+            r.count,
+            0};
+  }
+  bool operator==(const Signature&) const = default;
+  OpRequest AsRequest() const {
+    OpRequest r;
+    r.kind = static_cast<OpKind>(kind);
+    r.type = static_cast<collective::DataType>(type);
+    r.op = static_cast<collective::ReduceOp>(op);
+    r.count = count;
+    return r;
+  }
+};
+static_assert(sizeof(Signature) == 32);
+
+// The tag step reserved for the signature exchange; algorithms number their steps from 0.
+constexpr uint32_t kSignatureStep = 0xFFFFFFFFu;
 
 }  // namespace
 
@@ -188,8 +221,8 @@ void Communicator::RunExecutor() {
     const absl::Time start = absl::Now();
     absl::StatusOr<std::string> result = Execute(seq, parts);
     if (options_.observer != nullptr) {
-      options_.observer->OnOperation(OpRecord{parts.front().kind, result.value_or(""),
-                                              absl::Now() - start, result.ok()});
+      options_.observer->OnOperation(
+          OpRecord{parts.front().kind, result.value_or(""), absl::Now() - start, result.ok()});
     }
     if (!result.ok()) Abort(result.status(), /*notify_peers=*/true);
     mu_.Lock();
@@ -231,6 +264,7 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
   // 2. Reduce across daemons.
   std::string algorithm = "local";
   if (plan_.daemons.size() > 1) {
+    BATON_RETURN_IF_ERROR(CheckPeersAgree(seq, first));
     const int size = static_cast<int>(plan_.daemons.size());
     collective::Ring ring;
     ring.rank = self_;
@@ -262,6 +296,37 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
     if (parts[i].recv != result && bytes > 0) std::memcpy(parts[i].recv, result, bytes);
   }
   return algorithm;
+}
+
+absl::Status Communicator::CheckPeersAgree(uint64_t seq, const OpRequest& mine) const {
+  // Each daemon tells the next one on the ring what its ranks called. If any two daemons
+  // disagree, some neighbouring pair does, and the daemon that sees it aborts the communicator
+  // everywhere with both sides described, instead of reducing mismatched data or hanging.
+  const int size = static_cast<int>(plan_.daemons.size());
+  const PlanDaemon& next = plan_.daemons[(self_ + 1) % size];
+  const PlanDaemon& prev = plan_.daemons[(self_ + size - 1) % size];
+  const transport::Tag tag{plan_.comm_tag, seq, kSignatureStep, 0};
+  const absl::Time deadline = absl::Now() + options_.op_timeout;
+  Signature own = Signature::Of(mine);
+  Signature theirs;
+  absl::Status status = endpoint_->Send(
+      next.member.data_address, tag,
+      transport::ConstByteSpan(reinterpret_cast<const std::byte*>(&own), sizeof(own)), deadline);
+  if (status.ok()) {
+    status = endpoint_->Recv(
+        prev.member.data_address, tag,
+        transport::ByteSpan(reinterpret_cast<std::byte*>(&theirs), sizeof(theirs)), deadline);
+  }
+  if (!status.ok()) {
+    return NamePeers(Annotate(status, absl::StrCat("operation ", seq, " on node ",
+                                                   plan_.daemons[self_].member.node_name)));
+  }
+  if (own == theirs) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "ranks called different collectives as operation ", seq, ": ranks [",
+      absl::StrJoin(prev.ranks, ", "), "] on node ", prev.member.node_name, " called ",
+      Describe(theirs.AsRequest()), ", ranks [", absl::StrJoin(local_ranks_, ", "), "] on node ",
+      plan_.daemons[self_].member.node_name, " called ", Describe(mine)));
 }
 
 absl::Status Communicator::NamePeers(const absl::Status& status) const {

@@ -120,6 +120,9 @@ class Communicator {
 
   void RunExecutor();
   absl::StatusOr<std::string> Execute(uint64_t seq, std::vector<OpRequest>& parts);
+  // Exchanges the operation's signature with the ring neighbours; FailedPrecondition describing
+  // both sides if they differ.
+  absl::Status CheckPeersAgree(uint64_t seq, const OpRequest& mine) const;
   // Rewrites data addresses in a transport error into "node (address)" for operators.
   absl::Status NamePeers(const absl::Status& status) const;
   int LocalIndex(int rank) const;

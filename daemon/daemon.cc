@@ -113,7 +113,10 @@ class DaemonImpl final : public Daemon {
          [this] {
            return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_->Render()};
          }},
-        {"/healthz", [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; }},
+        {"/healthz",
+         [] {
+           return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"};
+         }},
         {"/readyz", [this] { return Readiness(); }},
     };
     BATON_ASSIGN_OR_RETURN(http_, HttpServer::Start(config_.metrics_listen, std::move(routes)));
@@ -151,8 +154,8 @@ class DaemonImpl final : public Daemon {
                        "\npeer_address=", self.peer_address, "\ndata_address=", self.data_address,
                        "\nmetrics_address=", http_->address(), "\npid=", getpid(), "\n")));
     }
-    NotifySystemd(absl::StrCat("READY=1\nMAINPID=", getpid(), "\nSTATUS=serving as node ",
-                               self.node_name));
+    NotifySystemd(
+        absl::StrCat("READY=1\nMAINPID=", getpid(), "\nSTATUS=serving as node ", self.node_name));
     if (std::optional<absl::Duration> interval = SystemdWatchdogInterval()) {
       watchdog_ = std::thread([this, period = *interval / 2] { RunWatchdog(period); });
     }

@@ -84,17 +84,17 @@ class PrometheusMetrics final : public Metrics {
  private:
   void AppendNodeState(Node& node, std::vector<prometheus::MetricFamily>& families) {
     const std::string& local = node_name_;
-    auto tx_bytes = Family("baton_link_transmitted_bytes_total",
-                           "Bytes sent to a peer daemon, framing included.",
-                           prometheus::MetricType::Counter);
+    auto tx_bytes =
+        Family("baton_link_transmitted_bytes_total",
+               "Bytes sent to a peer daemon, framing included.", prometheus::MetricType::Counter);
     auto rx_bytes = Family("baton_link_received_bytes_total",
                            "Bytes received from a peer daemon, framing included.",
                            prometheus::MetricType::Counter);
     auto tx_messages = Family("baton_link_transmitted_messages_total",
                               "Messages sent to a peer daemon.", prometheus::MetricType::Counter);
-    auto rx_messages = Family("baton_link_received_messages_total",
-                              "Messages received from a peer daemon.",
-                              prometheus::MetricType::Counter);
+    auto rx_messages =
+        Family("baton_link_received_messages_total", "Messages received from a peer daemon.",
+               prometheus::MetricType::Counter);
     auto errors = Family("baton_link_errors_total", "Transport errors on a link.",
                          prometheus::MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection from the peer is established.",

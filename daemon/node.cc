@@ -21,8 +21,7 @@ absl::StatusOr<CommId> ParseCommId(const std::string& text) {
   return id;
 }
 
-Node::Node(const Config& config, Member self, transport::Endpoint* endpoint,
-           OpObserver* observer)
+Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer)
     : config_(config),
       self_(std::move(self)),
       endpoint_(endpoint),

@@ -66,20 +66,23 @@ TEST(DaemonLifecycleTest, HealthReadinessAndMetricsAreServedOverHttp) {
       auto comm = client->Join(id, 2, rank, absl::Seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       std::vector<float> data(1000, 1.0f);
-      ASSERT_TRUE((*comm)->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
-                                     ReduceOp::kSum)
-                      .ok());
+      ASSERT_TRUE(
+          (*comm)
+              ->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum)
+              .ok());
     });
   }
   for (auto& t : ranks) t.join();
   const std::string metrics = testing::HttpGet(http, "/metrics");
   ASSERT_EQ(metrics.substr(0, 3), "200") << metrics;
   const std::string labels = "{local_node=\"node-0\",peer_node=\"node-1\",transport=\"tcp\"}";
-  // Ring of 2: each daemon sends one 2000-byte half in reduce-scatter and one in all-gather, each
-  // with a 40-byte frame header.
-  EXPECT_NE(metrics.find("baton_link_transmitted_bytes_total" + labels + " 4080"), std::string::npos)
+  // Ring of 2: each daemon sends its 32-byte operation signature, then one 2000-byte half in
+  // reduce-scatter and one in all-gather, each message with a 40-byte frame header.
+  EXPECT_NE(metrics.find("baton_link_transmitted_bytes_total" + labels + " 4152"),
+            std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("baton_link_transmitted_messages_total" + labels + " 2"), std::string::npos)
+  EXPECT_NE(metrics.find("baton_link_transmitted_messages_total" + labels + " 3"),
+            std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("baton_collectives_completed_total{local_node=\"node-0\"} 1"),
             std::string::npos)

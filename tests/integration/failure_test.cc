@@ -123,3 +123,61 @@ TEST(FailureTest, ARankThatExitsWithoutDestroyFailsItsPeersInsteadOfHangingThem)
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescribingBothSides) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  // Across daemons: same byte count, different element type (silent corruption if unchecked).
+  {
+    const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+    std::vector<absl::Status> results(2);
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
+        auto comm = client->Join(id, 2, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        std::vector<float> data(100, 1.0f);
+        results[rank] = (*comm)->AllReduce(data.data(), data.data(), data.size(),
+                                           rank == 0 ? DataType::kFloat32 : DataType::kInt32,
+                                           ReduceOp::kSum, absl::Seconds(20));
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (const absl::Status& status : results) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+      EXPECT_NE(status.message().find("all_reduce(float32, sum, count 100)"), std::string::npos)
+          << status;
+      EXPECT_NE(status.message().find("all_reduce(int32, sum, count 100)"), std::string::npos)
+          << status;
+    }
+  }
+  // Within one daemon: two local ranks disagree on the count.
+  {
+    const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+    std::vector<absl::Status> results(2);
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
+        auto comm = client->Join(id, 2, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        std::vector<float> data(100, 1.0f);
+        results[rank] = (*comm)->AllReduce(data.data(), data.data(), rank == 0 ? 100 : 50,
+                                           DataType::kFloat32, ReduceOp::kMax, absl::Seconds(20));
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (const absl::Status& status : results) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+      EXPECT_NE(status.message().find("count 100"), std::string::npos) << status;
+      EXPECT_NE(status.message().find("count 50"), std::string::npos) << status;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace baton
