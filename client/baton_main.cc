@@ -16,6 +16,7 @@
 #include "client/bench.h"
 #include "client/local_cluster.h"
 #include "common/options.h"
+#include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 
 namespace {
@@ -251,10 +252,12 @@ int Bench(int argc, char** argv, bool worker) {
 
 int Status(int argc, char** argv) {
   std::string socket = baton::Client::DefaultSocketPath();
+  bool json = false;
   baton::OptionSet options;
   options.AddString("socket", &socket, "daemon socket ($BATON_SOCKET)");
+  options.AddBool("json", &json, "print the daemon's status as JSON");
   const int code =
-      ParseOrHelp(options, "Usage: baton status [--socket PATH]", argc, argv, 2, nullptr);
+      ParseOrHelp(options, "Usage: baton status [--socket PATH] [--json]", argc, argv, 2, nullptr);
   if (code >= 0) return code;
   auto channel = grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials());
   auto stub = baton::v1::Client::NewStub(channel);
@@ -266,6 +269,19 @@ int Status(int argc, char** argv) {
     std::cerr << "baton status: cannot reach batond at " << socket << ": " << rpc.error_message()
               << "\n";
     return 1;
+  }
+  if (json) {
+    std::string text;
+    google::protobuf::util::JsonPrintOptions print;
+    print.add_whitespace = true;
+    print.always_print_primitive_fields = true;
+    print.preserve_proto_field_names = true;
+    if (!google::protobuf::util::MessageToJsonString(status, &text, print).ok()) {
+      std::cerr << "baton status: cannot render JSON\n";
+      return 1;
+    }
+    std::printf("%s", text.c_str());
+    return 0;
   }
   std::printf("node %s (batond %s, pid %lld, up %.0f s)\n", status.node_name().c_str(),
               status.version().c_str(), static_cast<long long>(status.pid()),
