@@ -15,16 +15,31 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "collective/algorithm.h"
 #include "collective/data_type.h"
 
 namespace baton {
 
+using collective::Algorithm;
 using collective::DataType;
 using collective::ReduceOp;
+
+// Per-call options. A bare duration converts to options with that timeout.
+struct CallOptions {
+  CallOptions() = default;
+  CallOptions(absl::Duration t) : timeout(t) {}  // NOLINT(google-explicit-constructor)
+
+  absl::Duration timeout = absl::Minutes(10);
+  // Forces an algorithm (InvalidArgument if it does not implement the collective). Otherwise
+  // $BATON_ALGO ("ring", "tree", "direct"), if set, applies to the collectives it implements, and
+  // the daemon chooses for the rest. Every rank must make the same choice.
+  std::optional<Algorithm> algorithm;
+};
 
 class Communicator {
  public:
@@ -40,9 +55,35 @@ class Communicator {
   // Unavailable / DeadlineExceeded naming the peer at fault when a rank or daemon is lost (the
   // communicator is then aborted on every rank); FailedPrecondition if ranks disagree on the call.
   virtual absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type,
-                                 ReduceOp op, absl::Duration timeout = absl::Minutes(10)) = 0;
+                                 ReduceOp op, const CallOptions& options = {}) = 0;
 
-  // The algorithm the daemon ran for the last successful operation ("ring", "local").
+  // recv (recv_count elements) = block `rank` of op over all ranks' send (recv_count * world_size
+  // elements).
+  virtual absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
+                                     ReduceOp op, const CallOptions& options = {}) = 0;
+
+  // recv (send_count * world_size elements) = every rank's send, in rank order.
+  virtual absl::Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
+                                 const CallOptions& options = {}) = 0;
+
+  // recv = root's send (count elements) on every rank; send is read on the root only.
+  virtual absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type,
+                                 int root, const CallOptions& options = {}) = 0;
+
+  // root's recv = op over all ranks' send (count elements); recv is written on the root only.
+  virtual absl::Status Reduce(const void* send, void* recv, size_t count, DataType type,
+                              ReduceOp op, int root, const CallOptions& options = {}) = 0;
+
+  // Block j (count elements) of this rank's send goes to rank j; block i of recv comes from rank
+  // i. Both buffers hold count * world_size elements.
+  virtual absl::Status AllToAll(const void* send, void* recv, size_t count, DataType type,
+                                const CallOptions& options = {}) = 0;
+
+  // Returns once every rank has entered the barrier.
+  virtual absl::Status Barrier(const CallOptions& options = {}) = 0;
+
+  // The algorithm the daemon ran for the last successful operation ("ring", "tree", "direct", or
+  // "local" when every rank is on one daemon).
   virtual std::string last_algorithm() const = 0;
 
   // Leaves the communicator. Idempotent.

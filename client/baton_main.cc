@@ -139,8 +139,9 @@ int Local(int argc, char** argv) {
 // Accepts nccl-tests' short flags by rewriting them to their long names.
 std::vector<std::string> ExpandShortFlags(int argc, char** argv, int first) {
   static const std::vector<std::pair<std::string, std::string>> kShort = {
-      {"-b", "--minbytes"},     {"-e", "--maxbytes"}, {"-f", "--stepfactor"}, {"-n", "--iters"},
-      {"-w", "--warmup-iters"}, {"-c", "--check"},    {"-d", "--datatype"},   {"-o", "--op"}};
+      {"-b", "--minbytes"}, {"-e", "--maxbytes"},     {"-f", "--stepfactor"},
+      {"-n", "--iters"},    {"-w", "--warmup-iters"}, {"-c", "--check"},
+      {"-d", "--datatype"}, {"-o", "--op"},           {"-r", "--root"}};
   std::vector<std::string> args = {argv[0]};
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
@@ -193,8 +194,15 @@ int Bench(int argc, char** argv, bool worker) {
   options.AddInt("iters", &bench.iters, "-n: timed iterations per size");
   options.AddInt("warmup_iters", &bench.warmup_iters, "-w: untimed iterations per size");
   options.AddInt("check", &check, "-c: check every element of the result (1) or not (0)");
-  options.AddString("datatype", &bench.data_type, "-d: element type (float32 so far)");
-  options.AddString("op", &bench.reduce_op, "-o: reduce op (sum so far)");
+  options.AddString("op", &bench.op,
+                    "-o: all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, "
+                    "barrier");
+  options.AddString("datatype", &bench.data_type,
+                    "-d: int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, "
+                    "float64, fp8_e4m3, fp8_e5m2");
+  options.AddString("redop", &bench.reduce_op, "sum, prod, min, max, avg");
+  options.AddInt("root", &bench.root, "-r: root rank of broadcast and reduce");
+  options.AddString("algorithm", &bench.algorithm, "ring, tree or direct (default: the daemons')");
   options.AddInt("ranks_per_daemon", &bench.ranks_per_daemon, "ranks launched per daemon");
   options.AddString("cluster", &cluster, "local cluster directory whose daemons to use");
   options.AddString("sockets", &sockets, "comma-separated daemon sockets (instead of --cluster)");
@@ -210,11 +218,14 @@ int Bench(int argc, char** argv, bool worker) {
   for (const std::string& arg : expanded) args.push_back(arg.c_str());
   const int code = ParseOrHelp(
       options,
-      "Usage: baton bench [-b 8] [-e 64M] [-f 2] [-n 20] [-w 5] [-c 1] [--ranks-per-daemon 2]\n"
+      "Usage: baton bench [-o all_reduce] [-d float32] [--redop sum] [-r 0] [-b 8] [-e 64M]\n"
+      "                   [-f 2] [-n 20] [-w 5] [-c 1] [--ranks-per-daemon 2]\n"
       "                   [--cluster DIR | --sockets A,B,...]\n\n"
-      "Runs all_reduce over every daemon of a running cluster, launching --ranks-per-daemon rank\n"
-      "processes on each, and prints time, algbw and busbw (nccl-tests' definitions: busbw =\n"
-      "algbw * 2(n-1)/n) and the number of wrong elements per size.",
+      "Runs one collective over every daemon of a running cluster, launching --ranks-per-daemon\n"
+      "rank processes on each, and prints per size the time, algbw = size / time and busbw =\n"
+      "algbw * factor (nccl-tests: 2(n-1)/n for all_reduce; (n-1)/n for reduce_scatter,\n"
+      "all_gather and all_to_all, whose size is the whole gathered buffer; 1 for broadcast and\n"
+      "reduce), and how many elements of the checked result were wrong.",
       static_cast<int>(args.size()), const_cast<char**>(args.data()), 1, nullptr);
   if (code >= 0) return code;
   bench.check = check != 0;

@@ -12,18 +12,129 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "client/baton.h"
 #include "client/local_cluster.h"
+#include "collective/half.h"
+#include "common/status_macros.h"
 
 namespace baton::client {
 namespace {
 
-// The value rank `rank` contributes at index i: small integers, so float sums are exact.
-float InputValue(int rank, size_t i) { return static_cast<float>((rank + 1) + (i % 13)); }
+using collective::Collective;
 
-float ExpectedSum(int world_size, size_t i) {
-  // sum over r of (r + 1 + i % 13)
-  return static_cast<float>(world_size * (world_size + 1) / 2 + world_size * (i % 13));
+// Element i of a buffer of `type`, as a double, and back. Benchmark values are small integers,
+// exact in every type.
+void Store(DataType type, void* base, size_t i, double v) {
+  switch (type) {
+    case DataType::kInt8:
+      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kUint8:
+      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kUint32:
+      static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kUint64:
+      static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v);
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(base)[i] = collective::FloatToHalf(static_cast<float>(v));
+      break;
+    case DataType::kBfloat16:
+      static_cast<uint16_t*>(base)[i] = collective::FloatToBfloat16(static_cast<float>(v));
+      break;
+    case DataType::kFloat32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(base)[i] = v;
+      break;
+    case DataType::kFp8E4M3:
+      static_cast<uint8_t*>(base)[i] = collective::FloatToFp8E4M3(static_cast<float>(v));
+      break;
+    case DataType::kFp8E5M2:
+      static_cast<uint8_t*>(base)[i] = collective::FloatToFp8E5M2(static_cast<float>(v));
+      break;
+  }
+}
+
+double Load(DataType type, const void* base, size_t i) {
+  switch (type) {
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(base)[i];
+    case DataType::kUint8:
+      return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case DataType::kUint32:
+      return static_cast<const uint32_t*>(base)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUint64:
+      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DataType::kFloat16:
+      return collective::HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kBfloat16:
+      return collective::Bfloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(base)[i];
+    case DataType::kFp8E4M3:
+      return collective::Fp8E4M3ToFloat(static_cast<const uint8_t*>(base)[i]);
+    case DataType::kFp8E5M2:
+      return collective::Fp8E5M2ToFloat(static_cast<const uint8_t*>(base)[i]);
+  }
+  return 0;
+}
+
+// What rank r contributes at element i to a reduction: one rank per element holds the "hot"
+// value, the others the neutral one, so the result is exact in every type and wrong if any rank
+// is counted twice or missed.
+double Contribution(ReduceOp op, int world, int rank, size_t i) {
+  const bool hot = (i + static_cast<size_t>(rank)) % static_cast<size_t>(world) == 0;
+  switch (op) {
+    case ReduceOp::kSum:
+      return hot ? 1 : 0;
+    case ReduceOp::kProd:
+      return hot ? 2 : 1;
+    case ReduceOp::kMin:
+      return hot ? 1 : 2;
+    case ReduceOp::kMax:
+      return hot ? 2 : 1;
+    case ReduceOp::kAvg:
+      return hot ? world : 0;
+  }
+  return 0;
+}
+
+double Reduced(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return 1;
+    case ReduceOp::kProd:
+      return 2;
+    case ReduceOp::kMin:
+      return 1;
+    case ReduceOp::kMax:
+      return 2;
+    case ReduceOp::kAvg:
+      return 1;
+  }
+  return 0;
+}
+
+// What rank r holds at element i of a moved (not reduced) buffer.
+double Tagged(int rank, size_t i) {
+  return static_cast<double>((static_cast<size_t>(rank) * 3 + i) % 11);
 }
 
 std::vector<int64_t> Sizes(const BenchOptions& options) {
@@ -31,7 +142,7 @@ std::vector<int64_t> Sizes(const BenchOptions& options) {
   for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes;
        bytes = options.step_factor > 1 ? bytes * options.step_factor : bytes + 1) {
     sizes.push_back(bytes);
-    if (options.step_factor <= 1) break;
+    if (options.step_factor <= 1 || bytes == 0) break;
   }
   return sizes;
 }
@@ -42,61 +153,140 @@ struct RankResult {
   std::string algorithm;
 };
 
+// Elements per rank buffer for a benchmark size (nccl-tests: the size is the largest buffer).
+size_t CountFor(Collective op, int64_t bytes, size_t element, int world) {
+  const size_t elements = static_cast<size_t>(bytes) / element;
+  switch (op) {
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+    case Collective::kAllToAll:
+      return elements / static_cast<size_t>(world);
+    case Collective::kBarrier:
+      return 0;
+    default:
+      return elements;
+  }
+}
+
 }  // namespace
 
-double AllReduceBusBwFactor(int world_size) {
-  return world_size > 0 ? 2.0 * (world_size - 1) / world_size : 0;
+double BusBwFactor(absl::string_view op, int world_size) {
+  if (world_size <= 0) return 0;
+  const double n = world_size;
+  if (op == "all_reduce") return 2 * (n - 1) / n;
+  if (op == "reduce_scatter" || op == "all_gather" || op == "all_to_all") return (n - 1) / n;
+  if (op == "broadcast" || op == "reduce") return 1;
+  return 0;
 }
 
 absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket,
                           const std::string& comm_id, int world_size, int rank) {
-  if (options.data_type != "float32" || options.reduce_op != "sum") {
-    return absl::UnimplementedError("this bench checks float32 sum only so far");
-  }
+  std::optional<Collective> op = collective::ParseCollective(options.op);
+  std::optional<DataType> type = collective::ParseDataType(options.data_type);
+  std::optional<ReduceOp> reduce_op = collective::ParseReduceOp(options.reduce_op);
+  if (!op || !type || !reduce_op) return absl::InvalidArgumentError("bad -o, -d or -r");
+  CallOptions call;
+  call.timeout = absl::Milliseconds(options.timeout_ms);
+  if (!options.algorithm.empty()) call.algorithm = collective::ParseAlgorithm(options.algorithm);
+  const int root = static_cast<int>(options.root);
+  const size_t element = collective::DataTypeSize(*type);
+
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(socket);
   if (!client.ok()) return client.status();
   absl::StatusOr<std::unique_ptr<Communicator>> comm =
       (*client)->Join(comm_id, world_size, rank, absl::Seconds(60));
   if (!comm.ok()) return comm.status();
-  const size_t max_count = static_cast<size_t>(options.max_bytes) / sizeof(float);
-  absl::StatusOr<void*> send_memory = (*client)->Allocate(max_count * sizeof(float));
+  const size_t max_elements = std::max<size_t>(1, static_cast<size_t>(options.max_bytes) / element);
+  absl::StatusOr<void*> send_memory = (*client)->Allocate(max_elements * element);
   if (!send_memory.ok()) return send_memory.status();
-  absl::StatusOr<void*> recv_memory = (*client)->Allocate(max_count * sizeof(float));
+  absl::StatusOr<void*> recv_memory = (*client)->Allocate(max_elements * element);
   if (!recv_memory.ok()) return recv_memory.status();
-  auto* send = static_cast<float*>(*send_memory);
-  auto* recv = static_cast<float*>(*recv_memory);
-  for (size_t i = 0; i < max_count; ++i) send[i] = InputValue(rank, i);
-  const absl::Duration timeout = absl::Milliseconds(options.timeout_ms);
+  void* send = *send_memory;
+  void* recv = *recv_memory;
 
   for (int64_t bytes : Sizes(options)) {
-    const size_t count = static_cast<size_t>(bytes) / sizeof(float);
-    auto run = [&]() {
-      return (*comm)->AllReduce(send, recv, count, DataType::kFloat32, ReduceOp::kSum, timeout);
+    const size_t count = CountFor(*op, bytes, element, world_size);
+    const size_t world = static_cast<size_t>(world_size);
+    // Inputs for this size.
+    const size_t send_elements =
+        (*op == Collective::kReduceScatter || *op == Collective::kAllToAll) ? count * world : count;
+    for (size_t i = 0; i < send_elements; ++i) {
+      const bool reduces = *op == Collective::kAllReduce || *op == Collective::kReduce ||
+                           *op == Collective::kReduceScatter;
+      Store(*type, send, i,
+            reduces ? Contribution(*reduce_op, world_size, rank, i) : Tagged(rank, i));
+    }
+    auto run = [&]() -> absl::Status {
+      Communicator& c = **comm;
+      switch (*op) {
+        case Collective::kAllReduce:
+          return c.AllReduce(send, recv, count, *type, *reduce_op, call);
+        case Collective::kReduceScatter:
+          return c.ReduceScatter(send, recv, count, *type, *reduce_op, call);
+        case Collective::kAllGather:
+          return c.AllGather(send, recv, count, *type, call);
+        case Collective::kBroadcast:
+          return c.Broadcast(send, recv, count, *type, root, call);
+        case Collective::kReduce:
+          return c.Reduce(send, recv, count, *type, *reduce_op, root, call);
+        case Collective::kAllToAll:
+          return c.AllToAll(send, recv, count, *type, call);
+        case Collective::kBarrier:
+          return c.Barrier(call);
+      }
+      return absl::InternalError("unreachable");
     };
-    for (int64_t i = 0; i < options.warmup_iters; ++i) {
-      if (absl::Status status = run(); !status.ok()) return status;
-    }
-    std::memset(recv, 0, count * sizeof(float));
+    for (int64_t i = 0; i < options.warmup_iters; ++i) BATON_RETURN_IF_ERROR(run());
     const absl::Time start = absl::Now();
-    for (int64_t i = 0; i < options.iters; ++i) {
-      if (absl::Status status = run(); !status.ok()) return status;
-    }
+    for (int64_t i = 0; i < options.iters; ++i) BATON_RETURN_IF_ERROR(run());
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start) /
                            static_cast<double>(std::max<int64_t>(1, options.iters));
     int64_t wrong = 0;
     if (options.check) {
-      if (options.iters == 0) {
-        if (absl::Status status = run(); !status.ok()) return status;
+      std::memset(recv, 0xA5, max_elements * element);  // a stale result must not pass
+      BATON_RETURN_IF_ERROR(run());
+      switch (*op) {
+        case Collective::kAllReduce:
+          for (size_t i = 0; i < count; ++i) wrong += Load(*type, recv, i) != Reduced(*reduce_op);
+          break;
+        case Collective::kReduce:
+          if (rank == root) {
+            for (size_t i = 0; i < count; ++i) wrong += Load(*type, recv, i) != Reduced(*reduce_op);
+          }
+          break;
+        case Collective::kReduceScatter:
+          for (size_t i = 0; i < count; ++i) wrong += Load(*type, recv, i) != Reduced(*reduce_op);
+          break;
+        case Collective::kAllGather:
+          for (size_t r = 0; r < world; ++r) {
+            for (size_t i = 0; i < count; ++i) {
+              wrong += Load(*type, recv, r * count + i) != Tagged(static_cast<int>(r), i);
+            }
+          }
+          break;
+        case Collective::kBroadcast:
+          for (size_t i = 0; i < count; ++i) wrong += Load(*type, recv, i) != Tagged(root, i);
+          break;
+        case Collective::kAllToAll:
+          // Block `rank` of rank r's input holds Tagged(r, rank * count + i).
+          for (size_t r = 0; r < world; ++r) {
+            for (size_t i = 0; i < count; ++i) {
+              wrong += Load(*type, recv, r * count + i) !=
+                       Tagged(static_cast<int>(r), static_cast<size_t>(rank) * count + i);
+            }
+          }
+          break;
+        case Collective::kBarrier:
+          break;
       }
-      for (size_t i = 0; i < count; ++i) wrong += recv[i] != ExpectedSum(world_size, i);
     }
     std::printf("RESULT %lld %zu %.9f %lld %s\n", static_cast<long long>(bytes), count, seconds,
                 static_cast<long long>(wrong), (*comm)->last_algorithm().c_str());
     std::fflush(stdout);
+    if (*op == Collective::kBarrier) break;  // one row: a barrier has no size
   }
   return (*comm)->Destroy();
 }
-
 absl::Status RunBench(const BenchOptions& options) {
   if (options.sockets.empty()) return absl::InvalidArgumentError("no daemons to run on");
   if (options.ranks_per_daemon < 1) {
@@ -105,17 +295,32 @@ absl::Status RunBench(const BenchOptions& options) {
   if (options.min_bytes < 0 || options.max_bytes < options.min_bytes) {
     return absl::InvalidArgumentError("need 0 <= --minbytes <= --maxbytes");
   }
-  if (options.data_type != "float32" || options.reduce_op != "sum") {
-    return absl::UnimplementedError("baton bench runs float32 sum so far (-d float32 -o sum)");
+  if (!collective::ParseCollective(options.op)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown operation '", options.op, "'"));
+  }
+  if (!collective::ParseDataType(options.data_type)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown data type '", options.data_type, "'"));
+  }
+  if (!collective::ParseReduceOp(options.reduce_op)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", options.reduce_op, "'"));
+  }
+  if (!options.algorithm.empty() && !collective::ParseAlgorithm(options.algorithm)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown algorithm '", options.algorithm, "'"));
   }
   const int world_size = static_cast<int>(options.sockets.size() * options.ranks_per_daemon);
+  if (options.root < 0 || options.root >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("root ", options.root, " is out of range for ", world_size, " ranks"));
+  }
   absl::StatusOr<std::unique_ptr<Client>> root = Client::Connect(options.sockets.front());
   if (!root.ok()) return root.status();
   absl::StatusOr<std::string> comm_id = (*root)->CreateCommId();
   if (!comm_id.ok()) return comm_id.status();
 
-  std::printf("# baton bench: all_reduce, %d ranks on %zu daemons (%lld per daemon)\n", world_size,
-              options.sockets.size(), static_cast<long long>(options.ranks_per_daemon));
+  std::printf("# baton bench: %s, %d ranks on %zu daemons (%lld per daemon), root %lld\n",
+              options.op.c_str(), world_size, options.sockets.size(),
+              static_cast<long long>(options.ranks_per_daemon),
+              static_cast<long long>(options.root));
   std::printf(
       "# sizes %lld..%lld bytes, factor %lld, %lld iterations after %lld warm-up, check %s\n",
       static_cast<long long>(options.min_bytes), static_cast<long long>(options.max_bytes),
@@ -148,7 +353,12 @@ absl::Status RunBench(const BenchOptions& options) {
                                      absl::StrCat("--iters=", options.iters),
                                      absl::StrCat("--warmup-iters=", options.warmup_iters),
                                      absl::StrCat("--check=", options.check ? 1 : 0),
-                                     absl::StrCat("--timeout-ms=", options.timeout_ms)};
+                                     absl::StrCat("--timeout-ms=", options.timeout_ms),
+                                     "--op=" + options.op,
+                                     "--datatype=" + options.data_type,
+                                     "--redop=" + options.reduce_op,
+                                     absl::StrCat("--root=", options.root),
+                                     "--algorithm=" + options.algorithm};
     const pid_t pid = fork();
     if (pid < 0) return absl::InternalError("fork failed");
     if (pid == 0) {
@@ -203,7 +413,7 @@ absl::Status RunBench(const BenchOptions& options) {
   for (const auto& [bytes, entry] : table) {
     const auto& [count, row] = entry;
     const double algbw = row.seconds > 0 ? static_cast<double>(bytes) / row.seconds / 1e9 : 0;
-    const double busbw = algbw * AllReduceBusBwFactor(world_size);
+    const double busbw = algbw * BusBwFactor(options.op, world_size);
     busbw_sum += busbw;
     total_wrong += row.wrong;
     std::printf("  %12lld %12zu %8s %6s %10.1f %8.3f %8.3f %8lld %6s\n",

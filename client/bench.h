@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace baton::client {
 
@@ -21,8 +22,11 @@ struct BenchOptions {
   int64_t warmup_iters = 5;
   bool check = true;
   int64_t ranks_per_daemon = 2;
+  std::string op = "all_reduce";  // any collective (collective/algorithm.h names)
   std::string data_type = "float32";
   std::string reduce_op = "sum";
+  int64_t root = 0;                  // broadcast and reduce
+  std::string algorithm;             // empty: the daemons choose
   std::vector<std::string> sockets;  // one per daemon
   int64_t timeout_ms = 120000;       // per operation
 };
@@ -32,10 +36,12 @@ struct BenchOptions {
 absl::Status RunBench(const BenchOptions& options);
 
 // The worker: one rank. Prints "RESULT <bytes> <count> <avg seconds> <wrong> <algorithm>" lines.
+// Inputs are small integers chosen so that every result is exact in every data type.
 absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket,
                           const std::string& comm_id, int world_size, int rank);
 
-// nccl-tests' busbw factor for all-reduce: 2(n-1)/n.
-double AllReduceBusBwFactor(int world_size);
+// nccl-tests' busbw factor: 2(n-1)/n for all_reduce, (n-1)/n for reduce_scatter, all_gather and
+// all_to_all, 1 for broadcast and reduce, 0 for barrier.
+double BusBwFactor(absl::string_view op, int world_size);
 
 }  // namespace baton::client

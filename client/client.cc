@@ -15,6 +15,7 @@
 #include "baton/v1/baton.grpc.pb.h"
 #include "client/baton.h"
 #include "common/shared_memory.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 
 namespace baton {
@@ -132,52 +133,61 @@ class CommunicatorImpl final : public Communicator {
   }
 
   absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
-                         absl::Duration timeout) override {
-    const size_t element = collective::DataTypeSize(type);
-    if (count > SIZE_MAX / element) {
-      return absl::InvalidArgumentError(absl::StrCat("count ", count, " overflows"));
-    }
-    const size_t bytes = count * element;
-    if (bytes > 0 && (send == nullptr || recv == nullptr)) {
-      return absl::InvalidArgumentError("send and recv must not be null");
-    }
-    absl::MutexLock lock(&mu_);  // one operation of this rank at a time; they run in order
-    if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
-    v1::CollectiveRequest request;
-    request.set_session_id(session_->id());
-    request.set_comm_tag(tag_);
-    request.set_rank(rank_);
-    request.set_op(v1::COLLECTIVE_OP_ALL_REDUCE);
-    request.set_data_type(std::string(collective::DataTypeName(type)));
-    request.set_reduce_op(std::string(collective::ReduceOpName(op)));
-    request.set_count(count);
-    request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+                         const CallOptions& options) override {
+    return Run(
+        {v1::COLLECTIVE_OP_ALL_REDUCE, send, recv, count, count, count, type, op, 0, true, true},
+        options);
+  }
 
-    std::optional<v1::BufferRef> send_ref = session_->Find(send, bytes);
-    std::optional<v1::BufferRef> recv_ref = session_->Find(recv, bytes);
-    const bool staged = !send_ref || !recv_ref;
-    if (staged) {
-      // One staging buffer holds the input at offset 0 and the output after it.
-      const bool in_place = send == recv;
-      absl::Status status = EnsureStaging(in_place ? bytes : 2 * bytes);
-      if (!status.ok()) return status;
-      if (bytes > 0) std::memcpy(staging_, send, bytes);
-      send_ref = session_->Find(staging_, bytes);
-      recv_ref = session_->Find(static_cast<std::byte*>(staging_) + (in_place ? 0 : bytes), bytes);
-    }
-    *request.mutable_send() = *send_ref;
-    *request.mutable_recv() = *recv_ref;
-    v1::CollectiveResponse response;
-    grpc::ClientContext context;
-    // The daemon enforces `timeout`; the RPC deadline only guards against a daemon that vanished.
-    SetDeadline(context, timeout + absl::Seconds(10));
-    absl::Status status = FromGrpc(session_->stub()->Collective(&context, request, &response));
-    if (!status.ok()) return status;
-    if (staged && bytes > 0) {
-      std::memcpy(recv, static_cast<std::byte*>(staging_) + (send == recv ? 0 : bytes), bytes);
-    }
-    last_algorithm_ = response.algorithm();
-    return absl::OkStatus();
+  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
+                             ReduceOp op, const CallOptions& options) override {
+    size_t send_count = 0;
+    BATON_ASSIGN_OR_RETURN(send_count, Times(recv_count, world_size_));
+    return Run({v1::COLLECTIVE_OP_REDUCE_SCATTER, send, recv, recv_count, send_count, recv_count,
+                type, op, 0, true, true},
+               options);
+  }
+
+  absl::Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
+                         const CallOptions& options) override {
+    size_t recv_count = 0;
+    BATON_ASSIGN_OR_RETURN(recv_count, Times(send_count, world_size_));
+    return Run({v1::COLLECTIVE_OP_ALL_GATHER, send, recv, send_count, send_count, recv_count, type,
+                ReduceOp::kSum, 0, true, true},
+               options);
+  }
+
+  absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
+                         const CallOptions& options) override {
+    BATON_RETURN_IF_ERROR(CheckRoot(root));
+    const bool is_root = root == rank_;
+    return Run({v1::COLLECTIVE_OP_BROADCAST, is_root ? send : recv, recv, count, count, count, type,
+                ReduceOp::kSum, root, is_root, true},
+               options);
+  }
+
+  absl::Status Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                      int root, const CallOptions& options) override {
+    BATON_RETURN_IF_ERROR(CheckRoot(root));
+    const bool is_root = root == rank_;
+    return Run({v1::COLLECTIVE_OP_REDUCE, send, is_root ? recv : const_cast<void*>(send), count,
+                count, count, type, op, root, true, is_root},
+               options);
+  }
+
+  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType type,
+                        const CallOptions& options) override {
+    size_t total = 0;
+    BATON_ASSIGN_OR_RETURN(total, Times(count, world_size_));
+    return Run({v1::COLLECTIVE_OP_ALL_TO_ALL, send, recv, count, total, total, type, ReduceOp::kSum,
+                0, true, true},
+               options);
+  }
+
+  absl::Status Barrier(const CallOptions& options) override {
+    return Run({v1::COLLECTIVE_OP_BARRIER, nullptr, nullptr, 0, 0, 0, DataType::kUint8,
+                ReduceOp::kSum, 0, false, false},
+               options);
   }
 
   absl::Status Destroy() override {
@@ -197,6 +207,125 @@ class CommunicatorImpl final : public Communicator {
   }
 
  private:
+  // One call as the daemon sees it: which buffers it reads and writes, and how many elements.
+  struct Call {
+    v1::CollectiveOp op;
+    const void* send;
+    void* recv;
+    size_t count;       // the request's count (see the proto)
+    size_t send_count;  // elements read from send
+    size_t recv_count;  // elements written to recv
+    DataType type;
+    ReduceOp reduce_op;
+    int root;
+    bool reads_send;   // this rank's send is read
+    bool writes_recv;  // this rank's recv is written
+  };
+
+  static collective::Collective KindOf(v1::CollectiveOp op) {
+    switch (op) {
+      case v1::COLLECTIVE_OP_REDUCE_SCATTER:
+        return collective::Collective::kReduceScatter;
+      case v1::COLLECTIVE_OP_ALL_GATHER:
+        return collective::Collective::kAllGather;
+      case v1::COLLECTIVE_OP_BROADCAST:
+        return collective::Collective::kBroadcast;
+      case v1::COLLECTIVE_OP_REDUCE:
+        return collective::Collective::kReduce;
+      case v1::COLLECTIVE_OP_ALL_TO_ALL:
+        return collective::Collective::kAllToAll;
+      case v1::COLLECTIVE_OP_BARRIER:
+        return collective::Collective::kBarrier;
+      default:
+        return collective::Collective::kAllReduce;
+    }
+  }
+
+  absl::StatusOr<size_t> Times(size_t count, int factor) const {
+    if (count > SIZE_MAX / static_cast<size_t>(factor)) {
+      return absl::InvalidArgumentError(absl::StrCat("count ", count, " overflows"));
+    }
+    return count * static_cast<size_t>(factor);
+  }
+
+  absl::Status CheckRoot(int root) const {
+    if (root < 0 || root >= world_size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("root ", root, " is out of range for world size ", world_size_));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Run(const Call& call, const CallOptions& options) {
+    const size_t element = collective::DataTypeSize(call.type);
+    if (element == 0) return absl::InvalidArgumentError("unknown data type");
+    if (std::max(call.send_count, call.recv_count) > SIZE_MAX / element) {
+      return absl::InvalidArgumentError(absl::StrCat("count ", call.count, " overflows"));
+    }
+    const size_t send_bytes = call.reads_send ? call.send_count * element : 0;
+    const size_t recv_bytes = call.writes_recv ? call.recv_count * element : 0;
+    if ((send_bytes > 0 && call.send == nullptr) || (recv_bytes > 0 && call.recv == nullptr)) {
+      return absl::InvalidArgumentError("send and recv must not be null");
+    }
+    // $BATON_ALGO overrides the daemon's choice for the collectives that algorithm implements
+    // (like NCCL_ALGO); an explicit per-call choice must be implemented.
+    std::string algorithm;
+    if (options.algorithm) {
+      algorithm = std::string(collective::AlgorithmName(*options.algorithm));
+    } else if (const char* env = std::getenv("BATON_ALGO"); env != nullptr && *env != '\0') {
+      std::optional<Algorithm> parsed = collective::ParseAlgorithm(env);
+      if (!parsed) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("BATON_ALGO='", env, "' is not one of ring, tree, direct"));
+      }
+      if (collective::IsSupported(KindOf(call.op), *parsed)) {
+        algorithm = std::string(collective::AlgorithmName(*parsed));
+      }
+    }
+    absl::MutexLock lock(&mu_);  // one operation of this rank at a time; they run in order
+    if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
+    v1::CollectiveRequest request;
+    request.set_session_id(session_->id());
+    request.set_comm_tag(tag_);
+    request.set_rank(rank_);
+    request.set_op(call.op);
+    request.set_data_type(std::string(collective::DataTypeName(call.type)));
+    request.set_reduce_op(std::string(collective::ReduceOpName(call.reduce_op)));
+    request.set_count(call.count);
+    request.set_root(call.root);
+    request.set_algorithm(algorithm);
+    request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
+
+    // Registered memory is used in place; anything else goes through the staging buffer, which
+    // holds the input at offset 0 and the output after it.
+    std::optional<v1::BufferRef> send_ref =
+        send_bytes > 0 ? session_->Find(call.send, send_bytes) : std::nullopt;
+    std::optional<v1::BufferRef> recv_ref =
+        recv_bytes > 0 ? session_->Find(call.recv, recv_bytes) : std::nullopt;
+    const bool staged = (send_bytes > 0 && !send_ref) || (recv_bytes > 0 && !recv_ref);
+    if (staged) {
+      BATON_RETURN_IF_ERROR(EnsureStaging(send_bytes + recv_bytes));
+      auto* staging = static_cast<std::byte*>(staging_);
+      if (send_bytes > 0) std::memcpy(staging, call.send, send_bytes);
+      send_ref = session_->Find(staging, send_bytes);
+      recv_ref = session_->Find(staging + send_bytes, recv_bytes);
+    }
+    if (send_ref) *request.mutable_send() = *send_ref;
+    if (recv_ref) *request.mutable_recv() = *recv_ref;
+    v1::CollectiveResponse response;
+    grpc::ClientContext context;
+    // The daemon enforces the timeout; the RPC deadline only guards against a daemon that
+    // vanished.
+    SetDeadline(context, options.timeout + absl::Seconds(10));
+    absl::Status status = FromGrpc(session_->stub()->Collective(&context, request, &response));
+    if (!status.ok()) return status;
+    if (staged && recv_bytes > 0) {
+      std::memcpy(call.recv, static_cast<std::byte*>(staging_) + send_bytes, recv_bytes);
+    }
+    last_algorithm_ = response.algorithm();
+    return absl::OkStatus();
+  }
+
   absl::Status EnsureStaging(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (staging_ != nullptr && staging_bytes_ >= bytes) return absl::OkStatus();
     if (staging_ != nullptr) session_->Free(staging_).IgnoreError();

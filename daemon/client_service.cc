@@ -100,13 +100,32 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
   call.rank = request->rank();
   switch (request->op()) {
     case v1::COLLECTIVE_OP_ALL_REDUCE:
-      call.kind = OpKind::kAllReduce;
+      call.kind = collective::Collective::kAllReduce;
+      break;
+    case v1::COLLECTIVE_OP_REDUCE_SCATTER:
+      call.kind = collective::Collective::kReduceScatter;
+      break;
+    case v1::COLLECTIVE_OP_ALL_GATHER:
+      call.kind = collective::Collective::kAllGather;
+      break;
+    case v1::COLLECTIVE_OP_BROADCAST:
+      call.kind = collective::Collective::kBroadcast;
+      break;
+    case v1::COLLECTIVE_OP_REDUCE:
+      call.kind = collective::Collective::kReduce;
+      break;
+    case v1::COLLECTIVE_OP_ALL_TO_ALL:
+      call.kind = collective::Collective::kAllToAll;
+      break;
+    case v1::COLLECTIVE_OP_BARRIER:
+      call.kind = collective::Collective::kBarrier;
       break;
     default:
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("unsupported collective ", v1::CollectiveOp_Name(request->op())));
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("unknown collective ", request->op()));
   }
+  call.root = request->root();
+  call.algorithm = request->algorithm();
   call.data_type = request->data_type();
   call.reduce_op = request->reduce_op();
   call.count = request->count();

@@ -2,35 +2,45 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "collective/direct_all_to_all.h"
+#include "collective/dissemination_barrier.h"
 #include "collective/reduce.h"
+#include "collective/ring_all_gather.h"
 #include "collective/ring_all_reduce.h"
+#include "collective/ring_broadcast.h"
+#include "collective/ring_reduce.h"
+#include "collective/ring_reduce_scatter.h"
+#include "collective/tree_all_reduce.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace baton::daemon {
 
-absl::string_view OpKindName(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllReduce:
-      return "all_reduce";
-  }
-  return "unknown";
-}
-
 namespace {
 
+using collective::Algorithm;
+using collective::Collective;
+
 std::string Describe(const OpRequest& r) {
-  return absl::StrCat(OpKindName(r.kind), "(", collective::DataTypeName(r.type), ", ",
-                      collective::ReduceOpName(r.op), ", count ", r.count, ")");
+  std::string text =
+      absl::StrCat(collective::CollectiveName(r.kind), "(", collective::DataTypeName(r.type), ", ",
+                   collective::ReduceOpName(r.op), ", count ", r.count);
+  if (r.kind == Collective::kBroadcast || r.kind == Collective::kReduce) {
+    absl::StrAppend(&text, ", root ", r.root);
+  }
+  if (r.algorithm) absl::StrAppend(&text, ", ", collective::AlgorithmName(*r.algorithm));
+  return text + ")";
 }
 
 bool SameOperation(const OpRequest& a, const OpRequest& b) {
-  return a.kind == b.kind && a.type == b.type && a.op == b.op && a.count == b.count;
+  return a.kind == b.kind && a.type == b.type && a.op == b.op && a.count == b.count &&
+         a.root == b.root && a.algorithm == b.algorithm;
 }
 
 // What every daemon must agree on for one operation, as sent to the next daemon on the ring.
@@ -38,25 +48,30 @@ struct Signature {
   uint32_t kind = 0;
   uint32_t type = 0;
   uint32_t op = 0;
-  uint32_t reserved = 0;
+  int32_t root = 0;
   uint64_t count = 0;
-  uint64_t reserved2 = 0;
+  uint32_t algorithm = 0;  // 0: the daemons' choice; else 1 + the requested Algorithm
+  uint32_t reserved = 0;
 
   static Signature Of(const OpRequest& r) {
-    return {static_cast<uint32_t>(r.kind),
-            static_cast<uint32_t>(r.type),
-            static_cast<uint32_t>(r.op),
-            0,
-            r.count,
-            0};
+    Signature s;
+    s.kind = static_cast<uint32_t>(r.kind);
+    s.type = static_cast<uint32_t>(r.type);
+    s.op = static_cast<uint32_t>(r.op);
+    s.root = r.root;
+    s.count = r.count;
+    s.algorithm = r.algorithm ? 1 + static_cast<uint32_t>(*r.algorithm) : 0;
+    return s;
   }
   bool operator==(const Signature&) const = default;
   OpRequest AsRequest() const {
     OpRequest r;
-    r.kind = static_cast<OpKind>(kind);
+    r.kind = static_cast<Collective>(kind);
     r.type = static_cast<collective::DataType>(type);
     r.op = static_cast<collective::ReduceOp>(op);
+    r.root = root;
     r.count = count;
+    if (algorithm > 0) r.algorithm = static_cast<Algorithm>(algorithm - 1);
     return r;
   }
 };
@@ -248,54 +263,279 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
           " called ", Describe(first), ", rank ", local_ranks_[i], " called ", Describe(parts[i])));
     }
   }
-  const size_t bytes = first.count * collective::DataTypeSize(first.type);
+  const bool across = plan_.daemons.size() > 1;
+  if (across) BATON_RETURN_IF_ERROR(CheckPeersAgree(seq, first));
 
-  // 1. Reduce the local ranks' inputs into the first local rank's output buffer.
-  std::byte* result = parts.front().recv;
-  std::vector<const void*> sources;
-  sources.reserve(parts.size());
-  for (const OpRequest& part : parts) sources.push_back(part.send);
-  if (sources.size() > 1) {
-    collective::ReduceMany(first.type, first.op, result, sources, first.count);
-  } else if (sources.front() != result && bytes > 0) {
-    std::memcpy(result, sources.front(), bytes);
-  }
+  collective::OpContext ctx;
+  ctx.endpoint = endpoint_;
+  ctx.comm = plan_.comm_tag;
+  ctx.seq = seq;
+  ctx.deadline = absl::Now() + options_.op_timeout;
+  ctx.chunk_bytes = options_.chunk_bytes;
+  const Algorithm algorithm = ChooseAlgorithm(first);
+  const std::string name = across ? std::string(collective::AlgorithmName(algorithm)) : "local";
+  const size_t element = collective::DataTypeSize(first.type);
+  const size_t count = first.count;
+  const size_t bytes = count * element;
+  const int world = plan_.world_size;
 
-  // 2. Reduce across daemons.
-  std::string algorithm = "local";
-  if (plan_.daemons.size() > 1) {
-    BATON_RETURN_IF_ERROR(CheckPeersAgree(seq, first));
-    const int size = static_cast<int>(plan_.daemons.size());
-    collective::Ring ring;
-    ring.rank = self_;
-    ring.size = size;
-    ring.prev = plan_.daemons[(self_ + size - 1) % size].member.data_address;
-    ring.next = plan_.daemons[(self_ + 1) % size].member.data_address;
-    collective::OpContext context;
-    context.endpoint = endpoint_;
-    context.comm = plan_.comm_tag;
-    context.seq = seq;
-    context.deadline = absl::Now() + options_.op_timeout;
-    context.chunk_bytes = options_.chunk_bytes;
-    absl::Status status =
-        collective::RingAllReduce(context, ring, result, first.count, first.type, first.op);
-    if (!status.ok()) {
-      return NamePeers(absl::Status(
-          status.code(),
-          absl::StrCat("operation ", seq, " ", Describe(first), " failed on node ",
-                       plan_.daemons[self_].member.node_name, ": ", status.message())));
+  absl::Status status;
+  switch (first.kind) {
+    case Collective::kAllReduce: {
+      // Reduce the local inputs into the first local rank's output, across daemons, then copy.
+      std::byte* result = parts.front().recv;
+      std::vector<const void*> sources;
+      for (const OpRequest& part : parts) sources.push_back(part.send);
+      if (bytes > 0) collective::ReduceMany(first.type, first.op, result, sources, count);
+      if (across) status = AllReduceAcross(ctx, algorithm, result, count, first.type, first.op);
+      if (status.ok() && first.op == collective::ReduceOp::kAvg) {
+        collective::DivideInPlace(first.type, result, count, world);
+      }
+      for (size_t i = 1; status.ok() && i < parts.size() && bytes > 0; ++i) {
+        std::memcpy(parts[i].recv, result, bytes);
+      }
+      break;
     }
-    algorithm = "ring";
+    case Collective::kBroadcast: {
+      const auto [root_daemon, root_local] = Locate(first.root);
+      std::byte* data = parts[root_daemon == self_ ? root_local : 0].recv;
+      if (root_daemon == self_ && bytes > 0) std::memmove(data, parts[root_local].send, bytes);
+      if (across && bytes > 0) {
+        status =
+            collective::RingBroadcast(ctx, RingOfDaemons(), root_daemon, data, count, first.type);
+      }
+      for (size_t i = 0; status.ok() && i < parts.size() && bytes > 0; ++i) {
+        if (parts[i].recv != data) std::memcpy(parts[i].recv, data, bytes);
+      }
+      break;
+    }
+    case Collective::kReduce: {
+      const auto [root_daemon, root_local] = Locate(first.root);
+      // The root's daemon reduces straight into the root's output; the others into scratch.
+      std::unique_ptr<std::byte[]> scratch;
+      std::byte* data = nullptr;
+      if (root_daemon == self_) {
+        data = parts[root_local].recv;
+      } else {
+        scratch = std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(bytes, 1));
+        data = scratch.get();
+      }
+      std::vector<const void*> sources;
+      for (const OpRequest& part : parts) sources.push_back(part.send);
+      if (bytes > 0) collective::ReduceMany(first.type, first.op, data, sources, count);
+      if (across && bytes > 0) {
+        status = collective::RingReduce(ctx, RingOfDaemons(), root_daemon, data, count, first.type,
+                                        first.op);
+      }
+      if (status.ok() && root_daemon == self_ && first.op == collective::ReduceOp::kAvg) {
+        collective::DivideInPlace(first.type, data, count, world);
+      }
+      break;
+    }
+    case Collective::kReduceScatter:
+      status = ReduceScatterAcross(ctx, parts);
+      break;
+    case Collective::kAllGather:
+      status = AllGatherAcross(ctx, parts);
+      break;
+    case Collective::kAllToAll:
+      status = AllToAllAcross(ctx, parts);
+      break;
+    case Collective::kBarrier:
+      if (across) status = collective::DisseminationBarrier(ctx, DaemonParticipants());
+      break;
   }
-  if (first.op == collective::ReduceOp::kAvg) {
-    collective::DivideInPlace(first.type, result, first.count, plan_.world_size);
+  if (!status.ok()) {
+    return NamePeers(
+        absl::Status(status.code(),
+                     absl::StrCat("operation ", seq, " ", Describe(first), " failed on node ",
+                                  plan_.daemons[self_].member.node_name, ": ", status.message())));
   }
+  return name;
+}
 
-  // 3. Give every other local rank the result.
-  for (size_t i = 1; i < parts.size(); ++i) {
-    if (parts[i].recv != result && bytes > 0) std::memcpy(parts[i].recv, result, bytes);
+Algorithm Communicator::ChooseAlgorithm(const OpRequest& request) const {
+  if (request.algorithm) return *request.algorithm;
+  switch (request.kind) {
+    case Collective::kAllReduce: {
+      // Until the tuner measures links: the tree's log-depth latency wins for small messages
+      // on three or more daemons, the ring's bandwidth for everything else.
+      constexpr size_t kTreeBelowBytes = 64 << 10;
+      const size_t bytes = request.count * collective::DataTypeSize(request.type);
+      return plan_.daemons.size() > 2 && bytes < kTreeBelowBytes ? Algorithm::kTree
+                                                                 : Algorithm::kRing;
+    }
+    case Collective::kAllToAll:
+    case Collective::kBarrier:
+      return Algorithm::kDirect;
+    default:
+      return Algorithm::kRing;
   }
-  return algorithm;
+}
+
+absl::Status Communicator::AllReduceAcross(const collective::OpContext& ctx, Algorithm algorithm,
+                                           std::byte* data, size_t count, collective::DataType type,
+                                           collective::ReduceOp op) const {
+  if (algorithm == Algorithm::kTree) {
+    return collective::TreeAllReduce(ctx, DaemonParticipants(), data, count, type, op);
+  }
+  return collective::RingAllReduce(ctx, RingOfDaemons(), data, count, type, op);
+}
+
+absl::Status Communicator::ReduceScatterAcross(const collective::OpContext& ctx,
+                                               std::vector<OpRequest>& parts) {
+  const OpRequest& first = parts.front();
+  const size_t element = collective::DataTypeSize(first.type);
+  const size_t block = first.count;  // elements each rank receives
+  const size_t total = block * static_cast<size_t>(plan_.world_size);
+  // Reduce the local ranks' whole inputs into scratch, then across daemons.
+  auto scratch = std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(total * element, 1));
+  std::vector<const void*> sources;
+  for (const OpRequest& part : parts) sources.push_back(part.send);
+  if (total > 0) collective::ReduceMany(first.type, first.op, scratch.get(), sources, total);
+  if (plan_.daemons.size() > 1 && total > 0) {
+    // With block placement a daemon's ranks own exactly its segment of the even split, so a
+    // reduce-scatter moves (D-1)/D of the data; otherwise every daemon needs the whole result.
+    absl::Status status = BlockRegular()
+                              ? collective::RingReduceScatter(ctx, RingOfDaemons(), scratch.get(),
+                                                              total, first.type, first.op)
+                              : collective::RingAllReduce(ctx, RingOfDaemons(), scratch.get(),
+                                                          total, first.type, first.op);
+    if (!status.ok()) return status;
+  }
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::byte* own = scratch.get() + static_cast<size_t>(local_ranks_[i]) * block * element;
+    if (first.op == collective::ReduceOp::kAvg) {
+      collective::DivideInPlace(first.type, own, block, plan_.world_size);
+    }
+    if (block > 0) std::memcpy(parts[i].recv, own, block * element);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::AllGatherAcross(const collective::OpContext& ctx,
+                                           std::vector<OpRequest>& parts) {
+  const OpRequest& first = parts.front();
+  const size_t element = collective::DataTypeSize(first.type);
+  const size_t block_bytes = first.count * element;
+  const size_t total_bytes = block_bytes * static_cast<size_t>(plan_.world_size);
+  if (total_bytes == 0) return absl::OkStatus();
+  // Gather into the first local rank's output. Inputs may alias their place in an output
+  // (in-place all-gather), hence memmove, and all inputs are placed before any output is copied.
+  std::byte* out = parts.front().recv;
+  const bool regular = BlockRegular();
+  if (!regular && plan_.daemons.size() > 1) {
+    // Irregular placement: zero everything, place our blocks, and sum bytes across daemons:
+    // every byte has exactly one non-zero contributor, so the sum is bitwise that contribution.
+    std::vector<std::byte> own(parts.size() * block_bytes);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      std::memcpy(own.data() + i * block_bytes, parts[i].send, block_bytes);
+    }
+    std::memset(out, 0, total_bytes);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      std::memcpy(out + static_cast<size_t>(local_ranks_[i]) * block_bytes,
+                  own.data() + i * block_bytes, block_bytes);
+    }
+    absl::Status status =
+        collective::RingAllReduce(ctx, RingOfDaemons(), out, total_bytes,
+                                  collective::DataType::kUint8, collective::ReduceOp::kSum);
+    if (!status.ok()) return status;
+  } else {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      std::memmove(out + static_cast<size_t>(local_ranks_[i]) * block_bytes, parts[i].send,
+                   block_bytes);
+    }
+    if (plan_.daemons.size() > 1) {
+      absl::Status status = collective::RingAllGather(
+          ctx, RingOfDaemons(), out, first.count * static_cast<size_t>(plan_.world_size),
+          first.type);
+      if (!status.ok()) return status;
+    }
+  }
+  for (size_t i = 1; i < parts.size(); ++i) std::memcpy(parts[i].recv, out, total_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::AllToAllAcross(const collective::OpContext& ctx,
+                                          std::vector<OpRequest>& parts) {
+  const OpRequest& first = parts.front();
+  const size_t element = collective::DataTypeSize(first.type);
+  const size_t block = first.count * element;  // bytes from one rank to one rank
+  if (block == 0) return absl::OkStatus();
+  // Daemon a sends daemon b one slab: for each of a's local ranks (padded to the most ranks any
+  // daemon hosts), the blocks for each of b's local ranks. One direct all-to-all of slabs between
+  // daemons then moves every block, the ones within this daemon included.
+  size_t most = 0;
+  for (const PlanDaemon& daemon : plan_.daemons) most = std::max(most, daemon.ranks.size());
+  const size_t daemons = plan_.daemons.size();
+  const size_t slab = most * most * block;
+  std::vector<std::byte> packed(daemons * slab);
+  std::vector<std::byte> unpacked(daemons * slab);
+  for (size_t b = 0; b < daemons; ++b) {
+    const std::vector<int>& targets = plan_.daemons[b].ranks;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      for (size_t j = 0; j < targets.size(); ++j) {
+        std::memcpy(packed.data() + b * slab + (i * most + j) * block,
+                    parts[i].send + static_cast<size_t>(targets[j]) * block, block);
+      }
+    }
+  }
+  absl::Status status =
+      collective::DirectAllToAll(ctx, DaemonParticipants(), packed.data(), unpacked.data(), slab,
+                                 collective::DataType::kUint8);
+  if (!status.ok()) return status;
+  for (size_t a = 0; a < daemons; ++a) {
+    const std::vector<int>& sources = plan_.daemons[a].ranks;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      for (size_t j = 0; j < parts.size(); ++j) {
+        std::memcpy(parts[j].recv + static_cast<size_t>(sources[i]) * block,
+                    unpacked.data() + a * slab + (i * most + j) * block, block);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+collective::Ring Communicator::RingOfDaemons() const {
+  const int size = static_cast<int>(plan_.daemons.size());
+  collective::Ring ring;
+  ring.rank = self_;
+  ring.size = size;
+  ring.prev = plan_.daemons[(self_ + size - 1) % size].member.data_address;
+  ring.next = plan_.daemons[(self_ + 1) % size].member.data_address;
+  return ring;
+}
+
+collective::Participants Communicator::DaemonParticipants() const {
+  collective::Participants participants;
+  participants.rank = self_;
+  for (const PlanDaemon& daemon : plan_.daemons) {
+    participants.addresses.push_back(daemon.member.data_address);
+  }
+  return participants;
+}
+
+std::pair<int, int> Communicator::Locate(int rank) const {
+  for (size_t d = 0; d < plan_.daemons.size(); ++d) {
+    const std::vector<int>& ranks = plan_.daemons[d].ranks;
+    auto it = std::lower_bound(ranks.begin(), ranks.end(), rank);
+    if (it != ranks.end() && *it == rank) {
+      return {static_cast<int>(d), static_cast<int>(it - ranks.begin())};
+    }
+  }
+  return {-1, -1};  // unreachable: the root was checked against the world size
+}
+
+bool Communicator::BlockRegular() const {
+  const size_t k = plan_.daemons.front().ranks.size();
+  for (size_t d = 0; d < plan_.daemons.size(); ++d) {
+    const std::vector<int>& ranks = plan_.daemons[d].ranks;
+    if (ranks.size() != k) return false;
+    for (size_t i = 0; i < k; ++i) {
+      if (ranks[i] != static_cast<int>(d * k + i)) return false;
+    }
+  }
+  return true;
 }
 
 absl::Status Communicator::CheckPeersAgree(uint64_t seq, const OpRequest& mine) const {

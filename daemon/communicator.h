@@ -21,21 +21,27 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "collective/algorithm.h"
 #include "collective/data_type.h"
+#include "collective/op_context.h"
 #include "daemon/plan.h"
 #include "transport/transport.h"
 
 namespace baton::daemon {
 
-enum class OpKind { kAllReduce };
-absl::string_view OpKindName(OpKind kind);
-
 // One local rank's part of an operation. `pins` keep its buffers mapped until it completes.
+// Buffer sizes follow the client API (client/baton.h): `count` elements of send and recv for
+// all_reduce, broadcast and reduce; count * world_size of send and count of recv for
+// reduce_scatter; the reverse for all_gather; count * world_size of both for all_to_all. A buffer
+// the operation does not use on this rank may be null (broadcast's send off the root, reduce's
+// recv off the root, both for barrier).
 struct OpRequest {
-  OpKind kind = OpKind::kAllReduce;
+  collective::Collective kind = collective::Collective::kAllReduce;
   collective::DataType type = collective::DataType::kFloat32;
   collective::ReduceOp op = collective::ReduceOp::kSum;
   size_t count = 0;
+  int root = 0;
+  std::optional<collective::Algorithm> algorithm;  // the caller's choice, if any
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
   std::vector<std::shared_ptr<void>> pins;
@@ -43,8 +49,8 @@ struct OpRequest {
 
 // What an operation cost, reported once it completes (successfully or not).
 struct OpRecord {
-  OpKind kind = OpKind::kAllReduce;
-  std::string algorithm;  // "ring", "local"; empty if it failed before choosing
+  collective::Collective kind = collective::Collective::kAllReduce;
+  std::string algorithm;  // "ring", "tree", "direct", "local"; empty if it failed before choosing
   absl::Duration total;   // from the last local rank's submission to completion
   bool ok = false;
 };
@@ -120,6 +126,22 @@ class Communicator {
 
   void RunExecutor();
   absl::StatusOr<std::string> Execute(uint64_t seq, std::vector<OpRequest>& parts);
+  // The algorithm across daemons: the caller's choice, else the default for the size.
+  collective::Algorithm ChooseAlgorithm(const OpRequest& request) const;
+  // Inter-daemon steps of each collective on the already locally combined buffers.
+  absl::Status AllReduceAcross(const collective::OpContext& ctx, collective::Algorithm algorithm,
+                               std::byte* data, size_t count, collective::DataType type,
+                               collective::ReduceOp op) const;
+  absl::Status ReduceScatterAcross(const collective::OpContext& ctx, std::vector<OpRequest>& parts);
+  absl::Status AllGatherAcross(const collective::OpContext& ctx, std::vector<OpRequest>& parts);
+  absl::Status AllToAllAcross(const collective::OpContext& ctx, std::vector<OpRequest>& parts);
+  collective::Ring RingOfDaemons() const;
+  collective::Participants DaemonParticipants() const;
+  // The daemon index and local index hosting `rank`.
+  std::pair<int, int> Locate(int rank) const;
+  // True when every daemon hosts the same number of ranks, daemon i ranks [i*k, (i+1)*k): then a
+  // daemon's ranks' blocks form exactly its segment of an even split.
+  bool BlockRegular() const;
   // Exchanges the operation's signature with the ring neighbours; FailedPrecondition describing
   // both sides if they differ.
   absl::Status CheckPeersAgree(uint64_t seq, const OpRequest& mine) const;

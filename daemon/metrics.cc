@@ -63,7 +63,7 @@ class PrometheusMetrics final : public Metrics {
     absl::MutexLock lock(&mu_);
     latency_
         .Add({{"local_node", node_name_},
-              {"op", std::string(OpKindName(record.kind))},
+              {"op", std::string(collective::CollectiveName(record.kind))},
               {"algorithm", record.algorithm.empty() ? "none" : record.algorithm},
               {"outcome", record.ok ? "ok" : "error"}},
              LatencyBuckets())

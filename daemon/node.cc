@@ -105,33 +105,87 @@ absl::Status Node::Destroy(uint64_t session_id, uint64_t comm_tag, int rank) {
 }
 
 absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
+  using collective::Collective;
   std::shared_ptr<Communicator> comm = communicators_.Find(call.comm_tag);
   if (comm == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(call.comm_tag)));
   }
+  // Every check here fails only this call: the communicator stays usable.
   OpRequest request;
   request.kind = call.kind;
   std::optional<collective::DataType> type = collective::ParseDataType(call.data_type);
-  if (!type)
+  if (!type) {
     return absl::InvalidArgumentError(absl::StrCat("unknown data type '", call.data_type, "'"));
+  }
   std::optional<collective::ReduceOp> op = collective::ParseReduceOp(call.reduce_op);
-  if (!op)
+  if (!op) {
     return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", call.reduce_op, "'"));
+  }
+  if (!call.algorithm.empty()) {
+    request.algorithm = collective::ParseAlgorithm(call.algorithm);
+    if (!request.algorithm) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown algorithm '", call.algorithm, "' (ring, tree, direct)"));
+    }
+    if (!collective::IsSupported(call.kind, *request.algorithm)) {
+      return absl::InvalidArgumentError(absl::StrCat(collective::AlgorithmName(*request.algorithm),
+                                                     " does not implement ",
+                                                     collective::CollectiveName(call.kind)));
+    }
+  }
+  const int world = comm->plan().world_size;
+  const bool rooted = call.kind == Collective::kBroadcast || call.kind == Collective::kReduce;
+  if (rooted && (call.root < 0 || call.root >= world)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("root ", call.root, " is out of range for world size ", world));
+  }
   request.type = *type;
   request.op = *op;
+  request.root = rooted ? call.root : 0;
+  request.count = call.kind == Collective::kBarrier ? 0 : call.count;
+
+  // How many elements this rank's send and recv hold (client/baton.h).
+  uint64_t send_count = request.count;
+  uint64_t recv_count = request.count;
+  const uint64_t world_count = static_cast<uint64_t>(world);
   const uint64_t element = collective::DataTypeSize(*type);
-  if (call.count > UINT64_MAX / element) {
-    return absl::InvalidArgumentError(absl::StrCat("count ", call.count, " overflows"));
+  if (request.count > UINT64_MAX / element / world_count) {
+    return absl::InvalidArgumentError(absl::StrCat("count ", request.count, " overflows"));
   }
-  request.count = call.count;
-  const uint64_t bytes = call.count * element;
-  BATON_ASSIGN_OR_RETURN(BufferRegion send, sessions_.Resolve(call.session_id, call.send_buffer,
-                                                              call.send_offset, bytes));
-  BATON_ASSIGN_OR_RETURN(BufferRegion recv, sessions_.Resolve(call.session_id, call.recv_buffer,
-                                                              call.recv_offset, bytes));
-  request.send = send.data;
-  request.recv = recv.data;
-  request.pins = {send.pin, recv.pin};
+  switch (call.kind) {
+    case Collective::kReduceScatter:
+      send_count *= world_count;
+      break;
+    case Collective::kAllGather:
+      recv_count *= world_count;
+      break;
+    case Collective::kAllToAll:
+      send_count *= world_count;
+      recv_count *= world_count;
+      break;
+    case Collective::kBroadcast:
+      if (call.rank != call.root) send_count = 0;
+      break;
+    case Collective::kReduce:
+      if (call.rank != call.root) recv_count = 0;
+      break;
+    default:
+      break;
+  }
+  if (send_count > 0) {
+    BATON_ASSIGN_OR_RETURN(BufferRegion send,
+                           sessions_.Resolve(call.session_id, call.send_buffer, call.send_offset,
+                                             send_count * element));
+    request.send = send.data;
+    request.pins.push_back(send.pin);
+  }
+  if (recv_count > 0) {
+    BATON_ASSIGN_OR_RETURN(BufferRegion recv,
+                           sessions_.Resolve(call.session_id, call.recv_buffer, call.recv_offset,
+                                             recv_count * element));
+    request.recv = recv.data;
+    request.pins.push_back(recv.pin);
+  }
   return comm->Submit(call.rank, call.session_id, std::move(request), call.deadline);
 }
 

@@ -40,7 +40,9 @@ struct CollectiveCall {
   uint64_t session_id = 0;
   uint64_t comm_tag = 0;
   int rank = 0;
-  OpKind kind = OpKind::kAllReduce;
+  collective::Collective kind = collective::Collective::kAllReduce;
+  int root = 0;
+  std::string algorithm;  // empty: the daemon chooses
   std::string data_type;
   std::string reduce_op;
   uint64_t count = 0;

@@ -1,0 +1,81 @@
+#include "collective/algorithm.h"
+
+#include <array>
+#include <utility>
+
+namespace baton::collective {
+namespace {
+
+// Indexed by the enums' values, so that names and parsing share one table.
+constexpr std::array<std::pair<Collective, absl::string_view>, 7> kCollectives = {{
+    {Collective::kAllReduce, "all_reduce"},
+    {Collective::kReduceScatter, "reduce_scatter"},
+    {Collective::kAllGather, "all_gather"},
+    {Collective::kBroadcast, "broadcast"},
+    {Collective::kReduce, "reduce"},
+    {Collective::kAllToAll, "all_to_all"},
+    {Collective::kBarrier, "barrier"},
+}};
+
+constexpr std::array<std::pair<Algorithm, absl::string_view>, 3> kAlgorithms = {{
+    {Algorithm::kRing, "ring"},
+    {Algorithm::kTree, "tree"},
+    {Algorithm::kDirect, "direct"},
+}};
+
+template <typename Table>
+constexpr bool IndexedByValue(const Table& table) {
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (static_cast<size_t>(table[i].first) != i) return false;
+  }
+  return true;
+}
+static_assert(IndexedByValue(kCollectives));
+static_assert(IndexedByValue(kAlgorithms));
+
+template <typename Table, typename Enum>
+absl::string_view NameIn(const Table& table, Enum value) {
+  const auto index = static_cast<size_t>(value);
+  return index < table.size() ? table[index].second : "unknown";
+}
+
+template <typename Table>
+auto ParseIn(const Table& table, absl::string_view name)
+    -> std::optional<typename Table::value_type::first_type> {
+  for (const auto& [value, value_name] : table) {
+    if (value_name == name) return value;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+absl::string_view CollectiveName(Collective collective) { return NameIn(kCollectives, collective); }
+
+std::optional<Collective> ParseCollective(absl::string_view name) {
+  return ParseIn(kCollectives, name);
+}
+
+absl::string_view AlgorithmName(Algorithm algorithm) { return NameIn(kAlgorithms, algorithm); }
+
+std::optional<Algorithm> ParseAlgorithm(absl::string_view name) {
+  return ParseIn(kAlgorithms, name);
+}
+
+bool IsSupported(Collective collective, Algorithm algorithm) {
+  switch (collective) {
+    case Collective::kAllReduce:
+      return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+      return algorithm == Algorithm::kRing;
+    case Collective::kAllToAll:
+    case Collective::kBarrier:
+      return algorithm == Algorithm::kDirect;
+  }
+  return false;
+}
+
+}  // namespace baton::collective

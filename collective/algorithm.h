@@ -1,0 +1,49 @@
+#pragma once
+
+// The collectives Baton runs and the algorithm families that implement them, with their names as
+// users, metrics and the daemon's replies write them, and which combinations exist.
+//
+//   collective       ring                           tree                  direct
+//   all_reduce       RingAllReduce                  TreeAllReduce         -
+//   reduce_scatter   RingReduceScatter              -                     -
+//   all_gather       RingAllGather                  -                     -
+//   broadcast        RingBroadcast (chain)          -                     -
+//   reduce           RingReduce (chain)             -                     -
+//   all_to_all       -                              -                     DirectAllToAll
+//   barrier          -                              -                     DisseminationBarrier
+
+#include <optional>
+
+#include "absl/strings/string_view.h"
+
+namespace baton::collective {
+
+enum class Collective {
+  kAllReduce,
+  kReduceScatter,
+  kAllGather,
+  kBroadcast,
+  kReduce,
+  kAllToAll,
+  kBarrier,
+};
+
+enum class Algorithm {
+  kRing,    // neighbours on a ring (chains for the rooted collectives)
+  kTree,    // the double binary tree
+  kDirect,  // every participant talks to the peers it needs directly
+};
+
+// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier";
+// "unknown" for a value outside the enum.
+absl::string_view CollectiveName(Collective collective);
+std::optional<Collective> ParseCollective(absl::string_view name);
+
+// "ring", "tree", "direct"; "unknown" for a value outside the enum.
+absl::string_view AlgorithmName(Algorithm algorithm);
+std::optional<Algorithm> ParseAlgorithm(absl::string_view name);
+
+// Whether collective/ implements `collective` with `algorithm` (the table above).
+bool IsSupported(Collective collective, Algorithm algorithm);
+
+}  // namespace baton::collective

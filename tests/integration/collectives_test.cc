@@ -1,0 +1,187 @@
+// Every collective through real daemons, checked against a serial reference: block placement
+// (3 daemons x 2 ranks, ranks 0-1 on daemon 0, ...) and interleaved placement (rank r on daemon
+// r % 2), which takes the daemons' general paths.
+
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/integration/test_cluster.h"
+
+namespace baton {
+namespace {
+
+using testing::MustConnect;
+using testing::TestCluster;
+
+constexpr int kWorld = 6;
+
+// Rank r's input element i: distinct small integers, so float sums are exact.
+float In(int rank, size_t i) { return static_cast<float>(rank * 100 + static_cast<int>(i % 97)); }
+
+struct Placement {
+  std::string name;
+  std::function<int(int rank)> daemon_of;
+};
+
+class CollectivesTest : public ::testing::TestWithParam<int> {
+ protected:
+  static void SetUpTestSuite() { cluster_ = new TestCluster(3); }
+  static void TearDownTestSuite() { delete cluster_; }
+
+  Placement placement() const {
+    if (GetParam() == 0) return {"block", [](int rank) { return rank / 2; }};
+    return {"interleaved", [](int rank) { return rank % 2; }};
+  }
+
+  // Runs body(rank, comm) on one thread per rank of a fresh communicator.
+  void RunRanks(const std::function<void(int, Communicator&)>& body) {
+    ASSERT_TRUE(cluster_->ok());
+    const Placement where = placement();
+    const std::string id = *MustConnect(cluster_->daemons()[0].socket)->CreateCommId();
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kWorld; ++rank) {
+      threads.emplace_back([&, rank] {
+        std::unique_ptr<Client> client =
+            MustConnect(cluster_->daemons()[where.daemon_of(rank)].socket);
+        auto comm = client->Join(id, kWorld, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        body(rank, **comm);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  static TestCluster* cluster_;
+};
+TestCluster* CollectivesTest::cluster_ = nullptr;
+
+const std::vector<size_t> kCounts = {0, 1, 5, 1001, 70000};
+
+TEST_P(CollectivesTest, AllReduceWithEveryAlgorithm) {
+  RunRanks([](int rank, Communicator& comm) {
+    for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kTree}) {
+      for (size_t count : kCounts) {
+        std::vector<float> data(count);
+        for (size_t i = 0; i < count; ++i) data[i] = In(rank, i);
+        CallOptions options;
+        options.algorithm = algorithm;
+        ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), count, DataType::kFloat32,
+                                   ReduceOp::kSum, options)
+                        .ok());
+        for (size_t i = 0; i < count; ++i) {
+          float expected = 0;
+          for (int r = 0; r < kWorld; ++r) expected += In(r, i);
+          ASSERT_EQ(data[i], expected) << "count " << count << " i " << i;
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, ReduceScatterAllGatherAndAllToAll) {
+  RunRanks([](int rank, Communicator& comm) {
+    for (size_t count : kCounts) {
+      // reduce_scatter: rank r gets block r of the sum.
+      std::vector<float> input(count * kWorld), block(count, -1);
+      for (size_t i = 0; i < input.size(); ++i) input[i] = In(rank, i);
+      ASSERT_TRUE(
+          comm.ReduceScatter(input.data(), block.data(), count, DataType::kFloat32, ReduceOp::kSum)
+              .ok());
+      for (size_t i = 0; i < count; ++i) {
+        float expected = 0;
+        for (int r = 0; r < kWorld; ++r) expected += In(r, rank * count + i);
+        ASSERT_EQ(block[i], expected) << "reduce_scatter count " << count;
+      }
+      // all_gather: everyone's blocks in rank order.
+      std::vector<int32_t> mine(count), all(count * kWorld, -1);
+      for (size_t i = 0; i < count; ++i) mine[i] = rank * 1000 + static_cast<int32_t>(i);
+      ASSERT_TRUE(comm.AllGather(mine.data(), all.data(), count, DataType::kInt32).ok());
+      for (int r = 0; r < kWorld; ++r) {
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(all[r * count + i], r * 1000 + static_cast<int32_t>(i)) << "all_gather";
+        }
+      }
+      // all_to_all: block j of rank i's input lands as block i of rank j's output.
+      std::vector<int32_t> send(count * kWorld), recv(count * kWorld, -1);
+      for (int j = 0; j < kWorld; ++j) {
+        for (size_t i = 0; i < count; ++i) send[j * count + i] = rank * 10000 + j * 100 + i % 100;
+      }
+      ASSERT_TRUE(comm.AllToAll(send.data(), recv.data(), count, DataType::kInt32).ok());
+      for (int src = 0; src < kWorld; ++src) {
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(recv[src * count + i], src * 10000 + rank * 100 + static_cast<int>(i % 100))
+              << "all_to_all from " << src;
+        }
+      }
+    }
+  });
+}
+
+TEST_P(CollectivesTest, BroadcastAndReduceFromEveryKindOfRoot) {
+  RunRanks([](int rank, Communicator& comm) {
+    for (int root : {0, kWorld - 1, 3}) {
+      for (size_t count : kCounts) {
+        std::vector<double> data(count, -1);
+        if (rank == root) {
+          for (size_t i = 0; i < count; ++i) data[i] = root * 1.5 + static_cast<double>(i);
+        }
+        ASSERT_TRUE(comm.Broadcast(data.data(), data.data(), count, DataType::kFloat64, root).ok());
+        for (size_t i = 0; i < count; ++i) ASSERT_EQ(data[i], root * 1.5 + static_cast<double>(i));
+
+        std::vector<float> input(count), output(count, -7);
+        for (size_t i = 0; i < count; ++i) input[i] = In(rank, i);
+        ASSERT_TRUE(comm.Reduce(input.data(), output.data(), count, DataType::kFloat32,
+                                ReduceOp::kMax, root)
+                        .ok());
+        for (size_t i = 0; i < count; ++i) {
+          ASSERT_EQ(output[i], rank == root ? In(kWorld - 1, i) : -7.0f)
+              << "reduce: only the root's output is written";
+        }
+      }
+    }
+    ASSERT_TRUE(comm.Barrier().ok());
+  });
+}
+
+TEST_P(CollectivesTest, CandyAllReduceAndReduceScatter) {
+  RunRanks([](int rank, Communicator& comm) {
+    // Ranks 0-3 hold [1,2,3,4] * 10^rank; ranks 4-5 contribute zeros.
+    const float scale = rank < 4 ? static_cast<float>(std::pow(10, rank)) : 0.0f;
+    std::vector<float> candy = {1 * scale, 2 * scale, 3 * scale, 4 * scale, 0, 0};
+    std::vector<float> summed(6);
+    ASSERT_TRUE(
+        comm.AllReduce(candy.data(), summed.data(), 6, DataType::kFloat32, ReduceOp::kSum).ok());
+    EXPECT_EQ(summed, (std::vector<float>{1111, 2222, 3333, 4444, 0, 0}));
+    float mine = -1;
+    ASSERT_TRUE(
+        comm.ReduceScatter(candy.data(), &mine, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+    EXPECT_EQ(mine, summed[rank]);
+  });
+}
+
+TEST_P(CollectivesTest, InvalidCallsFailAloneAndLeaveTheCommunicatorUsable) {
+  RunRanks([](int rank, Communicator& comm) {
+    float x = 1;
+    CallOptions tree;
+    tree.algorithm = Algorithm::kTree;
+    absl::Status status = comm.AllGather(&x, &x, 1, DataType::kFloat32, tree);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("tree"), std::string::npos) << status;
+    status = comm.Broadcast(&x, &x, 1, DataType::kFloat32, kWorld);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    status = comm.Reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, -1);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    ASSERT_TRUE(comm.AllReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+    EXPECT_EQ(x, static_cast<float>(kWorld));
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Placements, CollectivesTest, ::testing::Values(0, 1),
+                         [](const auto& info) {
+                           return std::string(info.param == 0 ? "Block" : "Interleaved");
+                         });
+
+}  // namespace
+}  // namespace baton
