@@ -41,6 +41,18 @@ struct CallOptions {
   std::optional<Algorithm> algorithm;
 };
 
+// An operation submitted without waiting (the *Async calls). Thread-safe.
+class Request {
+ public:
+  virtual ~Request() = default;  // does not cancel: the operation still runs
+
+  // Waits up to `timeout` for the operation: its status once complete, else DeadlineExceeded
+  // (the operation goes on; Wait again).
+  virtual absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) = 0;
+  // The operation's status if complete, nullopt while it is pending.
+  virtual std::optional<absl::Status> Test() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;  // destroys the communicator if Destroy was not called
@@ -82,11 +94,41 @@ class Communicator {
   // Returns once every rank has entered the barrier.
   virtual absl::Status Barrier(const CallOptions& options = {}) = 0;
 
+  // Non-blocking forms of the calls above: each returns at once, and its operation runs after
+  // every operation submitted before it on this communicator (blocking or not), in submission
+  // order. Buffers must stay valid and unchanged until the request completes. Operations on
+  // different communicators run concurrently.
+  virtual std::shared_ptr<Request> AllReduceAsync(const void* send, void* recv, size_t count,
+                                                  DataType type, ReduceOp op,
+                                                  const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> ReduceScatterAsync(const void* send, void* recv,
+                                                      size_t recv_count, DataType type, ReduceOp op,
+                                                      const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> AllGatherAsync(const void* send, void* recv, size_t send_count,
+                                                  DataType type,
+                                                  const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> BroadcastAsync(const void* send, void* recv, size_t count,
+                                                  DataType type, int root,
+                                                  const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> ReduceAsync(const void* send, void* recv, size_t count,
+                                               DataType type, ReduceOp op, int root,
+                                               const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> AllToAllAsync(const void* send, void* recv, size_t count,
+                                                 DataType type,
+                                                 const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> BarrierAsync(const CallOptions& options = {}) = 0;
+
+  // Collective over this communicator, like MPI_Comm_split / ncclCommSplit: the ranks passing
+  // the same `color` form a new communicator, ranked by (key, rank here). A negative color joins
+  // none and gets nullptr. Fails like Join if some rank does not call it within `timeout`.
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(
+      int color, int key, absl::Duration timeout = absl::Minutes(1)) = 0;
+
   // The algorithm the daemon ran for the last successful operation ("ring", "tree", "direct", or
   // "local" when every rank is on one daemon).
   virtual std::string last_algorithm() const = 0;
 
-  // Leaves the communicator. Idempotent.
+  // Leaves the communicator once the operations already submitted have finished. Idempotent.
   virtual absl::Status Destroy() = 0;
 };
 

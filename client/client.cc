@@ -3,15 +3,19 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "baton/v1/baton.grpc.pb.h"
 #include "client/baton.h"
 #include "common/shared_memory.h"
@@ -113,6 +117,20 @@ class Session {
   std::map<std::byte*, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
 };
 
+absl::StatusOr<std::string> CreateCommIdVia(Session& session) {
+  v1::CreateCommIdRequest request;
+  v1::CreateCommIdResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context, kControlTimeout);
+  absl::Status status = FromGrpc(session.stub()->CreateCommId(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.comm_id();
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Session>& session,
+                                                      const std::string& comm_id, int world_size,
+                                                      int rank, absl::Duration timeout);
+
 class CommunicatorImpl final : public Communicator {
  public:
   CommunicatorImpl(std::shared_ptr<Session> session, uint64_t tag, int world_size, int rank,
@@ -134,63 +152,66 @@ class CommunicatorImpl final : public Communicator {
 
   absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                          const CallOptions& options) override {
-    return Run(
-        {v1::COLLECTIVE_OP_ALL_REDUCE, send, recv, count, count, count, type, op, 0, true, true},
-        options);
+    return Blocking(AllReduceCall(send, recv, count, type, op), options);
   }
-
   absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
                              ReduceOp op, const CallOptions& options) override {
-    size_t send_count = 0;
-    BATON_ASSIGN_OR_RETURN(send_count, Times(recv_count, world_size_));
-    return Run({v1::COLLECTIVE_OP_REDUCE_SCATTER, send, recv, recv_count, send_count, recv_count,
-                type, op, 0, true, true},
-               options);
+    return Blocking(ReduceScatterCall(send, recv, recv_count, type, op), options);
   }
-
   absl::Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
                          const CallOptions& options) override {
-    size_t recv_count = 0;
-    BATON_ASSIGN_OR_RETURN(recv_count, Times(send_count, world_size_));
-    return Run({v1::COLLECTIVE_OP_ALL_GATHER, send, recv, send_count, send_count, recv_count, type,
-                ReduceOp::kSum, 0, true, true},
-               options);
+    return Blocking(AllGatherCall(send, recv, send_count, type), options);
   }
-
   absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
                          const CallOptions& options) override {
-    BATON_RETURN_IF_ERROR(CheckRoot(root));
-    const bool is_root = root == rank_;
-    return Run({v1::COLLECTIVE_OP_BROADCAST, is_root ? send : recv, recv, count, count, count, type,
-                ReduceOp::kSum, root, is_root, true},
-               options);
+    return Blocking(BroadcastCall(send, recv, count, type, root), options);
   }
-
   absl::Status Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                       int root, const CallOptions& options) override {
-    BATON_RETURN_IF_ERROR(CheckRoot(root));
-    const bool is_root = root == rank_;
-    return Run({v1::COLLECTIVE_OP_REDUCE, send, is_root ? recv : const_cast<void*>(send), count,
-                count, count, type, op, root, true, is_root},
-               options);
+    return Blocking(ReduceCall(send, recv, count, type, op, root), options);
   }
-
   absl::Status AllToAll(const void* send, void* recv, size_t count, DataType type,
                         const CallOptions& options) override {
-    size_t total = 0;
-    BATON_ASSIGN_OR_RETURN(total, Times(count, world_size_));
-    return Run({v1::COLLECTIVE_OP_ALL_TO_ALL, send, recv, count, total, total, type, ReduceOp::kSum,
-                0, true, true},
-               options);
+    return Blocking(AllToAllCall(send, recv, count, type), options);
+  }
+  absl::Status Barrier(const CallOptions& options) override {
+    return Blocking(BarrierCall(), options);
   }
 
-  absl::Status Barrier(const CallOptions& options) override {
-    return Run({v1::COLLECTIVE_OP_BARRIER, nullptr, nullptr, 0, 0, 0, DataType::kUint8,
-                ReduceOp::kSum, 0, false, false},
-               options);
+  std::shared_ptr<Request> AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
+                                          ReduceOp op, const CallOptions& options) override {
+    return Enqueue(AllReduceCall(send, recv, count, type, op), options);
   }
+  std::shared_ptr<Request> ReduceScatterAsync(const void* send, void* recv, size_t recv_count,
+                                              DataType type, ReduceOp op,
+                                              const CallOptions& options) override {
+    return Enqueue(ReduceScatterCall(send, recv, recv_count, type, op), options);
+  }
+  std::shared_ptr<Request> AllGatherAsync(const void* send, void* recv, size_t send_count,
+                                          DataType type, const CallOptions& options) override {
+    return Enqueue(AllGatherCall(send, recv, send_count, type), options);
+  }
+  std::shared_ptr<Request> BroadcastAsync(const void* send, void* recv, size_t count, DataType type,
+                                          int root, const CallOptions& options) override {
+    return Enqueue(BroadcastCall(send, recv, count, type, root), options);
+  }
+  std::shared_ptr<Request> ReduceAsync(const void* send, void* recv, size_t count, DataType type,
+                                       ReduceOp op, int root, const CallOptions& options) override {
+    return Enqueue(ReduceCall(send, recv, count, type, op, root), options);
+  }
+  std::shared_ptr<Request> AllToAllAsync(const void* send, void* recv, size_t count, DataType type,
+                                         const CallOptions& options) override {
+    return Enqueue(AllToAllCall(send, recv, count, type), options);
+  }
+  std::shared_ptr<Request> BarrierAsync(const CallOptions& options) override {
+    return Enqueue(BarrierCall(), options);
+  }
+
+  absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
+                                                      absl::Duration timeout) override;
 
   absl::Status Destroy() override {
+    DrainQueue();
     absl::MutexLock lock(&mu_);
     if (destroyed_) return absl::OkStatus();
     destroyed_ = true;
@@ -221,6 +242,183 @@ class CommunicatorImpl final : public Communicator {
     bool reads_send;   // this rank's send is read
     bool writes_recv;  // this rank's recv is written
   };
+
+  class RequestImpl final : public Request {
+   public:
+    absl::Status Wait(absl::Duration timeout) override {
+      if (!done_.WaitForNotificationWithTimeout(timeout)) {
+        return absl::DeadlineExceededError("the operation is still running");
+      }
+      return status_;
+    }
+    std::optional<absl::Status> Test() override {
+      if (!done_.HasBeenNotified()) return std::nullopt;
+      return status_;
+    }
+    void Complete(absl::Status status) {
+      status_ = std::move(status);
+      done_.Notify();
+    }
+
+   private:
+    absl::Notification done_;
+    absl::Status status_;  // written once, before done_ is notified
+  };
+
+  // Runs a call in submission order: inline when nothing is queued or running, else after the
+  // queued calls.
+  absl::Status Blocking(absl::StatusOr<Call> call, const CallOptions& options) {
+    if (!call.ok()) return call.status();
+    {
+      absl::MutexLock lock(&queue_mu_);
+      if (queue_.empty() && !running_) {
+        running_ = true;
+        queue_mu_.Unlock();
+        absl::Status status = Run(*call, options);
+        queue_mu_.Lock();
+        running_ = false;
+        return status;
+      }
+    }
+    return Enqueue(std::move(call), options)->Wait();
+  }
+
+  std::shared_ptr<Request> Enqueue(absl::StatusOr<Call> call, const CallOptions& options) {
+    auto request = std::make_shared<RequestImpl>();
+    if (!call.ok()) {
+      request->Complete(call.status());
+      return request;
+    }
+    absl::MutexLock lock(&queue_mu_);
+    if (closing_) {
+      request->Complete(absl::FailedPreconditionError("communicator was destroyed"));
+      return request;
+    }
+    queue_.push_back(Queued{*call, options, request});
+    if (!worker_.joinable()) worker_ = std::thread([this] { RunQueue(); });
+    return request;
+  }
+
+  // The worker behind the *Async calls: runs queued calls one at a time, in order.
+  void RunQueue() {
+    absl::MutexLock lock(&queue_mu_);
+    while (true) {
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(queue_mu_) {
+        return (!queue_.empty() && !running_) || (closing_ && queue_.empty());
+      };
+      queue_mu_.Await(absl::Condition(&ready));
+      if (queue_.empty()) return;  // closing
+      Queued next = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+      queue_mu_.Unlock();
+      next.request->Complete(Run(next.call, next.options));
+      queue_mu_.Lock();
+      running_ = false;
+    }
+  }
+
+  // Stops taking calls and waits for the queued ones.
+  void DrainQueue() {
+    {
+      absl::MutexLock lock(&queue_mu_);
+      closing_ = true;
+    }
+    if (worker_.joinable()) worker_.join();
+    absl::MutexLock lock(&queue_mu_);
+    auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(queue_mu_) { return !running_; };
+    queue_mu_.Await(absl::Condition(&idle));
+  }
+
+  absl::StatusOr<Call> AllReduceCall(const void* send, void* recv, size_t count, DataType type,
+                                     ReduceOp op) const {
+    return Call{
+        v1::COLLECTIVE_OP_ALL_REDUCE, send, recv, count, count, count, type, op, 0, true, true};
+  }
+  absl::StatusOr<Call> ReduceScatterCall(const void* send, void* recv, size_t recv_count,
+                                         DataType type, ReduceOp op) const {
+    size_t send_count = 0;
+    BATON_ASSIGN_OR_RETURN(send_count, Times(recv_count, world_size_));
+    return Call{v1::COLLECTIVE_OP_REDUCE_SCATTER,
+                send,
+                recv,
+                recv_count,
+                send_count,
+                recv_count,
+                type,
+                op,
+                0,
+                true,
+                true};
+  }
+  absl::StatusOr<Call> AllGatherCall(const void* send, void* recv, size_t send_count,
+                                     DataType type) const {
+    size_t recv_count = 0;
+    BATON_ASSIGN_OR_RETURN(recv_count, Times(send_count, world_size_));
+    return Call{v1::COLLECTIVE_OP_ALL_GATHER,
+                send,
+                recv,
+                send_count,
+                send_count,
+                recv_count,
+                type,
+                ReduceOp::kSum,
+                0,
+                true,
+                true};
+  }
+  absl::StatusOr<Call> BroadcastCall(const void* send, void* recv, size_t count, DataType type,
+                                     int root) const {
+    BATON_RETURN_IF_ERROR(CheckRoot(root));
+    const bool is_root = root == rank_;
+    return Call{v1::COLLECTIVE_OP_BROADCAST,
+                is_root ? send : recv,
+                recv,
+                count,
+                count,
+                count,
+                type,
+                ReduceOp::kSum,
+                root,
+                is_root,
+                true};
+  }
+  absl::StatusOr<Call> ReduceCall(const void* send, void* recv, size_t count, DataType type,
+                                  ReduceOp op, int root) const {
+    BATON_RETURN_IF_ERROR(CheckRoot(root));
+    const bool is_root = root == rank_;
+    return Call{v1::COLLECTIVE_OP_REDUCE,
+                send,
+                is_root ? recv : const_cast<void*>(send),
+                count,
+                count,
+                count,
+                type,
+                op,
+                root,
+                true,
+                is_root};
+  }
+  absl::StatusOr<Call> AllToAllCall(const void* send, void* recv, size_t count,
+                                    DataType type) const {
+    size_t total = 0;
+    BATON_ASSIGN_OR_RETURN(total, Times(count, world_size_));
+    return Call{v1::COLLECTIVE_OP_ALL_TO_ALL,
+                send,
+                recv,
+                count,
+                total,
+                total,
+                type,
+                ReduceOp::kSum,
+                0,
+                true,
+                true};
+  }
+  absl::StatusOr<Call> BarrierCall() const {
+    return Call{v1::COLLECTIVE_OP_BARRIER, nullptr,        nullptr, 0,     0,    0,
+                DataType::kUint8,          ReduceOp::kSum, 0,       false, false};
+  }
 
   static collective::Collective KindOf(v1::CollectiveOp op) {
     switch (op) {
@@ -349,7 +547,78 @@ class CommunicatorImpl final : public Communicator {
   void* staging_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t staging_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_algorithm_ ABSL_GUARDED_BY(mu_);
+
+  struct Queued {
+    Call call;
+    CallOptions options;
+    std::shared_ptr<RequestImpl> request;
+  };
+  absl::Mutex queue_mu_;
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool running_ ABSL_GUARDED_BY(queue_mu_) = false;  // a call is executing (inline or queued)
+  bool closing_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::thread worker_;  // started by the first queued call
 };
+
+absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Session>& session,
+                                                      const std::string& comm_id, int world_size,
+                                                      int rank, absl::Duration timeout) {
+  v1::JoinRequest request;
+  request.set_session_id(session->id());
+  request.set_comm_id(comm_id);
+  request.set_world_size(world_size);
+  request.set_rank(rank);
+  request.set_timeout_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
+  v1::JoinResponse response;
+  grpc::ClientContext context;
+  SetDeadline(context, timeout + absl::Seconds(10));
+  absl::Status status = FromGrpc(session->stub()->Join(&context, request, &response));
+  if (!status.ok()) return status;
+  return std::unique_ptr<Communicator>(new CommunicatorImpl(
+      session, response.comm_tag(), world_size, rank, response.daemon_count()));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorImpl::Split(int color, int key,
+                                                                      absl::Duration timeout) {
+  // Built from this communicator's own collectives, like MPI implementations do:
+  // 1. all-gather every rank's (color, key);
+  // 2. the first rank of each colour, by (key, rank), creates the new communicator's id at its
+  //    daemon, and every rank all-gathers the ids;
+  // 3. each rank joins its colour's communicator with its place in (key, rank) order.
+  const int world = world_size_;
+  std::vector<int64_t> mine = {color, key};
+  std::vector<int64_t> all(2 * static_cast<size_t>(world));
+  CallOptions options(timeout);
+  BATON_RETURN_IF_ERROR(AllGather(mine.data(), all.data(), 2, DataType::kInt64, options));
+  std::vector<int> members;  // ranks of my colour, in (key, rank) order
+  if (color >= 0) {
+    for (int r = 0; r < world; ++r) {
+      if (all[2 * r] == color) members.push_back(r);
+    }
+    std::stable_sort(members.begin(), members.end(),
+                     [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });
+  }
+  constexpr size_t kIdBytes = 256;
+  std::vector<char> id(kIdBytes, '\0');
+  if (!members.empty() && members.front() == rank_) {
+    absl::StatusOr<std::string> created = CreateCommIdVia(*session_);
+    // A failure here must not leave the others waiting: share an empty id and fail after.
+    if (created.ok() && created->size() < kIdBytes) {
+      std::copy(created->begin(), created->end(), id.begin());
+    }
+  }
+  std::vector<char> ids(kIdBytes * static_cast<size_t>(world));
+  BATON_RETURN_IF_ERROR(AllGather(id.data(), ids.data(), kIdBytes, DataType::kUint8, options));
+  if (members.empty()) return std::unique_ptr<Communicator>();
+  const std::string comm_id(&ids[kIdBytes * static_cast<size_t>(members.front())]);
+  if (comm_id.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat("rank ", members.front(), " could not create the new communicator's id"));
+  }
+  const int new_rank =
+      static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  return JoinVia(session_, comm_id, static_cast<int>(members.size()), new_rank, timeout);
+}
 
 class ClientImpl final : public Client {
  public:
@@ -378,31 +647,11 @@ class ClientImpl final : public Client {
     watch_.join();
   }
 
-  absl::StatusOr<std::string> CreateCommId() override {
-    v1::CreateCommIdRequest request;
-    v1::CreateCommIdResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context, kControlTimeout);
-    absl::Status status = FromGrpc(session_->stub()->CreateCommId(&context, request, &response));
-    if (!status.ok()) return status;
-    return response.comm_id();
-  }
+  absl::StatusOr<std::string> CreateCommId() override { return CreateCommIdVia(*session_); }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Join(const std::string& comm_id, int world_size,
                                                      int rank, absl::Duration timeout) override {
-    v1::JoinRequest request;
-    request.set_session_id(session_->id());
-    request.set_comm_id(comm_id);
-    request.set_world_size(world_size);
-    request.set_rank(rank);
-    request.set_timeout_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
-    v1::JoinResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context, timeout + absl::Seconds(10));
-    absl::Status status = FromGrpc(session_->stub()->Join(&context, request, &response));
-    if (!status.ok()) return status;
-    return std::unique_ptr<Communicator>(new CommunicatorImpl(
-        session_, response.comm_tag(), world_size, rank, response.daemon_count()));
+    return JoinVia(session_, comm_id, world_size, rank, timeout);
   }
 
   absl::StatusOr<void*> Allocate(size_t bytes) override { return session_->Allocate(bytes); }
