@@ -66,7 +66,7 @@ absl::StatusOr<BufferRegion> SessionRegistry::Resolve(uint64_t session_id, uint6
   if (it == sessions_.end()) return UnknownSession(session_id);
   auto buffer = it->second.buffers.find(buffer_id);
   if (buffer == it->second.buffers.end()) {
-    return absl::NotFoundError(absl::StrCat("buffer ", buffer_id, " is not registered"));
+    return absl::InvalidArgumentError(absl::StrCat("buffer ", buffer_id, " is not registered"));
   }
   const uint64_t size = buffer->second->size();
   if (offset > size || bytes > size - offset) {

@@ -37,8 +37,8 @@ class SessionRegistry {
                                           uint64_t size);
   absl::Status ReleaseBuffer(uint64_t session_id, uint64_t buffer_id);
 
-  // The address of bytes [offset, offset + bytes) of a buffer. NotFound for an unknown session or
-  // buffer; InvalidArgument when the range does not fit in the buffer.
+  // The address of bytes [offset, offset + bytes) of a buffer. NotFound for an unknown session;
+  // InvalidArgument for a buffer that is not registered or a range that does not fit in it.
   absl::StatusOr<BufferRegion> Resolve(uint64_t session_id, uint64_t buffer_id, uint64_t offset,
                                        uint64_t bytes) const;
 

@@ -1,0 +1,151 @@
+// The daemon's client API spoken directly over gRPC, as a client in another language would:
+// every malformed collective request fails alone with a clear InvalidArgument, and the
+// communicator stays usable.
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "baton/v1/baton.grpc.pb.h"
+#include "common/shared_memory.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/integration/test_cluster.h"
+
+namespace baton {
+namespace {
+
+using testing::TestCluster;
+
+class ClientApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.ok());
+    stub_ = v1::Client::NewStub(grpc::CreateChannel("unix://" + cluster_.daemons()[0].socket,
+                                                    grpc::InsecureChannelCredentials()));
+    v1::OpenSessionResponse session;
+    ASSERT_TRUE(Call(&v1::Client::Stub::OpenSession, v1::OpenSessionRequest(), &session).ok());
+    session_ = session.session_id();
+    v1::CreateCommIdResponse id;
+    ASSERT_TRUE(Call(&v1::Client::Stub::CreateCommId, v1::CreateCommIdRequest(), &id).ok());
+    v1::JoinRequest join;
+    join.set_session_id(session_);
+    join.set_comm_id(id.comm_id());
+    join.set_world_size(1);
+    join.set_rank(0);
+    join.set_timeout_ms(10000);
+    v1::JoinResponse joined;
+    ASSERT_TRUE(Call(&v1::Client::Stub::Join, join, &joined).ok());
+    tag_ = joined.comm_tag();
+    // A 4 KiB buffer shared with the daemon.
+    memory_ = *SharedMemory::Create(absl::StrCat("/baton-api-test.", getpid()), 4096);
+    v1::RegisterBufferRequest reg;
+    reg.set_session_id(session_);
+    reg.set_shm_name(memory_->name());
+    reg.set_size(4096);
+    v1::RegisterBufferResponse registered;
+    ASSERT_TRUE(Call(&v1::Client::Stub::RegisterBuffer, reg, &registered).ok());
+    buffer_ = registered.buffer_id();
+    memory_->Unlink();
+  }
+
+  template <typename Method, typename Request, typename Response>
+  grpc::Status Call(Method method, const Request& request, Response* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return ((*stub_).*method)(&context, request, response);
+  }
+
+  // A valid all-reduce of 16 float32 in place; tests break one field at a time.
+  v1::CollectiveRequest Valid() const {
+    v1::CollectiveRequest request;
+    request.set_session_id(session_);
+    request.set_comm_tag(tag_);
+    request.set_rank(0);
+    request.set_op(v1::COLLECTIVE_OP_ALL_REDUCE);
+    request.set_data_type("float32");
+    request.set_reduce_op("sum");
+    request.set_count(16);
+    request.mutable_send()->set_buffer_id(buffer_);
+    request.mutable_recv()->set_buffer_id(buffer_);
+    request.set_timeout_ms(10000);
+    return request;
+  }
+
+  // Sends `request`, expects `code` with `text` in the message, then checks a valid call works.
+  void ExpectRejected(const v1::CollectiveRequest& request, grpc::StatusCode code,
+                      const std::string& text) {
+    v1::CollectiveResponse response;
+    grpc::Status status = Call(&v1::Client::Stub::Collective, request, &response);
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_NE(status.error_message().find(text), std::string::npos) << status.error_message();
+    static_cast<float*>(memory_->data())[0] = 2.5f;
+    grpc::Status valid = Call(&v1::Client::Stub::Collective, Valid(), &response);
+    EXPECT_TRUE(valid.ok()) << "after '" << text << "': " << valid.error_message();
+    EXPECT_EQ(static_cast<float*>(memory_->data())[0], 2.5f) << "a 1-rank sum keeps the value";
+  }
+
+  TestCluster cluster_{1};
+  std::unique_ptr<v1::Client::Stub> stub_;
+  uint64_t session_ = 0;
+  uint64_t tag_ = 0;
+  uint64_t buffer_ = 0;
+  std::unique_ptr<SharedMemory> memory_;
+};
+
+TEST_F(ClientApiTest, EveryMalformedRequestFailsAloneWithAClearError) {
+  const auto kInvalid = grpc::StatusCode::INVALID_ARGUMENT;
+  v1::CollectiveRequest r = Valid();
+  r.set_data_type("float33");
+  ExpectRejected(r, kInvalid, "unknown data type 'float33'");
+  r = Valid();
+  r.set_reduce_op("median");
+  ExpectRejected(r, kInvalid, "unknown reduce op 'median'");
+  r = Valid();
+  r.set_op(static_cast<v1::CollectiveOp>(42));
+  ExpectRejected(r, kInvalid, "unknown collective");
+  r = Valid();
+  r.set_count(UINT64_MAX / 2);
+  ExpectRejected(r, kInvalid, "overflows");
+  r = Valid();
+  r.set_count(2000);  // 8000 bytes in a 4096-byte buffer
+  ExpectRejected(r, kInvalid, "outside buffer");
+  r = Valid();
+  r.mutable_recv()->set_offset(4090);
+  ExpectRejected(r, kInvalid, "outside buffer");
+  r = Valid();
+  r.mutable_send()->set_buffer_id(buffer_ + 100);
+  ExpectRejected(r, kInvalid, "is not registered");
+  r = Valid();
+  r.set_op(v1::COLLECTIVE_OP_BROADCAST);
+  r.set_root(1);
+  ExpectRejected(r, kInvalid, "root 1 is out of range");
+  r = Valid();
+  r.set_algorithm("butterfly");
+  ExpectRejected(r, kInvalid, "unknown algorithm");
+  r = Valid();
+  r.set_op(v1::COLLECTIVE_OP_ALL_GATHER);
+  r.set_algorithm("tree");
+  ExpectRejected(r, kInvalid, "tree does not implement all_gather");
+  r = Valid();
+  r.set_rank(1);
+  ExpectRejected(r, grpc::StatusCode::PERMISSION_DENIED, "not attached by this session");
+  r = Valid();
+  r.set_comm_tag(tag_ + 1);
+  ExpectRejected(r, grpc::StatusCode::NOT_FOUND, "unknown communicator");
+}
+
+TEST_F(ClientApiTest, RegisteringBadSharedMemoryIsRejected) {
+  v1::RegisterBufferRequest reg;
+  reg.set_session_id(session_);
+  reg.set_shm_name("/baton-api-test-absent");
+  reg.set_size(4096);
+  v1::RegisterBufferResponse response;
+  EXPECT_EQ(Call(&v1::Client::Stub::RegisterBuffer, reg, &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  reg.set_shm_name("../../etc/passwd");
+  EXPECT_EQ(Call(&v1::Client::Stub::RegisterBuffer, reg, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+}  // namespace
+}  // namespace baton
