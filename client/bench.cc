@@ -15,86 +15,13 @@
 #include "absl/strings/strip.h"
 #include "client/baton.h"
 #include "client/local_cluster.h"
-#include "collective/half.h"
+#include "collective/element.h"
 #include "common/status_macros.h"
 
 namespace baton::client {
 namespace {
 
 using collective::Collective;
-
-// Element i of a buffer of `type`, as a double, and back. Benchmark values are small integers,
-// exact in every type.
-void Store(DataType type, void* base, size_t i, double v) {
-  switch (type) {
-    case DataType::kInt8:
-      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
-      break;
-    case DataType::kUint8:
-      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
-      break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kUint32:
-      static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
-      break;
-    case DataType::kUint64:
-      static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v);
-      break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(base)[i] = collective::FloatToHalf(static_cast<float>(v));
-      break;
-    case DataType::kBfloat16:
-      static_cast<uint16_t*>(base)[i] = collective::FloatToBfloat16(static_cast<float>(v));
-      break;
-    case DataType::kFloat32:
-      static_cast<float*>(base)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(base)[i] = v;
-      break;
-    case DataType::kFp8E4M3:
-      static_cast<uint8_t*>(base)[i] = collective::FloatToFp8E4M3(static_cast<float>(v));
-      break;
-    case DataType::kFp8E5M2:
-      static_cast<uint8_t*>(base)[i] = collective::FloatToFp8E5M2(static_cast<float>(v));
-      break;
-  }
-}
-
-double Load(DataType type, const void* base, size_t i) {
-  switch (type) {
-    case DataType::kInt8:
-      return static_cast<const int8_t*>(base)[i];
-    case DataType::kUint8:
-      return static_cast<const uint8_t*>(base)[i];
-    case DataType::kInt32:
-      return static_cast<const int32_t*>(base)[i];
-    case DataType::kUint32:
-      return static_cast<const uint32_t*>(base)[i];
-    case DataType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kUint64:
-      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
-    case DataType::kFloat16:
-      return collective::HalfToFloat(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kBfloat16:
-      return collective::Bfloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kFloat32:
-      return static_cast<const float*>(base)[i];
-    case DataType::kFloat64:
-      return static_cast<const double*>(base)[i];
-    case DataType::kFp8E4M3:
-      return collective::Fp8E4M3ToFloat(static_cast<const uint8_t*>(base)[i]);
-    case DataType::kFp8E5M2:
-      return collective::Fp8E5M2ToFloat(static_cast<const uint8_t*>(base)[i]);
-  }
-  return 0;
-}
 
 // What rank r contributes at element i to a reduction: one rank per element holds the "hot"
 // value, the others the neutral one, so the result is exact in every type and wrong if any rank
@@ -213,8 +140,9 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
     for (size_t i = 0; i < send_elements; ++i) {
       const bool reduces = *op == Collective::kAllReduce || *op == Collective::kReduce ||
                            *op == Collective::kReduceScatter;
-      Store(*type, send, i,
-            reduces ? Contribution(*reduce_op, world_size, rank, i) : Tagged(rank, i));
+      collective::SetElement(
+          *type, send, i,
+          reduces ? Contribution(*reduce_op, world_size, rank, i) : Tagged(rank, i));
     }
     auto run = [&]() -> absl::Status {
       Communicator& c = **comm;
@@ -247,31 +175,36 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
       BATON_RETURN_IF_ERROR(run());
       switch (*op) {
         case Collective::kAllReduce:
-          for (size_t i = 0; i < count; ++i) wrong += Load(*type, recv, i) != Reduced(*reduce_op);
+          for (size_t i = 0; i < count; ++i)
+            wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
           break;
         case Collective::kReduce:
           if (rank == root) {
-            for (size_t i = 0; i < count; ++i) wrong += Load(*type, recv, i) != Reduced(*reduce_op);
+            for (size_t i = 0; i < count; ++i)
+              wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
           }
           break;
         case Collective::kReduceScatter:
-          for (size_t i = 0; i < count; ++i) wrong += Load(*type, recv, i) != Reduced(*reduce_op);
+          for (size_t i = 0; i < count; ++i)
+            wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
           break;
         case Collective::kAllGather:
           for (size_t r = 0; r < world; ++r) {
             for (size_t i = 0; i < count; ++i) {
-              wrong += Load(*type, recv, r * count + i) != Tagged(static_cast<int>(r), i);
+              wrong += collective::GetElement(*type, recv, r * count + i) !=
+                       Tagged(static_cast<int>(r), i);
             }
           }
           break;
         case Collective::kBroadcast:
-          for (size_t i = 0; i < count; ++i) wrong += Load(*type, recv, i) != Tagged(root, i);
+          for (size_t i = 0; i < count; ++i)
+            wrong += collective::GetElement(*type, recv, i) != Tagged(root, i);
           break;
         case Collective::kAllToAll:
           // Block `rank` of rank r's input holds Tagged(r, rank * count + i).
           for (size_t r = 0; r < world; ++r) {
             for (size_t i = 0; i < count; ++i) {
-              wrong += Load(*type, recv, r * count + i) !=
+              wrong += collective::GetElement(*type, recv, r * count + i) !=
                        Tagged(static_cast<int>(r), static_cast<size_t>(rank) * count + i);
             }
           }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collective/half.h"
+#include "collective/element.h"
 #include "tests/integration/test_cluster.h"
 
 namespace baton {
@@ -20,80 +20,6 @@ constexpr int kWorld = 6;
 
 // Rank r's input element i: distinct small integers, so float sums are exact.
 float In(int rank, size_t i) { return static_cast<float>(rank * 100 + static_cast<int>(i % 97)); }
-
-// Element i of a buffer of `type` from/to float (test values are small integers).
-void Encode(collective::DataType type, std::byte* base, size_t i, float v) {
-  using collective::DataType;
-  switch (type) {
-    case DataType::kInt8:
-      reinterpret_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
-      break;
-    case DataType::kUint8:
-      reinterpret_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
-      break;
-    case DataType::kInt32:
-      reinterpret_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kUint32:
-      reinterpret_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v);
-      break;
-    case DataType::kInt64:
-      reinterpret_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
-      break;
-    case DataType::kUint64:
-      reinterpret_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v);
-      break;
-    case DataType::kFloat16:
-      reinterpret_cast<uint16_t*>(base)[i] = collective::FloatToHalf(v);
-      break;
-    case DataType::kBfloat16:
-      reinterpret_cast<uint16_t*>(base)[i] = collective::FloatToBfloat16(v);
-      break;
-    case DataType::kFloat32:
-      reinterpret_cast<float*>(base)[i] = v;
-      break;
-    case DataType::kFloat64:
-      reinterpret_cast<double*>(base)[i] = v;
-      break;
-    case DataType::kFp8E4M3:
-      reinterpret_cast<uint8_t*>(base)[i] = collective::FloatToFp8E4M3(v);
-      break;
-    case DataType::kFp8E5M2:
-      reinterpret_cast<uint8_t*>(base)[i] = collective::FloatToFp8E5M2(v);
-      break;
-  }
-}
-
-float Decode(collective::DataType type, const std::byte* base, size_t i) {
-  using collective::DataType;
-  switch (type) {
-    case DataType::kInt8:
-      return reinterpret_cast<const int8_t*>(base)[i];
-    case DataType::kUint8:
-      return reinterpret_cast<const uint8_t*>(base)[i];
-    case DataType::kInt32:
-      return static_cast<float>(reinterpret_cast<const int32_t*>(base)[i]);
-    case DataType::kUint32:
-      return static_cast<float>(reinterpret_cast<const uint32_t*>(base)[i]);
-    case DataType::kInt64:
-      return static_cast<float>(reinterpret_cast<const int64_t*>(base)[i]);
-    case DataType::kUint64:
-      return static_cast<float>(reinterpret_cast<const uint64_t*>(base)[i]);
-    case DataType::kFloat16:
-      return collective::HalfToFloat(reinterpret_cast<const uint16_t*>(base)[i]);
-    case DataType::kBfloat16:
-      return collective::Bfloat16ToFloat(reinterpret_cast<const uint16_t*>(base)[i]);
-    case DataType::kFloat32:
-      return reinterpret_cast<const float*>(base)[i];
-    case DataType::kFloat64:
-      return static_cast<float>(reinterpret_cast<const double*>(base)[i]);
-    case DataType::kFp8E4M3:
-      return collective::Fp8E4M3ToFloat(reinterpret_cast<const uint8_t*>(base)[i]);
-    case DataType::kFp8E5M2:
-      return collective::Fp8E5M2ToFloat(reinterpret_cast<const uint8_t*>(base)[i]);
-  }
-  return 0;
-}
 
 struct Placement {
   std::string name;
@@ -253,11 +179,11 @@ TEST_P(CollectivesTest, EveryTypeAndReduceOp) {
         const float expected = op == ReduceOp::kProd || op == ReduceOp::kMax ? 2 : 1;
         std::vector<std::byte> data(kCount * element);
         for (size_t i = 0; i < kCount; ++i) {
-          Encode(type, data.data(), i, value((i + rank) % kWorld == 0));
+          collective::SetElement(type, data.data(), i, value((i + rank) % kWorld == 0));
         }
         ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), kCount, type, op).ok());
         for (size_t i = 0; i < kCount; ++i) {
-          ASSERT_EQ(Decode(type, data.data(), i), expected)
+          ASSERT_EQ(collective::GetElement(type, data.data(), i), expected)
               << collective::DataTypeName(type) << " " << collective::ReduceOpName(op) << " i "
               << i;
         }
