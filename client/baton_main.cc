@@ -18,6 +18,9 @@
 #include "common/options.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
+#include "topology/discovery.h"
+#include "topology/graph_json.h"
+#include "topology/paths.h"
 
 namespace {
 
@@ -29,6 +32,7 @@ Commands:
   local up|down|status   start, stop or show a development cluster of daemons on this machine
   bench                  run an nccl-tests-style collective benchmark over a running cluster
   status                 show one daemon's state: peers, links, communicators
+  topo                   show a node's GPUs, NICs and the path types between them
   comm-id                print a new communicator id rooted at a daemon
 
 Run `baton <command> --help` for a command's options.
@@ -316,6 +320,67 @@ int Status(int argc, char** argv) {
   return 0;
 }
 
+int Topo(int argc, char** argv) {
+  std::string socket = baton::Client::DefaultSocketPath();
+  std::string file;
+  bool json = false;
+  baton::OptionSet options;
+  options.AddString("socket", &socket, "daemon socket ($BATON_SOCKET)");
+  options.AddString("file", &file,
+                    "show a recorded topology (NCCL XML, hwloc XML, nvidia-smi topo -m, JSON) "
+                    "instead of asking the daemon");
+  options.AddBool("json", &json, "print the node graph as JSON");
+  const int code = ParseOrHelp(options,
+                               "Usage: baton topo [--socket PATH | --file TOPOLOGY] [--json]\n\n"
+                               "Shows a node's GPUs and NICs with the path type between every pair "
+                               "(NVL, PIX,\nPXB, PHB, SYS, as NCCL names them) and their NUMA "
+                               "affinity, then the peers\nthe daemon knows.",
+                               argc, argv, 2, nullptr);
+  if (code >= 0) return code;
+  if (!file.empty()) {
+    absl::StatusOr<baton::topology::Graph> graph = baton::topology::LoadTopologyFile(file);
+    if (!graph.ok()) return Fail("topo", graph.status());
+    if (json) {
+      std::printf("%s\n", baton::topology::GraphToJson(*graph).c_str());
+    } else {
+      std::printf(
+          "%s",
+          baton::topology::FormatPathMatrix(*graph, baton::topology::PathTable(*graph)).c_str());
+    }
+    return 0;
+  }
+  auto channel = grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials());
+  auto stub = baton::v1::Client::NewStub(channel);
+  baton::v1::Topology topology;
+  baton::v1::DaemonStatus status;
+  for (int call = 0; call < 2; ++call) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status rpc = call == 0
+                           ? stub->GetTopology(&context, baton::v1::GetTopologyRequest(), &topology)
+                           : stub->GetStatus(&context, baton::v1::GetStatusRequest(), &status);
+    if (!rpc.ok()) {
+      std::cerr << "baton topo: cannot reach batond at " << socket << ": " << rpc.error_message()
+                << "\n";
+      return 1;
+    }
+  }
+  if (json) {
+    std::printf("%s\n", topology.graph_json().c_str());
+    return 0;
+  }
+  std::printf("node %s (%s)\n", topology.node_name().c_str(), topology.source().c_str());
+  if (!topology.note().empty()) std::printf("note: %s\n", topology.note().c_str());
+  std::printf("%s", topology.path_matrix().c_str());
+  std::printf("\ncluster (peers this daemon has exchanged data with):\n");
+  if (status.links().empty()) std::printf("  none yet\n");
+  for (const auto& link : status.links()) {
+    std::printf("  %-16s %-22s %s\n", link.peer_node().c_str(), link.peer().c_str(),
+                link.up() ? "up" : "down");
+  }
+  return 0;
+}
+
 int CommId(int argc, char** argv) {
   std::string socket = baton::Client::DefaultSocketPath();
   baton::OptionSet options;
@@ -348,6 +413,7 @@ int main(int argc, char** argv) {
   if (command == "bench-rank") return Bench(argc, argv, /*worker=*/true);
   if (command == "status") return Status(argc, argv);
   if (command == "comm-id") return CommId(argc, argv);
+  if (command == "topo") return Topo(argc, argv);
   std::cerr << "baton: unknown command '" << command << "'\n\n" << kUsage;
   return 2;
 }

@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
 #include "spdlog/spdlog.h"
+#include "topology/graph_json.h"
+#include "topology/paths.h"
 
 namespace baton::daemon {
 namespace {
@@ -163,11 +165,24 @@ grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusR
   for (const transport::LinkStats& link : node_->endpoint()->Stats()) {
     v1::LinkStatus* entry = response->add_links();
     entry->set_peer(link.peer);
+    entry->set_peer_node(node_->PeerName(link.peer));
     entry->set_tx_bytes(link.tx_bytes);
     entry->set_rx_bytes(link.rx_bytes);
     entry->set_errors(link.errors);
     entry->set_up(link.up);
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientService::GetTopology(grpc::ServerContext*, const v1::GetTopologyRequest*,
+                                        v1::Topology* response) {
+  const NodeTopology& topology = node_->topology();
+  response->set_node_name(node_->self().node_name);
+  response->set_source(topology.source);
+  response->set_graph_json(topology::GraphToJson(topology.graph));
+  response->set_path_matrix(
+      topology::FormatPathMatrix(topology.graph, topology::PathTable(topology.graph)));
+  response->set_note(topology.note);
   return grpc::Status::OK;
 }
 

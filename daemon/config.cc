@@ -26,6 +26,9 @@ void RegisterOptions(OptionSet& options, Config& config) {
   options.AddString("log_level", &config.log_level, "trace, debug, info, warn, error or off");
   options.AddString("ready_file", &config.ready_file,
                     "file written with the bound addresses once the daemon serves");
+  options.AddString("topology_file", &config.topology_file,
+                    "recorded topology (NCCL XML, hwloc XML, nvidia-smi topo -m, or JSON) to use "
+                    "instead of discovering this node, like NCCL_TOPO_FILE");
 }
 
 absl::Status FinalizeConfig(Config& config) {

@@ -21,7 +21,8 @@ struct Config {
   absl::Duration op_timeout = absl::Seconds(60);
   int64_t chunk_bytes = int64_t{1} << 20;
   std::string log_level = "info";
-  std::string ready_file;  // written with the bound addresses once serving
+  std::string ready_file;     // written with the bound addresses once serving
+  std::string topology_file;  // a recorded topology to use instead of discovering this node
 };
 
 // Registers every Config field on `options`, pointing at `config`.

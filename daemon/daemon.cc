@@ -25,6 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
+#include "topology/discovery.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace baton::daemon {
@@ -103,8 +104,10 @@ class DaemonImpl final : public Daemon {
 
     Member self{config_.node_name, absl::StrCat(config_.advertise_host, ":", peer_port),
                 endpoint_->address()};
+    BATON_ASSIGN_OR_RETURN(NodeTopology topology, LoadTopology());
     metrics_ = Metrics::Create(self.node_name);
-    node_ = std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get());
+    node_ =
+        std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get(), std::move(topology));
     metrics_->SetNode(node_.get());
     peer_service_.SetNode(node_.get());
 
@@ -190,6 +193,24 @@ class DaemonImpl final : public Daemon {
   }
 
  private:
+  // The recorded topology if configured (an unreadable file stops the daemon), else this node's
+  // discovered one (a failed discovery is logged and leaves an empty graph: collectives do not
+  // need it yet).
+  absl::StatusOr<NodeTopology> LoadTopology() const {
+    if (!config_.topology_file.empty()) {
+      absl::StatusOr<topology::Graph> graph = topology::LoadTopologyFile(config_.topology_file);
+      if (!graph.ok()) return Annotate(graph.status(), "topology_file");
+      return NodeTopology{std::move(*graph), "file:" + config_.topology_file, ""};
+    }
+    absl::StatusOr<topology::Discovery> discovered = topology::DiscoverLocalNode();
+    if (!discovered.ok()) {
+      spdlog::warn("topology discovery failed: {}", discovered.status().ToString());
+      return NodeTopology{topology::Graph(), "discovered",
+                          std::string(discovered.status().message())};
+    }
+    return NodeTopology{std::move(discovered->graph), "discovered", discovered->gpu_note};
+  }
+
   HttpResponse Readiness() const {
     if (!serving_) return HttpResponse{503, "text/plain; charset=utf-8", "not serving\n"};
     return HttpResponse{200, "text/plain; charset=utf-8", "ready\n"};

@@ -21,11 +21,13 @@ absl::StatusOr<CommId> ParseCommId(const std::string& text) {
   return id;
 }
 
-Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer)
+Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
+           NodeTopology topology)
     : config_(config),
       self_(std::move(self)),
       endpoint_(endpoint),
       observer_(observer),
+      topology_(std::move(topology)),
       communicators_([this](const Plan& plan) -> absl::StatusOr<std::shared_ptr<Communicator>> {
         const int index = plan.IndexOf(self_.data_address);
         if (index < 0) {

@@ -18,6 +18,7 @@
 #include "daemon/plan.h"
 #include "daemon/rendezvous.h"
 #include "daemon/session_registry.h"
+#include "topology/graph.h"
 #include "transport/transport.h"
 
 namespace baton::daemon {
@@ -28,6 +29,13 @@ struct CommId {
   std::string secret;
 };
 absl::StatusOr<CommId> ParseCommId(const std::string& text);
+
+// This node's hardware, as discovered at start or loaded from a recorded file.
+struct NodeTopology {
+  topology::Graph graph;
+  std::string source;  // "discovered" or "file:<path>"
+  std::string note;    // e.g. why no GPU was found; empty if nothing to say
+};
 
 struct JoinResult {
   uint64_t comm_tag = 0;
@@ -57,7 +65,10 @@ class Node {
  public:
   // `self` is how other daemons reach this one. `endpoint` must outlive the node.
   // `observer` (may be null) is told about every completed operation and must outlive the node.
-  Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer);
+  Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
+       NodeTopology topology);
+
+  const NodeTopology& topology() const { return topology_; }
 
   const Member& self() const { return self_; }
   SessionRegistry& sessions() { return sessions_; }
@@ -93,6 +104,7 @@ class Node {
   const Member self_;
   transport::Endpoint* const endpoint_;
   OpObserver* const observer_;
+  const NodeTopology topology_;
   Rendezvous rendezvous_;
   SessionRegistry sessions_;
   PeerClient peers_;

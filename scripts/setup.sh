@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev
   libgtest-dev libgmock-dev libhwloc-dev libibverbs-dev
-  iproute2 procps
+  iproute2 procps python3-yaml
 )
 
 missing=()

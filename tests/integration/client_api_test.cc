@@ -149,3 +149,48 @@ TEST_F(ClientApiTest, RegisteringBadSharedMemoryIsRejected) {
 
 }  // namespace
 }  // namespace baton
+
+namespace baton {
+namespace {
+
+TEST(TopologyApiTest, ARecordedTopologyIsServedInsteadOfDiscovery) {
+  const std::string file =
+      std::string(BATON_TOPOLOGY_FIXTURES) + "/nccl_aws-p4d-24xl_8xA100_4xEFA.xml";
+  testing::TestCluster cluster(1, {"--topology-file=" + file});
+  ASSERT_TRUE(cluster.ok());
+  auto stub = v1::Client::NewStub(grpc::CreateChannel("unix://" + cluster.daemons()[0].socket,
+                                                      grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::Topology topology;
+  ASSERT_TRUE(stub->GetTopology(&context, v1::GetTopologyRequest(), &topology).ok());
+  EXPECT_EQ(topology.source(), "file:" + file);
+  EXPECT_EQ(topology.node_name(), "node-0");
+  // The p4d: 8 GPUs, 4 NICs; GPU0 and GPU1 share a PCIe switch, GPU0 and GPU4 sit on different
+  // sockets.
+  const std::string& matrix = topology.path_matrix();
+  EXPECT_NE(matrix.find("GPU7"), std::string::npos) << matrix;
+  EXPECT_NE(matrix.find("NIC3"), std::string::npos) << matrix;
+  EXPECT_EQ(matrix.find("GPU8"), std::string::npos) << matrix;
+  EXPECT_NE(matrix.find("GPU0  X     PIX   PHB   PHB   SYS"), std::string::npos) << matrix;
+  EXPECT_EQ(topology.graph_json().front(), '{');
+}
+
+TEST(TopologyApiTest, AnUnreadableTopologyFileStopsTheDaemonWithAClearError) {
+  client::LocalClusterOptions options;
+  char dir[] = "/tmp/baton-topo-XXXXXX";
+  options.dir = mkdtemp(dir);
+  options.nodes = 1;
+  options.batond = BATOND_PATH;
+  options.extra_args = {"--topology-file=/nonexistent/topology.xml"};
+  absl::StatusOr<std::vector<client::LocalDaemon>> daemons = client::StartLocalCluster(options);
+  ASSERT_FALSE(daemons.ok());
+  EXPECT_NE(daemons.status().message().find("cannot read topology file /nonexistent"),
+            std::string::npos)
+      << daemons.status();
+  std::error_code error;
+  std::filesystem::remove_all(options.dir, error);
+}
+
+}  // namespace
+}  // namespace baton

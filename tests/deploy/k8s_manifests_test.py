@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Structural check of the Kubernetes manifests in deploy/k8s.
+
+Usage: k8s_manifests_test.py SOURCE_DIR
+
+Not a schema validation (no Kubernetes JSON schema bundle is available offline): it checks that
+every file parses, that kinds and apiVersions are the expected ones, the DaemonSet settings that
+batond depends on, that the ConfigMap only uses documented config keys (docs/config.md), that
+alerts only use metrics documented in docs/metrics.md, and that kustomization.yaml lists every
+manifest. Exits 0 on success, 1 with one line per failure otherwise, 77 (skip) without PyYAML.
+"""
+
+import os
+import re
+import sys
+
+try:
+    import yaml
+except ImportError:
+    print("SKIP: PyYAML is not installed (Debian: python3-yaml)")
+    sys.exit(77)
+
+EXPECTED_KINDS = {
+    "namespace.yaml": ("v1", "Namespace"),
+    "configmap.yaml": ("v1", "ConfigMap"),
+    "daemonset.yaml": ("apps/v1", "DaemonSet"),
+    "service.yaml": ("v1", "Service"),
+    "servicemonitor.yaml": ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    "prometheusrule.yaml": ("monitoring.coreos.com/v1", "PrometheusRule"),
+    "kustomization.yaml": ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
+}
+NAMESPACE = "baton-system"
+METRICS_PORT = 9460
+SOCKET_DIR = "/run/baton"
+# Series Prometheus itself adds to every scrape target; not in docs/metrics.md.
+PROMETHEUS_SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
+PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
+                   "group_left", "group_right", "inf", "nan"}
+
+failures = []
+
+
+def fail(where, message):
+    failures.append(f"{where}: {message}")
+
+
+def get(obj, path, default=None):
+    """get(d, "a.b.0.c") walks dicts and lists; returns default when a step is missing."""
+    for step in path.split("."):
+        if isinstance(obj, dict) and step in obj:
+            obj = obj[step]
+        elif isinstance(obj, list) and step.isdigit() and int(step) < len(obj):
+            obj = obj[int(step)]
+        else:
+            return default
+    return obj
+
+
+def expect(where, obj, path, want):
+    got = get(obj, path)
+    if got != want:
+        fail(where, f"{path} is {got!r}, want {want!r}")
+
+
+def documented_config_keys(source_dir):
+    """Keys of the table under '## Options' in docs/config.md (first column, in backquotes)."""
+    path = os.path.join(source_dir, "docs", "config.md")
+    keys = set()
+    in_options = False
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("## "):
+                in_options = line.strip() == "## Options"
+                continue
+            m = re.match(r"^\|\s*`([a-z0-9_]+)`\s*\|", line)
+            if in_options and m:
+                keys.add(m.group(1))
+    if not keys:
+        fail(path, "found no option table under '## Options'")
+    return keys
+
+
+def documented_metrics(source_dir):
+    """Metric names in the first column of docs/metrics.md's tables, histograms expanded."""
+    path = os.path.join(source_dir, "docs", "metrics.md")
+    names = set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"^\|\s*`([a-zA-Z_:][a-zA-Z0-9_:]*)`\s*\|\s*([a-z]+)\s*\|", line)
+            if not m:
+                continue
+            name, kind = m.groups()
+            names.add(name)
+            if kind == "histogram":
+                names.update({name + "_bucket", name + "_count", name + "_sum"})
+            elif kind == "summary":
+                names.update({name + "_count", name + "_sum"})
+    if not names:
+        fail(path, "found no metric table")
+    return names
+
+
+def promql_metric_names(expr):
+    """Metric names in a PromQL expression: identifiers that are neither functions, keywords,
+    label names (inside {...} or by/without/on/ignoring/group_x (...)) nor in strings."""
+    s = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)
+    s = re.sub(r"\{[^}]*\}", " ", s)
+    s = re.sub(r"\[[^\]]*\]", " ", s)
+    s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
+    names = set()
+    for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", s):
+        word = m.group(0)
+        rest = s[m.end():].lstrip()
+        if rest.startswith("("):
+            continue  # function or aggregation
+        if word.lower() in PROMQL_KEYWORDS:
+            continue
+        if m.start() > 0 and (s[m.start() - 1].isdigit() or s[m.start() - 1] == "."):
+            continue  # duration or number suffix such as 5m, 1e3
+        names.add(word)
+    return names
+
+
+def check_daemonset(where, ds):
+    expect(where, ds, "metadata.namespace", NAMESPACE)
+    expect(where, ds, "spec.updateStrategy.type", "RollingUpdate")
+    expect(where, ds, "spec.updateStrategy.rollingUpdate.maxUnavailable", 1)
+    pod = get(ds, "spec.template.spec", {})
+    for key, want in (("hostNetwork", True), ("hostIPC", True),
+                      ("dnsPolicy", "ClusterFirstWithHostNet"),
+                      ("priorityClassName", "system-node-critical")):
+        expect(where, pod, key, want)
+    if not isinstance(pod.get("terminationGracePeriodSeconds"), int):
+        fail(where, "pod spec has no terminationGracePeriodSeconds")
+    selector = get(ds, "spec.selector.matchLabels", {}) or {}
+    labels = get(ds, "spec.template.metadata.labels", {}) or {}
+    if not selector or any(labels.get(k) != v for k, v in selector.items()):
+        fail(where, f"spec.selector.matchLabels {selector} do not match the template's labels")
+
+    tolerations = pod.get("tolerations") or []
+    if not any(t.get("key") == "nvidia.com/gpu" for t in tolerations):
+        fail(where, "no toleration for nvidia.com/gpu")
+    if not any(t.get("operator") == "Exists" and "key" not in t and t.get("effect") == "NoSchedule"
+               for t in tolerations):
+        fail(where, "no catch-all NoSchedule toleration (operator Exists, no key)")
+
+    containers = pod.get("containers") or []
+    batond = next((c for c in containers if c.get("name") == "batond"), None)
+    if batond is None:
+        fail(where, "no container named batond")
+        return
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        expect(where, batond, f"{probe}.httpGet.path", path)
+        port = get(batond, f"{probe}.httpGet.port")
+        if port not in (METRICS_PORT, "metrics"):
+            fail(where, f"{probe}.httpGet.port is {port!r}, want {METRICS_PORT}")
+    ports = {p.get("name"): p.get("containerPort") for p in batond.get("ports") or []}
+    if ports.get("metrics") != METRICS_PORT:
+        fail(where, f"container port 'metrics' is {ports.get('metrics')!r}, want {METRICS_PORT}")
+
+    env = {e.get("name"): e for e in batond.get("env") or []}
+    for name, field in (("NODE_NAME", "spec.nodeName"), ("HOST_IP", "status.hostIP")):
+        got = get(env.get(name, {}), "valueFrom.fieldRef.fieldPath")
+        if got != field:
+            fail(where, f"env {name} comes from {got!r}, want downward API fieldRef {field!r}")
+    if "--advertise-host=$(HOST_IP)" not in (batond.get("args") or []):
+        fail(where, "args lack --advertise-host=$(HOST_IP)")
+    if not any(a.startswith("--config=") for a in batond.get("args") or []):
+        fail(where, "args lack --config=FILE")
+
+    expect(where, batond, "securityContext.privileged", False)
+    if "IPC_LOCK" not in (get(batond, "securityContext.capabilities.add") or []):
+        fail(where, "securityContext.capabilities.add lacks IPC_LOCK")
+    if not get(batond, "resources.requests"):
+        fail(where, "container has no resources.requests")
+
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    mounts = {m.get("mountPath"): m.get("name") for m in batond.get("volumeMounts") or []}
+    for host_path, want_type in ((SOCKET_DIR, "DirectoryOrCreate"), ("/dev/shm", None),
+                                 ("/dev/infiniband", "")):
+        volume = next((v for v in volumes.values() if get(v, "hostPath.path") == host_path), None)
+        if volume is None:
+            fail(where, f"no hostPath volume for {host_path}")
+            continue
+        if want_type is not None and get(volume, "hostPath.type") != want_type:
+            fail(where, f"hostPath {host_path} has type {get(volume, 'hostPath.type')!r}, "
+                        f"want {want_type!r}")
+        if mounts.get(host_path) != volume.get("name"):
+            fail(where, f"hostPath volume {volume.get('name')!r} is not mounted at {host_path}")
+    config_volume = next((v for v in volumes.values() if "configMap" in v), None)
+    if config_volume is None or mounts.get("/etc/baton") != config_volume.get("name"):
+        fail(where, "ConfigMap volume is not mounted at /etc/baton")
+
+
+def check_configmap(where, cm, keys):
+    expect(where, cm, "metadata.namespace", NAMESPACE)
+    conf = (cm.get("data") or {}).get("batond.conf")  # the key has a dot: no get()
+    if not isinstance(conf, str):
+        fail(where, "data has no batond.conf")
+        return
+    seen = set()
+    for number, line in enumerate(conf.splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        m = re.match(r"^([A-Za-z0-9_-]+)\s*=\s*(\S.*)$", text)
+        if not m:
+            fail(where, f"batond.conf line {number} is not 'key = value': {line!r}")
+            continue
+        key = m.group(1).replace("-", "_")
+        if key not in keys:
+            fail(where, f"batond.conf line {number}: key {key!r} is not in docs/config.md "
+                        f"(documented: {', '.join(sorted(keys))})")
+        if key in seen:
+            fail(where, f"batond.conf line {number}: key {key!r} set twice")
+        seen.add(key)
+        if key == "socket" and not m.group(2).strip('"').startswith(SOCKET_DIR + "/"):
+            fail(where, f"socket {m.group(2)!r} is not in the hostPath directory {SOCKET_DIR}")
+        if key == "metrics_listen" and not m.group(2).strip('"').endswith(f":{METRICS_PORT}"):
+            fail(where, f"metrics_listen {m.group(2)!r} is not on port {METRICS_PORT}, "
+                        "which the probes and the Service use")
+
+
+def check_service(where, svc):
+    expect(where, svc, "metadata.namespace", NAMESPACE)
+    expect(where, svc, "spec.clusterIP", "None")
+    ports = {p.get("name"): p.get("port") for p in get(svc, "spec.ports") or []}
+    if ports.get("metrics") != METRICS_PORT:
+        fail(where, f"no port named metrics on {METRICS_PORT} (ports: {ports})")
+
+
+def check_servicemonitor(where, sm, service):
+    endpoints = get(sm, "spec.endpoints") or []
+    if not endpoints:
+        fail(where, "no endpoints")
+        return
+    endpoint = endpoints[0]
+    expect(where, endpoint, "port", "metrics")
+    expect(where, endpoint, "interval", "15s")
+    if not any(r.get("sourceLabels") == ["__meta_kubernetes_pod_node_name"]
+               and r.get("targetLabel") == "node" for r in endpoint.get("relabelings") or []):
+        fail(where, "no relabeling of __meta_kubernetes_pod_node_name to node")
+    selector = get(sm, "spec.selector.matchLabels") or {}
+    service_labels = get(service or {}, "metadata.labels") or {}
+    if not selector or any(service_labels.get(k) != v for k, v in selector.items()):
+        fail(where, f"spec.selector.matchLabels {selector} do not select the batond Service")
+
+
+def check_prometheusrule(where, rule, metrics):
+    count = 0
+    for group in get(rule, "spec.groups") or []:
+        for r in group.get("rules") or []:
+            name = r.get("alert") or r.get("record") or "?"
+            expr = r.get("expr")
+            if not isinstance(expr, str) or not expr.strip():
+                fail(where, f"rule {name} has no expr")
+                continue
+            count += 1
+            used = promql_metric_names(expr)
+            if not used:
+                fail(where, f"rule {name}: found no metric in {expr!r}")
+            for metric in sorted(used):
+                if metric not in metrics and metric not in PROMETHEUS_SYNTHETIC:
+                    fail(where, f"rule {name} uses {metric!r}, which docs/metrics.md does not list")
+    if count == 0:
+        fail(where, "no rules")
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(f"usage: {sys.argv[0]} SOURCE_DIR", file=sys.stderr)
+        return 2
+    source_dir = sys.argv[1]
+    k8s_dir = os.path.join(source_dir, "deploy", "k8s")
+    if not os.path.isdir(k8s_dir):
+        print(f"FAIL: {k8s_dir} does not exist")
+        return 1
+
+    files = sorted(f for f in os.listdir(k8s_dir) if f.endswith((".yaml", ".yml")))
+    docs = {}
+    for name in files:
+        where = f"deploy/k8s/{name}"
+        try:
+            with open(os.path.join(k8s_dir, name), encoding="utf-8") as f:
+                loaded = [d for d in yaml.safe_load_all(f) if d is not None]
+        except yaml.YAMLError as e:
+            fail(where, f"does not parse: {e}")
+            continue
+        if len(loaded) != 1 or not isinstance(loaded[0], dict):
+            fail(where, f"holds {len(loaded)} documents, want one mapping")
+            continue
+        docs[name] = loaded[0]
+        if name not in EXPECTED_KINDS:
+            fail(where, "unexpected file; add it to EXPECTED_KINDS in this test")
+            continue
+        api_version, kind = EXPECTED_KINDS[name]
+        expect(where, docs[name], "apiVersion", api_version)
+        expect(where, docs[name], "kind", kind)
+    for name in EXPECTED_KINDS:
+        if name not in files:
+            fail("deploy/k8s", f"{name} is missing")
+
+    keys = documented_config_keys(source_dir)
+    metrics = documented_metrics(source_dir)
+    checks = {
+        "daemonset.yaml": lambda w, d: check_daemonset(w, d),
+        "configmap.yaml": lambda w, d: check_configmap(w, d, keys),
+        "service.yaml": check_service,
+        "servicemonitor.yaml": lambda w, d: check_servicemonitor(w, d, docs.get("service.yaml")),
+        "prometheusrule.yaml": lambda w, d: check_prometheusrule(w, d, metrics),
+        "namespace.yaml": lambda w, d: expect(w, d, "metadata.name", NAMESPACE),
+    }
+    for name, check in checks.items():
+        if name in docs:
+            check(f"deploy/k8s/{name}", docs[name])
+
+    kustomization = docs.get("kustomization.yaml")
+    if kustomization is not None:
+        listed = kustomization.get("resources") or []
+        wanted = [f for f in files if f != "kustomization.yaml"]
+        for name in wanted:
+            if name not in listed:
+                fail("deploy/k8s/kustomization.yaml", f"resources does not list {name}")
+        for name in listed:
+            if name not in wanted:
+                fail("deploy/k8s/kustomization.yaml", f"resources lists {name}, not in the folder")
+
+    if failures:
+        for line in failures:
+            print(f"FAIL: {line}")
+        print(f"k8s_manifests_test: {len(failures)} failure(s)")
+        return 1
+    print(f"k8s_manifests_test: {len(files)} manifests OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
