@@ -40,18 +40,6 @@ namespace {
 using test::Group;
 using ::testing::HasSubstr;
 
-#if defined(__SANITIZE_THREAD__)
-// absl::Mutex's deadlock detector keeps one process-wide lock graph inside libabsl, behind a lock
-// that TSan cannot see (Debian's absl is not built with it). The failure tests below create, kill
-// and destroy endpoints on many threads at once, and TSan then reports the graph's array copies
-// (memmove, which it intercepts even in uninstrumented code) as races. Under TSan the detector
-// only adds those false reports, so it is off.
-const bool kDeadlockDetectionOff = [] {
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  return true;
-}();
-#endif
-
 struct Op {
   Collective collective;
   Algorithm algorithm;
