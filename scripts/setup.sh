@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Baton builds and tests with. Idempotent: does nothing when
-# everything is already installed. Needs root (or sudo).
+# Installs the Debian 12 packages Baton builds and tests with, then the tests' npm packages
+# (scripts/setup_node_tools.sh). Idempotent: does nothing when everything is already installed.
+# Needs root (or sudo).
 set -euo pipefail
 
 packages=(
@@ -17,12 +18,14 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
-  exit 0
+else
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: done"
 fi
 
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "setup: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup: done"
+# npm packages of the tests (pinned by their package-lock.json).
+bash "$(dirname "$0")/setup_node_tools.sh"
