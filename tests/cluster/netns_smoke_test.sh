@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Cluster smoke test: 3 hosts in network namespaces (scripts/netns_cluster.sh), each link shaped
+# to 1 Gbit/s both ways, one batond per host; `baton bench` runs an all-reduce over 2 ranks per
+# daemon from 8 B to 4 MiB. Checks that every result is right, that the 4 MiB all-reduce did not
+# beat the links (a physical bound, not a timing assertion) and that its bytes crossed the veths.
+# Exits 77 (skipped) where network namespaces cannot be created (not root, no veth/bridge/tbf).
+# Usage: netns_smoke_test.sh NETNS_CLUSTER_SH BATOND BATON
+set -euo pipefail
+netns_cluster=$1
+batond=$2
+baton=$3
+readonly hosts=3 rate=1gbit rate_bytes=125000000 ranks_per_daemon=2 iters=20 warmup=5
+readonly max_bytes=$((4 << 20))
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+status=0
+bash "$netns_cluster" check || status=$?
+[ $status -eq 0 ] || exit $status # 77: skipped
+
+dir=$(mktemp -d /tmp/baton-netns-XXXXXX)
+cleanup() {
+  bash "$netns_cluster" down --dir "$dir" --grace 5 || true
+  rm -rf -- "$dir"
+}
+trap cleanup EXIT
+
+BATON_NETNS_UNAVAILABLE_STATUS=77 bash "$netns_cluster" up --dir "$dir" --hosts $hosts \
+  --rate $rate --batond "$batond" -- --op-timeout=60s
+
+tx_bytes() {
+  bash "$netns_cluster" exec --dir "$dir" "$1" -- cat /sys/class/net/eth0/statistics/tx_bytes
+}
+declare -a tx_before
+for ((i = 0; i < hosts; i++)); do tx_before[i]=$(tx_bytes $i); done
+
+if ! "$baton" bench --cluster "$dir" -b 8 -e $max_bytes -n $iters -w $warmup \
+  --ranks-per-daemon $ranks_per_daemon >"$dir/bench.txt" 2>&1; then
+  cat "$dir/bench.txt"
+  for ((i = 0; i < hosts; i++)); do tail -n 20 "$dir/host$i.log"; done
+  fail "baton bench failed"
+fi
+cat "$dir/bench.txt"
+
+# The table's columns by their header names: size, time (us), algbw, busbw, #wrong, ...
+rows=$(awk '
+  /^#/ && / size / && /#wrong/ { sub(/^#/, ""); for (i = 1; i <= NF; i++) col[$i] = i; n = NF; next }
+  /^#/ || NF == 0 { next }
+  n && NF == n { print $col["size"], $col["time"], $col["busbw"], $col["#wrong"] }
+' "$dir/bench.txt")
+[ -n "$rows" ] || fail "no result rows in the bench table"
+[ "$(wc -l <<<"$rows")" -eq 20 ] || fail "expected 20 sizes (8 B .. 4 MiB), got $(wc -l <<<"$rows")"
+wrong=$(awk '$4 != 0' <<<"$rows")
+[ -z "$wrong" ] || fail "rows with wrong elements (size time busbw #wrong):"$'\n'"$wrong"
+
+# Each daemon must send and receive at least 2(d-1)/d of the message over its link for any
+# all-reduce, so algbw * 2(d-1)/d cannot exceed the link rate; 10 % margin for tbf's burst and
+# rounding. (The table's busbw counts ranks, 2(n-1)/n with n = 6, and may legitimately exceed
+# the link rate by up to (5/3) / (4/3) = 1.25 when several ranks share a daemon.)
+read -r size time_us busbw _ < <(awk -v s=$max_bytes '$1 == s' <<<"$rows")
+[ -n "${size:-}" ] || fail "no $max_bytes-byte row"
+verdict=$(awk -v s="$size" -v t="$time_us" -v d=$hosts -v r=$rate_bytes -v b="$busbw" 'BEGIN {
+  link = s / (t * 1e-6) * 2 * (d - 1) / d
+  printf "4 MiB all-reduce: %.1f MB/s per link (table busbw %.3f GB/s), link rate %.1f MB/s\n",
+         link / 1e6, b, r / 1e6
+  exit !(link <= 1.1 * r)
+}') || fail "$verdict: faster than the links allow (is the link shaped?)"
+echo "$verdict"
+
+# The bytes crossed the veths: every host sent at least its own 4 MiB per timed iteration of the
+# largest size alone (the rest of its data cannot reach the others any other way).
+for ((i = 0; i < hosts; i++)); do
+  sent=$(($(tx_bytes $i) - tx_before[i]))
+  echo "host$i eth0 sent $sent bytes"
+  [ "$sent" -ge $((iters * max_bytes)) ] ||
+    fail "host$i's veth sent only $sent bytes; expected at least $((iters * max_bytes))"
+done
+echo "PASS"
