@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev
   libgtest-dev libgmock-dev libhwloc-dev libibverbs-dev
-  iproute2 procps python3-yaml
+  iproute2 procps python3-yaml prometheus
 )
 
 missing=()
@@ -24,6 +24,13 @@ else
   echo "setup: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # prometheus (promtool and a server for tests/deploy) comes with prometheus.service enabled
+  # and listening on every interface at :9090; the tests start their own on loopback, so a
+  # service this script just installed is stopped and disabled. An earlier install is untouched.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+    echo "setup: disabled prometheus.service (the tests run their own Prometheus)"
+  fi
   echo "setup: done"
 fi
 

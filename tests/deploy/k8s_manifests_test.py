@@ -3,16 +3,25 @@
 
 Usage: k8s_manifests_test.py SOURCE_DIR
 
-Not a schema validation (no Kubernetes JSON schema bundle is available offline): it checks that
-every file parses, that kinds and apiVersions are the expected ones, the DaemonSet settings that
-batond depends on, that the ConfigMap only uses documented config keys (docs/config.md), that
-alerts only use metrics documented in docs/metrics.md, and that kustomization.yaml lists every
-manifest. Exits 0 on success, 1 with one line per failure otherwise, 77 (skip) without PyYAML.
+Not a schema validation (k8s_schema_test does that): it checks that every file parses, that
+kinds and apiVersions are the expected ones, the DaemonSet settings that batond depends on, that
+the ConfigMap only uses documented config keys (docs/config.md), that alerts only use metrics
+documented in docs/metrics.md, that grafana-dashboards.yaml is what
+scripts/gen_grafana_configmap.py writes from deploy/grafana/*.json, that those dashboards take
+their datasource from a `datasource` variable and query only documented metrics, and that
+kustomization.yaml lists every manifest. Exits 0 on success, 1 with one line per failure
+otherwise, 77 (skip) without PyYAML.
 """
 
+import json
 import os
 import re
+import subprocess
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+from promql_helpers import (GRAFANA_BUILTINS, dashboard_queries, iter_panels,
+                            promql_metric_names, referenced_variables)
 
 try:
     import yaml
@@ -27,6 +36,7 @@ EXPECTED_KINDS = {
     "service.yaml": ("v1", "Service"),
     "servicemonitor.yaml": ("monitoring.coreos.com/v1", "ServiceMonitor"),
     "prometheusrule.yaml": ("monitoring.coreos.com/v1", "PrometheusRule"),
+    "grafana-dashboards.yaml": ("v1", "ConfigMap"),
     "kustomization.yaml": ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
 }
 NAMESPACE = "baton-system"
@@ -34,8 +44,9 @@ METRICS_PORT = 9460
 SOCKET_DIR = "/run/baton"
 # Series Prometheus itself adds to every scrape target; not in docs/metrics.md.
 PROMETHEUS_SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
-PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring",
-                   "group_left", "group_right", "inf", "nan"}
+# `kubectl apply` (client side) stores the whole object in an annotation limited to 256 KiB.
+ANNOTATION_LIMIT = 262144
+PROMETHEUS_DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
 failures = []
 
@@ -97,27 +108,6 @@ def documented_metrics(source_dir):
                 names.update({name + "_count", name + "_sum"})
     if not names:
         fail(path, "found no metric table")
-    return names
-
-
-def promql_metric_names(expr):
-    """Metric names in a PromQL expression: identifiers that are neither functions, keywords,
-    label names (inside {...} or by/without/on/ignoring/group_x (...)) nor in strings."""
-    s = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)
-    s = re.sub(r"\{[^}]*\}", " ", s)
-    s = re.sub(r"\[[^\]]*\]", " ", s)
-    s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
-    names = set()
-    for m in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", s):
-        word = m.group(0)
-        rest = s[m.end():].lstrip()
-        if rest.startswith("("):
-            continue  # function or aggregation
-        if word.lower() in PROMQL_KEYWORDS:
-            continue
-        if m.start() > 0 and (s[m.start() - 1].isdigit() or s[m.start() - 1] == "."):
-            continue  # duration or number suffix such as 5m, 1e3
-        names.add(word)
     return names
 
 
@@ -266,6 +256,121 @@ def check_prometheusrule(where, rule, metrics):
         fail(where, "no rules")
 
 
+def check_dashboard(where, dashboard, metrics):
+    """A Grafana dashboard: uid, datasource variable, every panel and query on it, documented
+    metrics only, defined variables only."""
+    for key in ("uid", "title"):
+        if not isinstance(dashboard.get(key), str) or not dashboard.get(key):
+            fail(where, f"no {key}")
+    if not isinstance(dashboard.get("schemaVersion"), int) or dashboard["schemaVersion"] < 36:
+        fail(where, f"schemaVersion {dashboard.get('schemaVersion')!r}, want 36 or later")
+    if "__inputs" in dashboard:
+        fail(where, "has __inputs (an export for sharing): provisioning cannot fill them in")
+    variables = {v.get("name"): v for v in get(dashboard, "templating.list") or []}
+    datasource = variables.get("datasource") or {}
+    if datasource.get("type") != "datasource" or datasource.get("query") != "prometheus":
+        fail(where, "no variable `datasource` of type datasource with query prometheus")
+    for name, variable in variables.items():
+        if variable.get("type") == "query" and variable.get("datasource") != PROMETHEUS_DATASOURCE:
+            fail(where, f"variable {name}: datasource is {variable.get('datasource')!r}, "
+                        f"want {PROMETHEUS_DATASOURCE}")
+
+    # No datasource may be named by a fixed uid anywhere: only ${datasource}, and Grafana's
+    # built-in annotation source.
+    def walk(obj, path):
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                if key == "datasource" and value is not None:
+                    uid = value.get("uid") if isinstance(value, dict) else value
+                    if uid not in ("${datasource}", "-- Grafana --"):
+                        fail(where, f"{path}.datasource is {value!r}: use ${{datasource}}")
+                else:
+                    walk(value, f"{path}.{key}")
+        elif isinstance(obj, list):
+            for i, value in enumerate(obj):
+                walk(value, f"{path}.{i}")
+
+    walk(dashboard, "$")
+    ids = [p.get("id") for p in iter_panels(dashboard)]
+    for panel_id in sorted({i for i in ids if ids.count(i) > 1}, key=str):
+        fail(where, f"panel id {panel_id!r} used more than once")
+    for panel in iter_panels(dashboard):
+        title = panel.get("title")
+        if panel.get("type") == "row":
+            continue
+        if "gridPos" not in panel:
+            fail(where, f"panel {title!r} has no gridPos")
+        if panel.get("datasource") != PROMETHEUS_DATASOURCE:
+            fail(where, f"panel {title!r}: datasource is {panel.get('datasource')!r}, "
+                        f"want {PROMETHEUS_DATASOURCE}")
+        if not panel.get("targets"):
+            fail(where, f"panel {title!r} has no targets")
+        for target in panel.get("targets") or []:
+            if target.get("datasource", PROMETHEUS_DATASOURCE) != PROMETHEUS_DATASOURCE:
+                fail(where, f"panel {title!r} target {target.get('refId')}: datasource is "
+                            f"{target.get('datasource')!r}")
+            if not isinstance(target.get("expr"), str) or not target["expr"].strip():
+                fail(where, f"panel {title!r} target {target.get('refId')} has no expr")
+
+    queries = dashboard_queries(dashboard)
+    if not queries:
+        fail(where, "no queries")
+    for what, expr in queries:
+        if expr is None:
+            fail(where, f"{what}: query form not supported by prometheus_queries_test "
+                        "(use label_values(SELECTOR, LABEL) or query_result(EXPR))")
+            continue
+        for name in sorted(referenced_variables(expr)):
+            if name not in variables and name not in GRAFANA_BUILTINS:
+                fail(where, f"{what} uses ${name}, which is not a variable of the dashboard")
+        used = promql_metric_names(expr)
+        if not used:
+            fail(where, f"{what}: found no metric in {expr!r}")
+        for metric in sorted(used):
+            if metric not in metrics and metric not in PROMETHEUS_SYNTHETIC:
+                fail(where, f"{what} uses {metric!r}, which docs/metrics.md does not list")
+
+
+def check_grafana_dashboards(where, cm, source_dir, metrics):
+    """The sidecar ConfigMap: generated from deploy/grafana/*.json, labelled, small enough."""
+    expect(where, cm, "metadata.namespace", NAMESPACE)
+    expect(where, cm, "metadata.labels.grafana_dashboard", "1")
+    generator = os.path.join(source_dir, "scripts", "gen_grafana_configmap.py")
+    run = subprocess.run([sys.executable, generator, "--stdout", source_dir], capture_output=True,
+                         text=True, check=False, timeout=60)
+    if run.returncode != 0:
+        fail(where, f"{generator} failed: {run.stderr.strip()}")
+    else:
+        with open(os.path.join(source_dir, "deploy", "k8s", "grafana-dashboards.yaml"),
+                  encoding="utf-8") as f:
+            if f.read() != run.stdout:
+                fail(where, "differs from what scripts/gen_grafana_configmap.py writes: "
+                            "rerun the script")
+    size = len(json.dumps(cm))
+    if size >= ANNOTATION_LIMIT:
+        fail(where, f"{size} bytes as JSON: kubectl apply's last-applied annotation holds at "
+                    f"most {ANNOTATION_LIMIT}; split the ConfigMap")
+
+    grafana_dir = os.path.join(source_dir, "deploy", "grafana")
+    files = sorted(f for f in os.listdir(grafana_dir) if f.endswith(".json"))
+    data = cm.get("data") or {}
+    if sorted(data) != files:
+        fail(where, f"data keys {sorted(data)} are not the files in deploy/grafana {files}")
+    uids = {}
+    for name in files:
+        with open(os.path.join(grafana_dir, name), encoding="utf-8") as f:
+            try:
+                dashboard = json.load(f)
+            except json.JSONDecodeError as e:
+                fail(f"deploy/grafana/{name}", f"does not parse: {e}")
+                continue
+        uid = dashboard.get("uid")
+        if uid in uids:
+            fail(f"deploy/grafana/{name}", f"uid {uid!r} also used by {uids[uid]}")
+        uids[uid] = name
+        check_dashboard(f"deploy/grafana/{name}", dashboard, metrics)
+
+
 def main():
     if len(sys.argv) != 2:
         print(f"usage: {sys.argv[0]} SOURCE_DIR", file=sys.stderr)
@@ -308,6 +413,8 @@ def main():
         "service.yaml": check_service,
         "servicemonitor.yaml": lambda w, d: check_servicemonitor(w, d, docs.get("service.yaml")),
         "prometheusrule.yaml": lambda w, d: check_prometheusrule(w, d, metrics),
+        "grafana-dashboards.yaml": lambda w, d: check_grafana_dashboards(w, d, source_dir,
+                                                                         metrics),
         "namespace.yaml": lambda w, d: expect(w, d, "metadata.name", NAMESPACE),
     }
     for name, check in checks.items():
