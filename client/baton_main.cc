@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "baton/v1/baton.grpc.pb.h"
@@ -32,6 +33,7 @@ Commands:
   local up|down|status   start, stop or show a development cluster of daemons on this machine
   bench                  run an nccl-tests-style collective benchmark over a running cluster
   status                 show one daemon's state: peers, links, communicators
+  links                  show one daemon's links: bytes, retransmits, RTT, bandwidth, flags
   topo                   show a node's GPUs, NICs and the path types between them
   comm-id                print a new communicator id rooted at a daemon
 
@@ -265,37 +267,73 @@ int Bench(int argc, char** argv, bool worker) {
   return 0;
 }
 
+// The daemon's GetStatus answer; with `probe_links`, after a fresh round of link probes.
+absl::StatusOr<baton::v1::DaemonStatus> FetchStatus(const std::string& socket, bool probe_links) {
+  auto channel = grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials());
+  auto stub = baton::v1::Client::NewStub(channel);
+  grpc::ClientContext context;
+  // A probe round takes at most a few seconds per unreachable peer.
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(probe_links ? 60 : 5));
+  baton::v1::GetStatusRequest request;
+  request.set_probe_links(probe_links);
+  baton::v1::DaemonStatus status;
+  grpc::Status rpc = stub->GetStatus(&context, request, &status);
+  if (!rpc.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach batond at ", socket, ": ", rpc.error_message()));
+  }
+  return status;
+}
+
+absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions print;
+  print.add_whitespace = true;
+  print.always_print_primitive_fields = true;
+  print.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(message, &text, print).ok()) {
+    return absl::InternalError("cannot render JSON");
+  }
+  return text;
+}
+
+std::string PeerLabel(const baton::v1::LinkStatus& link) {
+  if (!link.peer_node().empty()) return link.peer_node();
+  return link.peer_address().empty() ? link.peer() : link.peer_address();
+}
+
+// 1536 -> "1.5 KiB".
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 4) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrFormat("%.0f B", bytes)
+                   : absl::StrFormat("%.1f %s", bytes, units[unit]);
+}
+
 int Status(int argc, char** argv) {
   std::string socket = baton::Client::DefaultSocketPath();
   bool json = false;
   baton::OptionSet options;
   options.AddString("socket", &socket, "daemon socket ($BATON_SOCKET)");
   options.AddBool("json", &json, "print the daemon's status as JSON");
-  const int code =
-      ParseOrHelp(options, "Usage: baton status [--socket PATH] [--json]", argc, argv, 2, nullptr);
+  const int code = ParseOrHelp(options,
+                               "Usage: baton status [--socket PATH] [--json]\n\n"
+                               "Shows one daemon: its addresses, sessions, communicators, and its "
+                               "peers (up or down).",
+                               argc, argv, 2, nullptr);
   if (code >= 0) return code;
-  auto channel = grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials());
-  auto stub = baton::v1::Client::NewStub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  baton::v1::DaemonStatus status;
-  grpc::Status rpc = stub->GetStatus(&context, baton::v1::GetStatusRequest(), &status);
-  if (!rpc.ok()) {
-    std::cerr << "baton status: cannot reach batond at " << socket << ": " << rpc.error_message()
-              << "\n";
-    return 1;
-  }
+  absl::StatusOr<baton::v1::DaemonStatus> fetched = FetchStatus(socket, /*probe_links=*/false);
+  if (!fetched.ok()) return Fail("status", fetched.status());
+  const baton::v1::DaemonStatus& status = *fetched;
   if (json) {
-    std::string text;
-    google::protobuf::util::JsonPrintOptions print;
-    print.add_whitespace = true;
-    print.always_print_primitive_fields = true;
-    print.preserve_proto_field_names = true;
-    if (!google::protobuf::util::MessageToJsonString(status, &text, print).ok()) {
-      std::cerr << "baton status: cannot render JSON\n";
-      return 1;
-    }
-    std::printf("%s", text.c_str());
+    absl::StatusOr<std::string> text = ToJson(status);
+    if (!text.ok()) return Fail("status", text.status());
+    std::printf("%s", text->c_str());
     return 0;
   }
   std::printf("node %s (batond %s, pid %lld, up %.0f s)\n", status.node_name().c_str(),
@@ -310,12 +348,71 @@ int Status(int argc, char** argv) {
                 c.local_ranks_size(), static_cast<unsigned long long>(c.ops_completed()),
                 c.state().c_str());
   }
-  std::printf("links: %d\n", status.links_size());
+  int up = 0;
+  for (const auto& l : status.links()) up += l.peer_up() ? 1 : 0;
+  std::printf("peers: %d (%d up, %d down or not yet probed)\n", status.links_size(), up,
+              status.links_size() - up);
   for (const auto& l : status.links()) {
-    std::printf("  %-22s %-5s tx %llu B  rx %llu B  errors %llu\n", l.peer().c_str(),
-                l.up() ? "up" : "down", static_cast<unsigned long long>(l.tx_bytes()),
-                static_cast<unsigned long long>(l.rx_bytes()),
-                static_cast<unsigned long long>(l.errors()));
+    std::printf("  %-16s %-22s %-5s tx %s  rx %s  errors %llu%s\n", PeerLabel(l).c_str(),
+                l.peer_address().c_str(), l.peer_up() ? "up" : "down",
+                HumanBytes(static_cast<double>(l.tx_bytes())).c_str(),
+                HumanBytes(static_cast<double>(l.rx_bytes())).c_str(),
+                static_cast<unsigned long long>(l.errors()),
+                l.flagged_bandwidth() || l.flagged_rtt() ? "  FLAGGED (see baton links)" : "");
+  }
+  return 0;
+}
+
+int Links(int argc, char** argv) {
+  std::string socket = baton::Client::DefaultSocketPath();
+  bool json = false;
+  bool probe = false;
+  baton::OptionSet options;
+  options.AddString("socket", &socket, "daemon socket ($BATON_SOCKET)");
+  options.AddBool("json", &json, "print the links as JSON");
+  options.AddBool("probe", &probe, "probe every link now instead of showing the last round");
+  const int code = ParseOrHelp(
+      options,
+      "Usage: baton links [--socket PATH] [--json] [--probe]\n\n"
+      "Shows the daemon's link to every peer daemon: data-plane bytes, errors and TCP\n"
+      "retransmits, and the background probes' RTT and bandwidth (medians of the recent\n"
+      "probes). A link is FLAGGED when its bandwidth is below half the median of this\n"
+      "daemon's links, or its RTT above three times theirs (and 1 ms more); at least three\n"
+      "probed links are needed to compare.",
+      argc, argv, 2, nullptr);
+  if (code >= 0) return code;
+  absl::StatusOr<baton::v1::DaemonStatus> fetched = FetchStatus(socket, probe);
+  if (!fetched.ok()) return Fail("links", fetched.status());
+  if (json) {
+    baton::v1::DaemonStatus links;
+    links.set_node_name(fetched->node_name());
+    *links.mutable_links() = fetched->links();
+    absl::StatusOr<std::string> text = ToJson(links);
+    if (!text.ok()) return Fail("links", text.status());
+    std::printf("%s", text->c_str());
+    return 0;
+  }
+  std::printf("node %s: %d links\n", fetched->node_name().c_str(), fetched->links_size());
+  std::printf("%-16s %-22s %-5s %11s %11s %7s %6s %10s %12s  %s\n", "peer", "peer address", "state",
+              "tx", "rx", "retrans", "errors", "rtt", "bandwidth", "flags");
+  for (const auto& l : fetched->links()) {
+    std::string flags;
+    if (l.flagged_bandwidth()) flags += "FLAGGED:bandwidth ";
+    if (l.flagged_rtt()) flags += "FLAGGED:rtt ";
+    if (!l.last_probe_error().empty()) flags += "probe failed: " + l.last_probe_error();
+    const std::string rtt =
+        l.rtt_seconds() > 0 ? absl::StrFormat("%.0f us", l.rtt_seconds() * 1e6) : std::string("-");
+    const std::string bandwidth =
+        l.bandwidth_bytes_per_second() > 0
+            ? absl::StrFormat("%.1f MB/s", l.bandwidth_bytes_per_second() / 1e6)
+            : std::string("-");
+    std::printf("%-16s %-22s %-5s %11s %11s %7llu %6llu %10s %12s  %s\n", PeerLabel(l).c_str(),
+                l.peer_address().c_str(), l.peer_up() ? "up" : "down",
+                HumanBytes(static_cast<double>(l.tx_bytes())).c_str(),
+                HumanBytes(static_cast<double>(l.rx_bytes())).c_str(),
+                static_cast<unsigned long long>(l.retransmits()),
+                static_cast<unsigned long long>(l.errors()), rtt.c_str(), bandwidth.c_str(),
+                flags.empty() ? "-" : flags.c_str());
   }
   return 0;
 }
@@ -372,11 +469,11 @@ int Topo(int argc, char** argv) {
   std::printf("node %s (%s)\n", topology.node_name().c_str(), topology.source().c_str());
   if (!topology.note().empty()) std::printf("note: %s\n", topology.note().c_str());
   std::printf("%s", topology.path_matrix().c_str());
-  std::printf("\ncluster (peers this daemon has exchanged data with):\n");
+  std::printf("\ncluster (peer daemons this daemon knows):\n");
   if (status.links().empty()) std::printf("  none yet\n");
   for (const auto& link : status.links()) {
-    std::printf("  %-16s %-22s %s\n", link.peer_node().c_str(), link.peer().c_str(),
-                link.up() ? "up" : "down");
+    std::printf("  %-16s %-22s %s\n", PeerLabel(link).c_str(), link.peer_address().c_str(),
+                link.peer_up() ? "up" : "down");
   }
   return 0;
 }
@@ -412,6 +509,7 @@ int main(int argc, char** argv) {
   if (command == "bench") return Bench(argc, argv, /*worker=*/false);
   if (command == "bench-rank") return Bench(argc, argv, /*worker=*/true);
   if (command == "status") return Status(argc, argv);
+  if (command == "links") return Links(argc, argv);
   if (command == "comm-id") return CommId(argc, argv);
   if (command == "topo") return Topo(argc, argv);
   std::cerr << "baton: unknown command '" << command << "'\n\n" << kUsage;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "collective/op_stats.h"
 #include "transport/transport.h"
 
 namespace baton::collective {
@@ -47,6 +48,12 @@ struct OpContext {
   uint64_t seq = 0;                         // the operation's sequence number
   absl::Time deadline = absl::InfiniteFuture();
   size_t chunk_bytes = size_t{1} << 20;  // largest message the pipeline sends at once
+  OpStats* stats = nullptr;              // if set, reduction time is added to stats->reduce
 };
+
+// The slot an algorithm's reduction time goes to: PhaseTimer timer(ReduceSlot(ctx)).
+inline std::chrono::nanoseconds* ReduceSlot(const OpContext& ctx) {
+  return ctx.stats == nullptr ? nullptr : &ctx.stats->reduce;
+}
 
 }  // namespace baton::collective

@@ -58,6 +58,7 @@ absl::Status RingReduce(const OpContext& ctx, const Ring& ring, int root, void* 
       if (!status.ok()) {
         return internal::AnnotateTransportError(status, where(part), "receiving from", ring.prev);
       }
+      PhaseTimer timer(ReduceSlot(ctx));
       if (is_root) {
         ReduceInto(type, op, own.data(), partial.data(), chunk.length);
         continue;

@@ -56,7 +56,10 @@ absl::Status RingSteps::Step(uint32_t step, const ElementRange& send, const Elem
     const transport::ByteSpan into = reduce ? transport::ByteSpan(scratch_.get(), own.size()) : own;
     const absl::Status status = ctx_.endpoint->Recv(ring_.prev, tag(part), into, ctx_.deadline);
     if (!status.ok()) return AnnotateTransportError(status, where(), "receiving from", ring_.prev);
-    if (reduce) ReduceInto(type_, op_, own.data(), into.data(), chunk.length);
+    if (reduce) {
+      PhaseTimer timer(ReduceSlot(ctx_));
+      ReduceInto(type_, op_, own.data(), into.data(), chunk.length);
+    }
   }
   while (sent < send_chunks) BATON_RETURN_IF_ERROR(send_next());
   return absl::OkStatus();

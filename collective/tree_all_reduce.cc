@@ -84,6 +84,7 @@ class TreeOperation {
     const transport::ByteSpan received(scratch_.get(), own.size());
     for (int child : trees_[t].children) {
       BATON_RETURN_IF_ERROR(Recv(t, /*down=*/false, part, child, received));
+      PhaseTimer timer(ReduceSlot(ctx_));
       ReduceInto(type_, op_, own.data(), received.data(), chunk.length);
     }
     if (trees_[t].parent == -1) return SendToChildren(t, part, own);

@@ -142,7 +142,7 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
   return grpc::Status::OK;
 }
 
-grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* request,
                                       v1::DaemonStatus* response) {
   const Member& self = node_->self();
   response->set_node_name(self.node_name);
@@ -162,14 +162,29 @@ grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusR
     entry->set_ops_completed(comm->ops_completed());
     entry->set_state(comm->State());
   }
-  for (const transport::LinkStats& link : node_->endpoint()->Stats()) {
+  if (request->probe_links()) node_->ProbeLinksNow();
+  for (const LinkView& link : node_->Links()) {
     v1::LinkStatus* entry = response->add_links();
-    entry->set_peer(link.peer);
-    entry->set_peer_node(node_->PeerName(link.peer));
-    entry->set_tx_bytes(link.tx_bytes);
-    entry->set_rx_bytes(link.rx_bytes);
-    entry->set_errors(link.errors);
-    entry->set_up(link.up);
+    entry->set_peer(link.peer.data_address);
+    entry->set_peer_address(link.peer.peer_address);
+    entry->set_peer_node(link.peer.node_name);
+    entry->set_transport("tcp");
+    entry->set_tx_bytes(link.traffic.tx_bytes);
+    entry->set_rx_bytes(link.traffic.rx_bytes);
+    entry->set_tx_messages(link.traffic.tx_messages);
+    entry->set_rx_messages(link.traffic.rx_messages);
+    entry->set_errors(link.traffic.errors);
+    entry->set_retransmits(link.traffic.retransmits);
+    entry->set_up(link.traffic.up);
+    if (!link.health) continue;
+    entry->set_peer_up(link.health->up);
+    entry->set_rtt_seconds(absl::ToDoubleSeconds(link.health->rtt));
+    entry->set_bandwidth_bytes_per_second(link.health->bandwidth);
+    entry->set_flagged_bandwidth(link.health->flagged_bandwidth);
+    entry->set_flagged_rtt(link.health->flagged_rtt);
+    entry->set_probes_ok(link.health->probes_ok);
+    entry->set_probes_failed(link.health->probes_failed);
+    entry->set_last_probe_error(link.health->last_error);
   }
   return grpc::Status::OK;
 }

@@ -234,10 +234,12 @@ void Communicator::RunExecutor() {
 
     mu_.Unlock();
     const absl::Time start = absl::Now();
-    absl::StatusOr<std::string> result = Execute(seq, parts);
+    collective::OpStats stats;
+    absl::StatusOr<std::string> result = Execute(seq, parts, stats);
     if (options_.observer != nullptr) {
       options_.observer->OnOperation(
-          OpRecord{parts.front().kind, result.value_or(""), absl::Now() - start, result.ok()});
+          OpRecord{parts.front().kind, result.value_or(""), absl::Now() - start, result.ok(),
+                   absl::FromChrono(stats.transport), absl::FromChrono(stats.reduce)});
     }
     if (!result.ok()) Abort(result.status(), /*notify_peers=*/true);
     mu_.Lock();
@@ -254,7 +256,8 @@ void Communicator::RunExecutor() {
   }
 }
 
-absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRequest>& parts) {
+absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRequest>& parts,
+                                                  collective::OpStats& stats) {
   const OpRequest& first = parts.front();
   for (size_t i = 1; i < parts.size(); ++i) {
     if (!SameOperation(first, parts[i])) {
@@ -264,10 +267,15 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
     }
   }
   const bool across = plan_.daemons.size() > 1;
-  if (across) BATON_RETURN_IF_ERROR(CheckPeersAgree(seq, first));
+  if (across) {
+    collective::PhaseTimer timer(&stats.transport);
+    BATON_RETURN_IF_ERROR(CheckPeersAgree(seq, first));
+  }
 
+  collective::TimingEndpoint timed(endpoint_, &stats);
   collective::OpContext ctx;
-  ctx.endpoint = endpoint_;
+  ctx.endpoint = &timed;
+  ctx.stats = &stats;
   ctx.comm = plan_.comm_tag;
   ctx.seq = seq;
   ctx.deadline = absl::Now() + options_.op_timeout;
@@ -286,9 +294,13 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
       std::byte* result = parts.front().recv;
       std::vector<const void*> sources;
       for (const OpRequest& part : parts) sources.push_back(part.send);
-      if (bytes > 0) collective::ReduceMany(first.type, first.op, result, sources, count);
+      if (bytes > 0) {
+        collective::PhaseTimer timer(&stats.reduce);
+        collective::ReduceMany(first.type, first.op, result, sources, count);
+      }
       if (across) status = AllReduceAcross(ctx, algorithm, result, count, first.type, first.op);
       if (status.ok() && first.op == collective::ReduceOp::kAvg) {
+        collective::PhaseTimer timer(&stats.reduce);
         collective::DivideInPlace(first.type, result, count, world);
       }
       for (size_t i = 1; status.ok() && i < parts.size() && bytes > 0; ++i) {
@@ -322,12 +334,16 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
       }
       std::vector<const void*> sources;
       for (const OpRequest& part : parts) sources.push_back(part.send);
-      if (bytes > 0) collective::ReduceMany(first.type, first.op, data, sources, count);
+      if (bytes > 0) {
+        collective::PhaseTimer timer(&stats.reduce);
+        collective::ReduceMany(first.type, first.op, data, sources, count);
+      }
       if (across && bytes > 0) {
         status = collective::RingReduce(ctx, RingOfDaemons(), root_daemon, data, count, first.type,
                                         first.op);
       }
       if (status.ok() && root_daemon == self_ && first.op == collective::ReduceOp::kAvg) {
+        collective::PhaseTimer timer(&stats.reduce);
         collective::DivideInPlace(first.type, data, count, world);
       }
       break;
@@ -392,7 +408,10 @@ absl::Status Communicator::ReduceScatterAcross(const collective::OpContext& ctx,
   auto scratch = std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(total * element, 1));
   std::vector<const void*> sources;
   for (const OpRequest& part : parts) sources.push_back(part.send);
-  if (total > 0) collective::ReduceMany(first.type, first.op, scratch.get(), sources, total);
+  if (total > 0) {
+    collective::PhaseTimer timer(collective::ReduceSlot(ctx));
+    collective::ReduceMany(first.type, first.op, scratch.get(), sources, total);
+  }
   if (plan_.daemons.size() > 1 && total > 0) {
     // With block placement a daemon's ranks own exactly its segment of the even split, so a
     // reduce-scatter moves (D-1)/D of the data; otherwise every daemon needs the whole result.
@@ -406,6 +425,7 @@ absl::Status Communicator::ReduceScatterAcross(const collective::OpContext& ctx,
   for (size_t i = 0; i < parts.size(); ++i) {
     std::byte* own = scratch.get() + static_cast<size_t>(local_ranks_[i]) * block * element;
     if (first.op == collective::ReduceOp::kAvg) {
+      collective::PhaseTimer timer(collective::ReduceSlot(ctx));
       collective::DivideInPlace(first.type, own, block, plan_.world_size);
     }
     if (block > 0) std::memcpy(parts[i].recv, own, block * element);

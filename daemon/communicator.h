@@ -53,6 +53,8 @@ struct OpRecord {
   std::string algorithm;  // "ring", "tree", "direct", "local"; empty if it failed before choosing
   absl::Duration total;   // from the last local rank's submission to completion
   bool ok = false;
+  absl::Duration transport;  // of `total`, blocked on sends and receives to other daemons
+  absl::Duration reduce;     // of `total`, in reduction kernels
 };
 
 // Receives every completed operation; must be thread-safe (executors of different communicators
@@ -125,7 +127,8 @@ class Communicator {
   };
 
   void RunExecutor();
-  absl::StatusOr<std::string> Execute(uint64_t seq, std::vector<OpRequest>& parts);
+  absl::StatusOr<std::string> Execute(uint64_t seq, std::vector<OpRequest>& parts,
+                                      collective::OpStats& stats);
   // The algorithm across daemons: the caller's choice, else the default for the size.
   collective::Algorithm ChooseAlgorithm(const OpRequest& request) const;
   // Inter-daemon steps of each collective on the already locally combined buffers.

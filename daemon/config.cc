@@ -29,6 +29,16 @@ void RegisterOptions(OptionSet& options, Config& config) {
   options.AddString("topology_file", &config.topology_file,
                     "recorded topology (NCCL XML, hwloc XML, nvidia-smi topo -m, or JSON) to use "
                     "instead of discovering this node, like NCCL_TOPO_FILE");
+  options.AddDuration("probe_interval", &config.probe_interval,
+                      "time between link probe rounds to peer daemons (0 disables probing)");
+  options.AddInt("probe_bytes", &config.probe_bytes,
+                 "payload of a bandwidth probe (4 KiB to 2 MiB)");
+  options.AddString("probe_peers", &config.probe_peers,
+                    "comma-separated peer API addresses (host:port) to probe even when no "
+                    "communicator includes them");
+  options.AddDuration("peer_linger", &config.peer_linger,
+                      "how long a peer's links stay in metrics and probes after its last "
+                      "communicator ends");
 }
 
 absl::Status FinalizeConfig(Config& config) {
@@ -48,6 +58,16 @@ absl::Status FinalizeConfig(Config& config) {
   if (config.chunk_bytes < 4096 || config.chunk_bytes > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk_bytes must be between 4096 and 1 GiB, got ", config.chunk_bytes));
+  }
+  if (config.probe_interval < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("probe_interval must not be negative");
+  }
+  if (config.probe_bytes < 4096 || config.probe_bytes > (int64_t{2} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe_bytes must be between 4096 and 2 MiB, got ", config.probe_bytes));
+  }
+  if (config.peer_linger < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("peer_linger must not be negative");
   }
   return absl::OkStatus();
 }

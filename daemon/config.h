@@ -23,6 +23,10 @@ struct Config {
   std::string log_level = "info";
   std::string ready_file;     // written with the bound addresses once serving
   std::string topology_file;  // a recorded topology to use instead of discovering this node
+  absl::Duration probe_interval = absl::Seconds(10);  // zero: no background link probes
+  int64_t probe_bytes = int64_t{1} << 20;             // payload of a bandwidth probe
+  std::string probe_peers;  // comma-separated peer API addresses to probe even without a job
+  absl::Duration peer_linger = absl::Minutes(5);  // how long a peer stays after its last job
 };
 
 // Registers every Config field on `options`, pointing at `config`.

@@ -105,11 +105,12 @@ class DaemonImpl final : public Daemon {
     Member self{config_.node_name, absl::StrCat(config_.advertise_host, ":", peer_port),
                 endpoint_->address()};
     BATON_ASSIGN_OR_RETURN(NodeTopology topology, LoadTopology());
-    metrics_ = Metrics::Create(self.node_name);
+    metrics_ = Metrics::Create(self.node_name, kVersion);
     node_ =
         std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get(), std::move(topology));
     metrics_->SetNode(node_.get());
     peer_service_.SetNode(node_.get());
+    node_->StartLinkMonitor();
 
     std::vector<HttpRoute> routes = {
         {"/metrics",

@@ -1,9 +1,22 @@
 #include "daemon/metrics.h"
 
-#include <sstream>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/collectable.h"
+#include "prometheus/counter.h"
 #include "prometheus/histogram.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/registry.h"
@@ -44,15 +57,67 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return buckets;
 }
 
+struct ProcessSample {
+  double cpu_seconds = 0;
+  double resident_bytes = 0;
+  double virtual_bytes = 0;
+  double open_fds = 0;
+  double max_fds = 0;
+  double start_time_seconds = 0;
+};
+
+// Reads this process's figures from /proc (proc(5)); nullopt if /proc is unreadable.
+std::optional<ProcessSample> SampleProcess() {
+  std::ifstream stat_file("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  // Fields after the command name (which may hold spaces) start at field 3, "state".
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+  auto field = [&fields](int number) -> double {  // proc(5) numbering
+    const size_t index = static_cast<size_t>(number - 3);
+    double value = 0;
+    if (index < fields.size()) (void)absl::SimpleAtod(fields[index], &value);
+    return value;
+  };
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  ProcessSample sample;
+  sample.cpu_seconds = (field(14) + field(15)) / ticks;
+  sample.virtual_bytes = field(23);
+  sample.resident_bytes = field(24) * page;
+  double boot_time = 0;
+  std::ifstream proc_stat("/proc/stat");
+  for (std::string line; std::getline(proc_stat, line);) {
+    absl::string_view rest = line;
+    if (absl::ConsumePrefix(&rest, "btime ")) (void)absl::SimpleAtod(rest, &boot_time);
+  }
+  sample.start_time_seconds = boot_time + field(22) / ticks;
+  std::error_code error;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", error);
+       !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
+    sample.open_fds += 1;
+  }
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0) sample.max_fds = static_cast<double>(limit.rlim_cur);
+  return sample;
+}
+
 class PrometheusMetrics final : public Metrics {
  public:
-  explicit PrometheusMetrics(const std::string& node_name)
+  PrometheusMetrics(const std::string& node_name, const std::string& version)
       : node_name_(node_name),
+        version_(version),
         latency_(prometheus::BuildHistogram()
                      .Name("baton_collective_duration_seconds")
                      .Help("Time from the last local rank's submission to completion, by "
                            "operation, algorithm and outcome.")
-                     .Register(registry_)) {}
+                     .Register(registry_)),
+        phases_(prometheus::BuildCounter()
+                    .Name("baton_collective_time_seconds_total")
+                    .Help("Time operations spent waiting on the transport, in reduction kernels, "
+                          "and in dispatch (the rest), by operation and algorithm.")
+                    .Register(registry_)) {}
 
   void SetNode(Node* node) override {
     absl::MutexLock lock(&mu_);
@@ -68,6 +133,17 @@ class PrometheusMetrics final : public Metrics {
               {"outcome", record.ok ? "ok" : "error"}},
              LatencyBuckets())
         .Observe(absl::ToDoubleSeconds(record.total));
+    const std::string op(collective::CollectiveName(record.kind));
+    const std::string algorithm = record.algorithm.empty() ? "none" : record.algorithm;
+    const absl::Duration dispatch =
+        std::max(record.total - record.transport - record.reduce, absl::ZeroDuration());
+    for (const auto& [phase, time] :
+         {std::pair{"transport", record.transport}, std::pair{"reduce", record.reduce},
+          std::pair{"dispatch", dispatch}}) {
+      phases_
+          .Add({{"local_node", node_name_}, {"op", op}, {"algorithm", algorithm}, {"phase", phase}})
+          .Increment(absl::ToDoubleSeconds(time));
+    }
   }
 
   std::string Render() override {
@@ -76,6 +152,7 @@ class PrometheusMetrics final : public Metrics {
       absl::MutexLock lock(&mu_);
       if (node_ != nullptr) AppendNodeState(*node_, families);
     }
+    AppendProcess(families);
     std::ostringstream out;
     prometheus::TextSerializer().Serialize(out, families);
     return out.str();
@@ -84,61 +161,127 @@ class PrometheusMetrics final : public Metrics {
  private:
   void AppendNodeState(Node& node, std::vector<prometheus::MetricFamily>& families) {
     const std::string& local = node_name_;
-    auto tx_bytes =
-        Family("baton_link_transmitted_bytes_total",
-               "Bytes sent to a peer daemon, framing included.", prometheus::MetricType::Counter);
-    auto rx_bytes = Family("baton_link_received_bytes_total",
-                           "Bytes received from a peer daemon, framing included.",
-                           prometheus::MetricType::Counter);
+    using prometheus::MetricType;
+    auto tx_bytes = Family("baton_link_transmitted_bytes_total",
+                           "Bytes sent to a peer daemon, framing included.", MetricType::Counter);
+    auto rx_bytes =
+        Family("baton_link_received_bytes_total",
+               "Bytes received from a peer daemon, framing included.", MetricType::Counter);
     auto tx_messages = Family("baton_link_transmitted_messages_total",
-                              "Messages sent to a peer daemon.", prometheus::MetricType::Counter);
-    auto rx_messages =
-        Family("baton_link_received_messages_total", "Messages received from a peer daemon.",
-               prometheus::MetricType::Counter);
-    auto errors = Family("baton_link_errors_total", "Transport errors on a link.",
-                         prometheus::MetricType::Counter);
+                              "Messages sent to a peer daemon.", MetricType::Counter);
+    auto rx_messages = Family("baton_link_received_messages_total",
+                              "Messages received from a peer daemon.", MetricType::Counter);
+    auto errors =
+        Family("baton_link_errors_total", "Transport errors on a link.", MetricType::Counter);
+    auto retransmits =
+        Family("baton_link_retransmits_total",
+               "TCP segments retransmitted on the connections to a peer.", MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection from the peer is established.",
-                     prometheus::MetricType::Gauge);
-    for (const transport::LinkStats& link : node.endpoint()->Stats()) {
+                     MetricType::Gauge);
+    auto rtt = Family("baton_link_rtt_seconds",
+                      "Round-trip time to a peer, median of the recent probes.", MetricType::Gauge);
+    auto bandwidth = Family("baton_link_bandwidth_bytes_per_second",
+                            "Bandwidth to a peer, median of the recent probes.", MetricType::Gauge);
+    auto probes =
+        Family("baton_link_probes_total", "Link probe rounds by outcome.", MetricType::Counter);
+    auto flagged = Family("baton_link_flagged",
+                          "1 while the link is flagged as degraded for the reason, else 0.",
+                          MetricType::Gauge);
+    auto peer_up =
+        Family("baton_peer_up", "1 while the peer daemon answers probes.", MetricType::Gauge);
+    for (const LinkView& link : node.Links()) {
+      const std::string peer =
+          link.peer.node_name.empty() ? link.peer.peer_address : link.peer.node_name;
       std::vector<prometheus::ClientMetric::Label> labels = {
-          Label("local_node", local), Label("peer_node", node.PeerName(link.peer)),
-          Label("transport", "tcp")};
-      AddSample(tx_bytes, labels, static_cast<double>(link.tx_bytes));
-      AddSample(rx_bytes, labels, static_cast<double>(link.rx_bytes));
-      AddSample(tx_messages, labels, static_cast<double>(link.tx_messages));
-      AddSample(rx_messages, labels, static_cast<double>(link.rx_messages));
-      AddSample(errors, labels, static_cast<double>(link.errors));
-      AddSample(up, labels, link.up ? 1 : 0);
+          Label("local_node", local), Label("peer_node", peer), Label("transport", "tcp")};
+      const transport::LinkStats& traffic = link.traffic;
+      AddSample(tx_bytes, labels, static_cast<double>(traffic.tx_bytes));
+      AddSample(rx_bytes, labels, static_cast<double>(traffic.rx_bytes));
+      AddSample(tx_messages, labels, static_cast<double>(traffic.tx_messages));
+      AddSample(rx_messages, labels, static_cast<double>(traffic.rx_messages));
+      AddSample(errors, labels, static_cast<double>(traffic.errors));
+      AddSample(retransmits, labels, static_cast<double>(traffic.retransmits));
+      AddSample(up, labels, traffic.up ? 1 : 0);
+      if (!link.health) continue;
+      const LinkHealth& health = *link.health;
+      if (health.rtt > absl::ZeroDuration()) {
+        AddSample(rtt, labels, absl::ToDoubleSeconds(health.rtt));
+      }
+      if (health.bandwidth > 0) AddSample(bandwidth, labels, health.bandwidth);
+      auto with = [&labels](const char* name, const char* value) {
+        auto extended = labels;
+        extended.push_back(Label(name, value));
+        return extended;
+      };
+      AddSample(probes, with("outcome", "ok"), static_cast<double>(health.probes_ok));
+      AddSample(probes, with("outcome", "error"), static_cast<double>(health.probes_failed));
+      AddSample(flagged, with("reason", "bandwidth"), health.flagged_bandwidth ? 1 : 0);
+      AddSample(flagged, with("reason", "rtt"), health.flagged_rtt ? 1 : 0);
+      AddSample(peer_up, {Label("local_node", local), Label("peer_node", peer)}, health.up ? 1 : 0);
     }
     auto communicators = Family("baton_communicators", "Communicators this daemon takes part in.",
-                                prometheus::MetricType::Gauge);
+                                MetricType::Gauge);
     AddSample(communicators, {Label("local_node", local)},
               static_cast<double>(node.communicators().List().size()));
-    auto completed = Family("baton_collectives_completed_total",
-                            "Collective operations completed since the daemon started.",
-                            prometheus::MetricType::Counter);
+    auto ranks = Family("baton_ranks", "Ranks of local processes in this daemon's communicators.",
+                        MetricType::Gauge);
+    AddSample(ranks, {Label("local_node", local)}, node.LocalRanks());
+    auto completed =
+        Family("baton_collectives_completed_total",
+               "Collective operations completed since the daemon started.", MetricType::Counter);
     AddSample(completed, {Label("local_node", local)},
               static_cast<double>(node.collectives_completed()));
-    auto sessions = Family("baton_client_sessions", "Client sessions open on this daemon.",
-                           prometheus::MetricType::Gauge);
+    auto sessions =
+        Family("baton_client_sessions", "Client sessions open on this daemon.", MetricType::Gauge);
     AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
-    for (auto* family : {&tx_bytes, &rx_bytes, &tx_messages, &rx_messages, &errors, &up,
-                         &communicators, &completed, &sessions}) {
+    for (auto* family :
+         {&tx_bytes, &rx_bytes, &tx_messages, &rx_messages, &errors, &retransmits, &up, &rtt,
+          &bandwidth, &probes, &flagged, &peer_up, &communicators, &ranks, &completed, &sessions}) {
+      families.push_back(std::move(*family));
+    }
+  }
+
+  // The standard process metrics (as Prometheus' client libraries export them), from /proc.
+  void AppendProcess(std::vector<prometheus::MetricFamily>& families) const {
+    using prometheus::MetricType;
+    const std::vector<prometheus::ClientMetric::Label> labels = {Label("local_node", node_name_)};
+    auto build = Family("baton_build_info", "Always 1; the daemon's version.", MetricType::Gauge);
+    AddSample(build, {Label("local_node", node_name_), Label("version", version_)}, 1);
+    families.push_back(std::move(build));
+    const std::optional<ProcessSample> process = SampleProcess();
+    if (!process) return;
+    auto cpu =
+        Family("process_cpu_seconds_total", "User and system CPU time spent.", MetricType::Counter);
+    AddSample(cpu, labels, process->cpu_seconds);
+    auto rss = Family("process_resident_memory_bytes", "Resident memory size.", MetricType::Gauge);
+    AddSample(rss, labels, process->resident_bytes);
+    auto vsize = Family("process_virtual_memory_bytes", "Virtual memory size.", MetricType::Gauge);
+    AddSample(vsize, labels, process->virtual_bytes);
+    auto fds = Family("process_open_fds", "Open file descriptors.", MetricType::Gauge);
+    AddSample(fds, labels, process->open_fds);
+    auto max_fds = Family("process_max_fds", "Limit on open file descriptors.", MetricType::Gauge);
+    AddSample(max_fds, labels, process->max_fds);
+    auto start = Family("process_start_time_seconds",
+                        "Start time of the process since the Unix epoch.", MetricType::Gauge);
+    AddSample(start, labels, process->start_time_seconds);
+    for (auto* family : {&cpu, &rss, &vsize, &fds, &max_fds, &start}) {
       families.push_back(std::move(*family));
     }
   }
 
   const std::string node_name_;
+  const std::string version_;
   prometheus::Registry registry_;
   prometheus::Family<prometheus::Histogram>& latency_;
+  prometheus::Family<prometheus::Counter>& phases_;
   absl::Mutex mu_;
   Node* node_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<Metrics> Metrics::Create(const std::string& node_name) {
-  return std::make_unique<PrometheusMetrics>(node_name);
+std::unique_ptr<Metrics> Metrics::Create(const std::string& node_name, const std::string& version) {
+  return std::make_unique<PrometheusMetrics>(node_name, version);
 }
 
 }  // namespace baton::daemon

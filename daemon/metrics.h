@@ -16,7 +16,7 @@ class Metrics : public OpObserver {
  public:
   // `node` must outlive the metrics; it may be set after construction (SetNode) because the node
   // takes this object as its operation observer.
-  static std::unique_ptr<Metrics> Create(const std::string& node_name);
+  static std::unique_ptr<Metrics> Create(const std::string& node_name, const std::string& version);
   ~Metrics() override = default;
 
   virtual void SetNode(Node* node) = 0;

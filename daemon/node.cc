@@ -1,6 +1,7 @@
 #include "daemon/node.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "collective/data_type.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -28,17 +29,16 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
       endpoint_(endpoint),
       observer_(observer),
       topology_(std::move(topology)),
+      directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
+                 config.peer_linger),
       communicators_([this](const Plan& plan) -> absl::StatusOr<std::shared_ptr<Communicator>> {
         const int index = plan.IndexOf(self_.data_address);
         if (index < 0) {
           return absl::InternalError("the communicator's plan does not include this daemon");
         }
-        {
-          absl::MutexLock lock(&names_mu_);
-          for (const PlanDaemon& daemon : plan.daemons) {
-            peer_names_[daemon.member.data_address] = daemon.member.node_name;
-          }
-        }
+        std::vector<Member> members;
+        for (const PlanDaemon& daemon : plan.daemons) members.push_back(daemon.member);
+        directory_.AddPlan(members);
         CommunicatorOptions options;
         options.op_timeout = config_.op_timeout;
         options.chunk_bytes = static_cast<size_t>(config_.chunk_bytes);
@@ -51,12 +51,60 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
                 peers_.AbortAsync(daemon.member.peer_address, p.comm_tag, reason, self_.node_name);
               }
             });
-      }) {}
+      }),
+      monitor_(
+          LinkMonitor::Options{config.probe_interval, static_cast<size_t>(config.probe_bytes),
+                               std::min(config.probe_interval, absl::Seconds(5))},
+          [this](const std::string& address, size_t bytes, absl::Time deadline) {
+            return peers_.Probe(address, bytes, deadline);
+          },
+          [this] { return Peers(); },
+          [this](const std::string& address, const Member& member) {
+            directory_.Learn(address, member);
+          }) {}
 
-std::string Node::PeerName(const std::string& data_address) const {
-  absl::MutexLock lock(&names_mu_);
-  auto it = peer_names_.find(data_address);
-  return it == peer_names_.end() ? data_address : it->second;
+std::string Node::PeerName(const std::string& data_address) {
+  Peers();  // picks up the plans of communicators created since
+  return directory_.NameOf(data_address);
+}
+
+std::vector<Member> Node::Peers() {
+  std::vector<Member> in_plans;
+  for (const std::shared_ptr<Communicator>& comm : communicators_.List()) {
+    for (const PlanDaemon& daemon : comm->plan().daemons) in_plans.push_back(daemon.member);
+  }
+  const absl::Time now = absl::Now();
+  directory_.Update(in_plans, now);
+  return directory_.Active(now);
+}
+
+std::vector<LinkView> Node::Links() {
+  const std::vector<Member> peers = Peers();
+  absl::flat_hash_map<std::string, transport::LinkStats> traffic;
+  for (transport::LinkStats& link : endpoint_->Stats()) traffic[link.peer] = std::move(link);
+  absl::flat_hash_map<std::string, LinkHealth> health;
+  for (LinkHealth& link : monitor_.Snapshot()) health[link.peer.peer_address] = std::move(link);
+  std::vector<LinkView> links;
+  for (const Member& peer : peers) {
+    LinkView view;
+    view.peer = peer;
+    if (auto it = traffic.find(peer.data_address);
+        it != traffic.end() && !peer.data_address.empty()) {
+      view.traffic = it->second;
+    }
+    view.traffic.peer = peer.data_address;
+    if (auto it = health.find(peer.peer_address); it != health.end()) view.health = it->second;
+    links.push_back(std::move(view));
+  }
+  return links;
+}
+
+int Node::LocalRanks() const {
+  int ranks = 0;
+  for (const std::shared_ptr<Communicator>& comm : communicators_.List()) {
+    ranks += static_cast<int>(comm->local_ranks().size());
+  }
+  return ranks;
 }
 
 std::string Node::CreateCommId() {

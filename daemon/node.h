@@ -6,7 +6,9 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -14,7 +16,9 @@
 #include "absl/time/time.h"
 #include "daemon/communicator_registry.h"
 #include "daemon/config.h"
+#include "daemon/link_monitor.h"
 #include "daemon/peer_client.h"
+#include "daemon/peer_directory.h"
 #include "daemon/plan.h"
 #include "daemon/rendezvous.h"
 #include "daemon/session_registry.h"
@@ -61,6 +65,13 @@ struct CollectiveCall {
   absl::Time deadline = absl::InfiniteFuture();
 };
 
+// One link to a peer daemon as operators see it: data-plane counters and probe results.
+struct LinkView {
+  Member peer;                       // node_name and data_address are empty until learnt
+  transport::LinkStats traffic;      // zeros until data flowed
+  std::optional<LinkHealth> health;  // absent until the peer is probed
+};
+
 class Node {
  public:
   // `self` is how other daemons reach this one. `endpoint` must outlive the node.
@@ -90,8 +101,20 @@ class Node {
   void AbortFromPeer(uint64_t comm_tag, const absl::Status& reason, const std::string& from_node);
 
   // The node name of the peer daemon whose data endpoint is `data_address`, learnt from the plans
-  // of this daemon's communicators; the address itself if no plan named it.
-  std::string PeerName(const std::string& data_address) const;
+  // of this daemon's communicators or from probes; the address itself if none named it.
+  std::string PeerName(const std::string& data_address);
+
+  // The peer daemons known now (communicator plans, probe_peers, and those still lingering;
+  // daemon/peer_directory.h), by peer address.
+  std::vector<Member> Peers();
+  // Every known peer's link, by peer address.
+  std::vector<LinkView> Links();
+  // Starts the background link probes (config probe_interval); call once the peer API serves.
+  void StartLinkMonitor() { monitor_.Start(); }
+  // Runs one probe round now (tests and `baton links --probe`).
+  void ProbeLinksNow() { monitor_.ProbeOnce(); }
+  // Ranks of local processes in this daemon's communicators.
+  int LocalRanks() const;
 
   // Collectives completed on this daemon since it started.
   uint64_t collectives_completed() const { return collectives_completed_.load(); }
@@ -109,9 +132,9 @@ class Node {
   SessionRegistry sessions_;
   PeerClient peers_;
   std::atomic<uint64_t> collectives_completed_{0};
-  mutable absl::Mutex names_mu_;
-  absl::flat_hash_map<std::string, std::string> peer_names_ ABSL_GUARDED_BY(names_mu_);
+  PeerDirectory directory_;
   CommunicatorRegistry communicators_;
+  LinkMonitor monitor_;  // last: its thread uses everything above
 };
 
 }  // namespace baton::daemon

@@ -101,4 +101,16 @@ void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
       });
 }
 
+absl::StatusOr<Member> PeerClient::Probe(const std::string& address, size_t send_bytes,
+                                         absl::Time deadline) {
+  v1::ProbeRequest request;
+  request.mutable_payload()->resize(send_bytes);
+  v1::ProbeResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  grpc::Status status = StubFor(address)->Probe(&context, request, &response);
+  if (!status.ok()) return Annotate(FromGrpc(status), absl::StrCat("probe of ", address));
+  return MemberFromProto(response.member());
+}
+
 }  // namespace baton::daemon

@@ -27,6 +27,10 @@ class PeerClient {
   void AbortAsync(const std::string& address, uint64_t comm_tag, const absl::Status& reason,
                   const std::string& from_node);
 
+  // One link probe round trip carrying `send_bytes` to the daemon at `address`; returns who
+  // answered.
+  absl::StatusOr<Member> Probe(const std::string& address, size_t send_bytes, absl::Time deadline);
+
  private:
   v1::Peer::Stub* StubFor(const std::string& address);
 

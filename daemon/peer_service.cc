@@ -37,4 +37,19 @@ grpc::Status PeerService::Abort(grpc::ServerContext*, const v1::AbortRequest* re
   return grpc::Status::OK;
 }
 
+grpc::Status PeerService::Probe(grpc::ServerContext*, const v1::ProbeRequest* request,
+                                v1::ProbeResponse* response) {
+  Node* node = node_.load();
+  if (node == nullptr) return kStarting;
+  constexpr int32_t kMaxReplyBytes = 1 << 20;
+  if (request->reply_bytes() < 0 || request->reply_bytes() > kMaxReplyBytes) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("reply_bytes must be between 0 and ", kMaxReplyBytes, ", got ",
+                                     request->reply_bytes()));
+  }
+  *response->mutable_member() = MemberToProto(node->self());
+  response->mutable_payload()->resize(static_cast<size_t>(request->reply_bytes()));
+  return grpc::Status::OK;
+}
+
 }  // namespace baton::daemon

@@ -19,6 +19,8 @@ class PeerService final : public v1::Peer::Service {
                         v1::JoinRankResponse* response) override;
   grpc::Status Abort(grpc::ServerContext* context, const v1::AbortRequest* request,
                      v1::AbortResponse* response) override;
+  grpc::Status Probe(grpc::ServerContext* context, const v1::ProbeRequest* request,
+                     v1::ProbeResponse* response) override;
 
  private:
   std::atomic<Node*> node_{nullptr};

@@ -44,7 +44,8 @@ struct LinkStats {
   uint64_t tx_messages = 0;
   uint64_t rx_messages = 0;
   uint64_t errors = 0;
-  bool up = false;  // a receive connection from the peer is currently established
+  uint64_t retransmits = 0;  // segments the kernel retransmitted (TCP); 0 where not applicable
+  bool up = false;           // a receive connection from the peer is currently established
 };
 
 // One daemon's data-plane endpoint. Peers are named by their endpoint address (what address()

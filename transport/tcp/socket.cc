@@ -273,4 +273,11 @@ bool PeerHasClosed(int fd) {
   return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
+uint64_t TcpRetransmits(int fd) {
+  tcp_info info{};
+  socklen_t length = sizeof(info);
+  if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &length) != 0) return 0;
+  return info.tcpi_total_retrans;
+}
+
 }  // namespace baton::transport

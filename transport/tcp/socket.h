@@ -7,6 +7,7 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -84,5 +85,8 @@ absl::Status ReadFull(int fd, ByteSpan buffer, absl::Time deadline,
 // True when a connection we only ever write to has been closed or reset by the peer (it is
 // readable, hung up or in error). Never blocks.
 bool PeerHasClosed(int fd);
+
+// Segments the kernel has retransmitted on this TCP connection (TCP_INFO); 0 if unavailable.
+uint64_t TcpRetransmits(int fd);
 
 }  // namespace baton::transport

@@ -424,6 +424,8 @@ void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<O
   absl::MutexLock lock(&mu_);
   stream->busy = false;
   if (healthy) return;
+  // Keep the broken connection's retransmits: the counter must not go backwards.
+  links_[peer].retransmits += TcpRetransmits(stream->fd.get());
   shutdown(stream->fd.get(), SHUT_RDWR);
   auto it = out_.find(peer);
   if (it == out_.end()) return;
@@ -457,6 +459,14 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
       link.tx_bytes = tx.tx_bytes;
       link.tx_messages = tx.tx_messages;
       link.errors = tx.errors;
+      link.retransmits = tx.retransmits;
+    }
+    for (const auto& [peer, streams] : out_) {
+      LinkStats& link = links[peer];
+      link.peer = peer;
+      for (const auto& stream : streams) {
+        if (!stream->connecting) link.retransmits += TcpRetransmits(stream->fd.get());
+      }
     }
   }
   std::vector<LinkStats> result;

@@ -1,0 +1,64 @@
+#pragma once
+
+// Where one operation spends its time: waiting on the transport, and in reduction kernels. The
+// daemon reports the rest of an operation's time as dispatch overhead (docs/metrics.md,
+// baton_collective_time_seconds_total). An operation runs on one thread, so plain fields do.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace baton::collective {
+
+struct OpStats {
+  std::chrono::nanoseconds transport{0};  // blocked in Send and Recv
+  std::chrono::nanoseconds reduce{0};     // in reduction kernels
+};
+
+// Adds the time between its construction and destruction to *slot; does nothing if slot is null.
+class PhaseTimer {
+ public:
+  explicit PhaseTimer(std::chrono::nanoseconds* slot)
+      : slot_(slot), start_(slot == nullptr ? Clock::time_point{} : Clock::now()) {}
+  ~PhaseTimer() {
+    if (slot_ != nullptr) *slot_ += Clock::now() - start_;
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::chrono::nanoseconds* const slot_;
+  const Clock::time_point start_;
+};
+
+// An endpoint that forwards to another and adds the time its Send and Recv calls block to
+// stats->transport. One per operation: give it as OpContext::endpoint.
+class TimingEndpoint final : public transport::Endpoint {
+ public:
+  TimingEndpoint(transport::Endpoint* inner, OpStats* stats) : inner_(inner), stats_(stats) {}
+
+  std::string address() const override { return inner_->address(); }
+  absl::Status Send(const std::string& peer, const transport::Tag& tag,
+                    transport::ConstByteSpan data, absl::Time deadline) override {
+    PhaseTimer timer(&stats_->transport);
+    return inner_->Send(peer, tag, data, deadline);
+  }
+  absl::Status Recv(const std::string& peer, const transport::Tag& tag, transport::ByteSpan data,
+                    absl::Time deadline) override {
+    PhaseTimer timer(&stats_->transport);
+    return inner_->Recv(peer, tag, data, deadline);
+  }
+  void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
+  void Forget(uint64_t comm) override { inner_->Forget(comm); }
+  std::vector<transport::LinkStats> Stats() const override { return inner_->Stats(); }
+
+ private:
+  transport::Endpoint* const inner_;
+  OpStats* const stats_;
+};
+
+}  // namespace baton::collective

@@ -1,0 +1,107 @@
+#pragma once
+
+// Background probes of the links to peer daemons, and link-health flagging.
+//
+// Every `interval` the monitor probes each known peer over the peer API: `kPings` small round
+// trips (the median is the link's RTT) and, for at most `kBulkPeersPerRound` peers per round in
+// turn, `kBulkTransfers` transfers of `probe_bytes` (the best gives the bandwidth). Cost is
+// bounded: per interval, peers * kPings * ~100 bytes plus kBulkPeersPerRound * kBulkTransfers *
+// probe_bytes, whatever the cluster's size.
+//
+// A link's RTT and bandwidth are the medians of its last `kWindow` measurements. A link is
+// flagged when, among at least kMinLinksToCompare measured links of this daemon, its bandwidth
+// is below kBandwidthRatio times their median, or its RTT above kRttRatio times their median
+// and at least kRttMargin more. Flags change with a log line. The daemon exports all of it as
+// metrics, and `baton links` shows it.
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/plan.h"
+
+namespace baton::daemon {
+
+inline constexpr int kPings = 5;
+inline constexpr int kBulkTransfers = 2;
+inline constexpr int kBulkPeersPerRound = 4;
+inline constexpr int kWindow = 5;
+inline constexpr int kMinLinksToCompare = 3;
+inline constexpr double kBandwidthRatio = 0.5;
+inline constexpr double kRttRatio = 3.0;
+inline constexpr absl::Duration kRttMargin = absl::Milliseconds(1);
+
+// What the monitor knows about the link to one peer.
+struct LinkHealth {
+  Member peer;                 // as last learnt (a probe answer fills in name and data address)
+  bool up = false;             // the peer answered the last probe
+  absl::Duration rtt;          // median of the window; zero before the first measurement
+  double bandwidth = 0;        // bytes per second, median of the window; 0 before the first
+  uint64_t probes_ok = 0;      // probe rounds that succeeded
+  uint64_t probes_failed = 0;  // probe rounds that failed
+  std::string last_error;      // of the last failed round, if the last round failed
+  bool flagged_bandwidth = false;
+  bool flagged_rtt = false;
+  std::deque<absl::Duration> rtts;  // the window, oldest first
+  std::deque<double> bandwidths;
+};
+
+// Sets the flags of `links` from their current RTT and bandwidth (rules above). Pure.
+void FlagLinks(std::vector<LinkHealth*>& links);
+
+class LinkMonitor {
+ public:
+  // One probe round trip to the daemon at `peer_address` carrying `send_bytes`; returns who
+  // answered. Must honour the deadline.
+  using RoundTrip = std::function<absl::StatusOr<Member>(const std::string& peer_address,
+                                                         size_t send_bytes, absl::Time deadline)>;
+  // The peers to probe now.
+  using PeerList = std::function<std::vector<Member>()>;
+  // Told what a probe learnt about a peer.
+  using Learnt = std::function<void(const std::string& peer_address, const Member& member)>;
+
+  struct Options {
+    absl::Duration interval = absl::Seconds(10);  // zero: never probe in the background
+    size_t probe_bytes = size_t{1} << 20;
+    absl::Duration probe_timeout = absl::Seconds(5);
+  };
+
+  LinkMonitor(Options options, RoundTrip round_trip, PeerList peers, Learnt learnt);
+  ~LinkMonitor();  // stops the background thread
+  LinkMonitor(const LinkMonitor&) = delete;
+  LinkMonitor& operator=(const LinkMonitor&) = delete;
+
+  // Starts probing every interval in the background (no-op when interval is zero).
+  void Start();
+  // Runs one round now, on the calling thread.
+  void ProbeOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  // The links to the peers probed in the last round, by peer address.
+  std::vector<LinkHealth> Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // Measures one peer; fills `rtt` and, if `bulk`, `bandwidth`.
+  absl::StatusOr<Member> Measure(const std::string& peer_address, bool bulk, absl::Duration& rtt,
+                                 double& bandwidth) const;
+  void Loop();
+
+  const Options options_;
+  const RoundTrip round_trip_;
+  const PeerList peers_;
+  const Learnt learnt_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, LinkHealth> links_ ABSL_GUARDED_BY(mu_);
+  size_t bulk_cursor_ ABSL_GUARDED_BY(mu_) = 0;  // next peer index (sorted) to bulk-probe
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace baton::daemon
