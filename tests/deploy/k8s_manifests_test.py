@@ -3,14 +3,15 @@
 
 Usage: k8s_manifests_test.py SOURCE_DIR
 
-Not a schema validation (k8s_schema_test does that): it checks that every file parses, that
-kinds and apiVersions are the expected ones, the DaemonSet settings that batond depends on, that
-the ConfigMap only uses documented config keys (docs/config.md), that alerts only use metrics
-documented in docs/metrics.md, that grafana-dashboards.yaml is what
-scripts/gen_grafana_configmap.py writes from deploy/grafana/*.json, that those dashboards take
-their datasource from a `datasource` variable and query only documented metrics, and that
-kustomization.yaml lists every manifest. Exits 0 on success, 1 with one line per failure
-otherwise, 77 (skip) without PyYAML.
+Not a schema validation: k8s_schema_test (tests/deploy/k8s_schema) validates the manifests but
+kustomization.yaml, offline, against the Kubernetes OpenAPI and prometheus-operator CRD schemas.
+This test checks what the schemas cannot: that every file parses, that kinds and apiVersions are
+the expected ones, the DaemonSet settings that batond depends on, that the ConfigMap only uses
+documented config keys (docs/config.md), that alerts only use metrics documented in
+docs/metrics.md, that grafana-dashboards.yaml is what scripts/gen_grafana_configmap.py writes
+from deploy/grafana/*.json, that those dashboards take their datasource from a `datasource`
+variable and query only documented metrics, and that kustomization.yaml lists every manifest.
+Exits 0 on success, 1 with one line per failure otherwise, 77 (skip) without PyYAML.
 """
 
 import json
