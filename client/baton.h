@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -51,6 +52,12 @@ class Request {
   virtual absl::Status Wait(absl::Duration timeout = absl::InfiniteDuration()) = 0;
   // The operation's status if complete, nullopt while it is pending.
   virtual std::optional<absl::Status> Test() = 0;
+};
+
+// The tuner's prediction for one algorithm (Communicator::Explain).
+struct AlgorithmEstimate {
+  Algorithm algorithm = Algorithm::kRing;
+  absl::Duration predicted;
 };
 
 class Communicator {
@@ -127,6 +134,12 @@ class Communicator {
   // The algorithm the daemon ran for the last successful operation ("ring", "tree", "direct", or
   // "local" when every rank is on one daemon).
   virtual std::string last_algorithm() const = 0;
+
+  // What the daemon's tuner predicts for `collective` with `count` elements of `type` (counted as
+  // the collective's call counts them): every algorithm that implements it, cheapest first - the
+  // one the daemon runs unless the call forces another. Empty when all ranks share one daemon.
+  virtual absl::StatusOr<std::vector<AlgorithmEstimate>> Explain(collective::Collective collective,
+                                                                 size_t count, DataType type) = 0;
 
   // Leaves the communicator once the operations already submitted have finished. Idempotent.
   virtual absl::Status Destroy() = 0;

@@ -209,6 +209,8 @@ int Bench(int argc, char** argv, bool worker) {
   options.AddString("redop", &bench.reduce_op, "sum, prod, min, max, avg");
   options.AddInt("root", &bench.root, "-r: root rank of broadcast and reduce");
   options.AddString("algorithm", &bench.algorithm, "ring, tree or direct (default: the daemons')");
+  options.AddBool("explain", &bench.explain,
+                  "add the tuner's predicted time of each algorithm and its choice per size");
   options.AddInt("ranks_per_daemon", &bench.ranks_per_daemon, "ranks launched per daemon");
   options.AddString("cluster", &cluster, "local cluster directory whose daemons to use");
   options.AddString("sockets", &sockets, "comma-separated daemon sockets (instead of --cluster)");
@@ -225,7 +227,7 @@ int Bench(int argc, char** argv, bool worker) {
   const int code = ParseOrHelp(
       options,
       "Usage: baton bench [-o all_reduce] [-d float32] [--redop sum] [-r 0] [-b 8] [-e 64M]\n"
-      "                   [-f 2] [-n 20] [-w 5] [-c 1] [--ranks-per-daemon 2]\n"
+      "                   [-f 2] [-n 20] [-w 5] [-c 1] [--ranks-per-daemon 2] [--explain]\n"
       "                   [--cluster DIR | --sockets A,B,...]\n\n"
       "Runs one collective over every daemon of a running cluster, launching --ranks-per-daemon\n"
       "rank processes on each, and prints per size the time, algbw = size / time and busbw =\n"

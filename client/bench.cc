@@ -16,6 +16,7 @@
 #include "client/baton.h"
 #include "client/local_cluster.h"
 #include "collective/element.h"
+#include "collective/tuner.h"
 #include "common/status_macros.h"
 
 namespace baton::client {
@@ -164,6 +165,15 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
       }
       return absl::InternalError("unreachable");
     };
+    if (options.explain && rank == 0) {
+      absl::StatusOr<std::vector<AlgorithmEstimate>> estimates =
+          (*comm)->Explain(*op, count, *type);
+      if (!estimates.ok()) return estimates.status();
+      std::vector<collective::AlgorithmCost> costs;
+      for (const AlgorithmEstimate& e : *estimates) costs.push_back({e.algorithm, e.predicted});
+      std::printf("EXPLAIN %lld %s\n", static_cast<long long>(bytes),
+                  costs.empty() ? "local (one daemon)" : collective::ExplainCosts(costs).c_str());
+    }
     for (int64_t i = 0; i < options.warmup_iters; ++i) BATON_RETURN_IF_ERROR(run());
     const absl::Time start = absl::Now();
     for (int64_t i = 0; i < options.iters; ++i) BATON_RETURN_IF_ERROR(run());
@@ -291,7 +301,8 @@ absl::Status RunBench(const BenchOptions& options) {
                                      "--datatype=" + options.data_type,
                                      "--redop=" + options.reduce_op,
                                      absl::StrCat("--root=", options.root),
-                                     "--algorithm=" + options.algorithm};
+                                     "--algorithm=" + options.algorithm,
+                                     absl::StrCat("--explain=", options.explain ? 1 : 0)};
     const pid_t pid = fork();
     if (pid < 0) return absl::InternalError("fork failed");
     if (pid == 0) {
@@ -310,11 +321,19 @@ absl::Status RunBench(const BenchOptions& options) {
 
   // Collect every worker's results: time is the slowest rank's, #wrong the sum over ranks.
   std::map<int64_t, std::pair<size_t, RankResult>> table;
+  std::map<int64_t, std::string> explained;  // --explain: the tuner's view per size
   std::vector<std::string> failures;
   for (int rank = 0; rank < world_size; ++rank) {
     char line[512];
     while (std::fgets(line, sizeof(line), workers[rank].out) != nullptr) {
-      std::vector<std::string> f = absl::StrSplit(absl::StripAsciiWhitespace(line), ' ');
+      absl::string_view text = absl::StripAsciiWhitespace(line);
+      if (absl::ConsumePrefix(&text, "EXPLAIN ")) {
+        std::pair<std::string, std::string> parts = absl::StrSplit(text, absl::MaxSplits(' ', 1));
+        int64_t bytes = 0;
+        if (absl::SimpleAtoi(parts.first, &bytes)) explained[bytes] = parts.second;
+        continue;
+      }
+      std::vector<std::string> f = absl::StrSplit(text, ' ');
       if (f.size() < 6 || f[0] != "RESULT") continue;
       int64_t bytes = 0, wrong = 0;
       size_t count = 0;
@@ -337,8 +356,9 @@ absl::Status RunBench(const BenchOptions& options) {
     }
   }
 
-  std::printf("#\n# %12s %12s %8s %6s %10s %8s %8s %8s %6s\n", "size", "count", "type", "redop",
-              "time", "algbw", "busbw", "#wrong", "algo");
+  std::printf("#\n# %12s %12s %8s %6s %10s %8s %8s %8s %6s%s\n", "size", "count", "type", "redop",
+              "time", "algbw", "busbw", "#wrong", "algo",
+              options.explain ? "   predicted (tuner)" : "");
   std::printf("# %12s %12s %8s %6s %10s %8s %8s %8s %6s\n", "(B)", "(elements)", "", "", "(us)",
               "(GB/s)", "(GB/s)", "", "");
   int64_t total_wrong = 0;
@@ -349,10 +369,11 @@ absl::Status RunBench(const BenchOptions& options) {
     const double busbw = algbw * BusBwFactor(options.op, world_size);
     busbw_sum += busbw;
     total_wrong += row.wrong;
-    std::printf("  %12lld %12zu %8s %6s %10.1f %8.3f %8.3f %8lld %6s\n",
+    std::printf("  %12lld %12zu %8s %6s %10.1f %8.3f %8.3f %8lld %6s%s\n",
                 static_cast<long long>(bytes), count, options.data_type.c_str(),
                 options.reduce_op.c_str(), row.seconds * 1e6, algbw, busbw,
-                static_cast<long long>(row.wrong), row.algorithm.c_str());
+                static_cast<long long>(row.wrong), row.algorithm.c_str(),
+                options.explain ? absl::StrCat("   ", explained[bytes]).c_str() : "");
   }
   if (!table.empty()) {
     std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),

@@ -27,6 +27,7 @@ struct BenchOptions {
   std::string reduce_op = "sum";
   int64_t root = 0;                  // broadcast and reduce
   std::string algorithm;             // empty: the daemons choose
+  bool explain = false;              // add the tuner's predicted cost of each algorithm per size
   std::vector<std::string> sockets;  // one per daemon
   int64_t timeout_ms = 120000;       // per operation
 };
@@ -35,7 +36,8 @@ struct BenchOptions {
 // element was wrong.
 absl::Status RunBench(const BenchOptions& options);
 
-// The worker: one rank. Prints "RESULT <bytes> <count> <avg seconds> <wrong> <algorithm>" lines.
+// The worker: one rank. Prints "RESULT <bytes> <count> <avg seconds> <wrong> <algorithm>" lines;
+// with `explain`, rank 0 first prints "EXPLAIN <bytes> <the tuner's candidates and choice>".
 // Inputs are small integers chosen so that every result is exact in every data type.
 absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket,
                           const std::string& comm_id, int world_size, int rank);

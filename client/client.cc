@@ -210,6 +210,31 @@ class CommunicatorImpl final : public Communicator {
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
                                                       absl::Duration timeout) override;
 
+  absl::StatusOr<std::vector<AlgorithmEstimate>> Explain(collective::Collective collective,
+                                                         size_t count, DataType type) override {
+    v1::ExplainRequest request;
+    request.set_session_id(session_->id());
+    request.set_comm_tag(tag_);
+    request.set_collective(std::string(collective::CollectiveName(collective)));
+    request.set_data_type(std::string(collective::DataTypeName(type)));
+    request.set_count(count);
+    v1::ExplainResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context, kControlTimeout);
+    absl::Status status = FromGrpc(session_->stub()->Explain(&context, request, &response));
+    if (!status.ok()) return status;
+    std::vector<AlgorithmEstimate> estimates;
+    for (const v1::AlgorithmEstimate& estimate : response.estimates()) {
+      std::optional<Algorithm> algorithm = collective::ParseAlgorithm(estimate.algorithm());
+      if (!algorithm) {
+        return absl::InternalError(
+            absl::StrCat("the daemon named an unknown algorithm '", estimate.algorithm(), "'"));
+      }
+      estimates.push_back({*algorithm, absl::Seconds(estimate.predicted_seconds())});
+    }
+    return estimates;
+  }
+
   absl::Status Destroy() override {
     DrainQueue();
     absl::MutexLock lock(&mu_);

@@ -189,6 +189,29 @@ grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusR
   return grpc::Status::OK;
 }
 
+grpc::Status ClientService::Explain(grpc::ServerContext*, const v1::ExplainRequest* request,
+                                    v1::ExplainResponse* response) {
+  std::optional<collective::Collective> kind = collective::ParseCollective(request->collective());
+  if (!kind) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("unknown collective '", request->collective(), "'"));
+  }
+  absl::StatusOr<std::vector<collective::AlgorithmCost>> costs = node_->Explain(
+      request->session_id(), request->comm_tag(), *kind, request->data_type(), request->count());
+  if (!costs.ok()) return ToGrpc(costs.status());
+  for (const collective::AlgorithmCost& cost : *costs) {
+    v1::AlgorithmEstimate* estimate = response->add_estimates();
+    estimate->set_algorithm(std::string(collective::AlgorithmName(cost.algorithm)));
+    estimate->set_predicted_seconds(absl::ToDoubleSeconds(cost.predicted));
+  }
+  if (std::shared_ptr<Communicator> comm = node_->communicators().Find(request->comm_tag())) {
+    response->set_daemons(static_cast<int>(comm->plan().daemons.size()));
+    response->set_link_alpha_seconds(comm->plan().link_alpha_seconds);
+    response->set_link_bytes_per_second(comm->plan().link_bytes_per_second);
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status ClientService::GetTopology(grpc::ServerContext*, const v1::GetTopologyRequest*,
                                         v1::Topology* response) {
   const NodeTopology& topology = node_->topology();

@@ -42,6 +42,8 @@ class ClientService final : public v1::Client::Service {
                           v1::CollectiveResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest* request,
                          v1::DaemonStatus* response) override;
+  grpc::Status Explain(grpc::ServerContext* context, const v1::ExplainRequest* request,
+                       v1::ExplainResponse* response) override;
   grpc::Status GetTopology(grpc::ServerContext* context, const v1::GetTopologyRequest* request,
                            v1::Topology* response) override;
 

@@ -17,6 +17,7 @@
 #include "collective/ring_reduce.h"
 #include "collective/ring_reduce_scatter.h"
 #include "collective/tree_all_reduce.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -200,7 +201,12 @@ void Communicator::Abort(const absl::Status& reason, bool notify_peers) {
     if (!aborted_.ok()) return;
     aborted_ = reason;
   }
-  spdlog::warn("communicator {:x} aborted: {}", plan_.comm_tag, reason.ToString());
+  // Destruction after the last rank left is the normal end, not a failure worth a warning.
+  if (absl::IsCancelled(reason) && !notify_peers) {
+    spdlog::debug("communicator {:x} closed: {}", plan_.comm_tag, reason.message());
+  } else {
+    spdlog::warn("communicator {:x} aborted: {}", plan_.comm_tag, reason.ToString());
+  }
   endpoint_->Abort(plan_.comm_tag, reason);
   if (notify_peers && notify_abort_) notify_abort_(plan_, reason);
 }
@@ -235,11 +241,12 @@ void Communicator::RunExecutor() {
     mu_.Unlock();
     const absl::Time start = absl::Now();
     collective::OpStats stats;
-    absl::StatusOr<std::string> result = Execute(seq, parts, stats);
+    std::string algorithm;
+    absl::StatusOr<std::string> result = Execute(seq, parts, stats, algorithm);
     if (options_.observer != nullptr) {
-      options_.observer->OnOperation(
-          OpRecord{parts.front().kind, result.value_or(""), absl::Now() - start, result.ok(),
-                   absl::FromChrono(stats.transport), absl::FromChrono(stats.reduce)});
+      options_.observer->OnOperation(OpRecord{parts.front().kind, algorithm, absl::Now() - start,
+                                              result.ok(), absl::FromChrono(stats.transport),
+                                              absl::FromChrono(stats.reduce)});
     }
     if (!result.ok()) Abort(result.status(), /*notify_peers=*/true);
     mu_.Lock();
@@ -257,7 +264,8 @@ void Communicator::RunExecutor() {
 }
 
 absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRequest>& parts,
-                                                  collective::OpStats& stats) {
+                                                  collective::OpStats& stats,
+                                                  std::string& algorithm_name) {
   const OpRequest& first = parts.front();
   for (size_t i = 1; i < parts.size(); ++i) {
     if (!SameOperation(first, parts[i])) {
@@ -282,6 +290,7 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
   ctx.chunk_bytes = options_.chunk_bytes;
   const Algorithm algorithm = ChooseAlgorithm(first);
   const std::string name = across ? std::string(collective::AlgorithmName(algorithm)) : "local";
+  algorithm_name = name;
   const size_t element = collective::DataTypeSize(first.type);
   const size_t count = first.count;
   const size_t bytes = count * element;
@@ -372,21 +381,27 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
 
 Algorithm Communicator::ChooseAlgorithm(const OpRequest& request) const {
   if (request.algorithm) return *request.algorithm;
-  switch (request.kind) {
-    case Collective::kAllReduce: {
-      // Until the tuner measures links: the tree's log-depth latency wins for small messages
-      // on three or more daemons, the ring's bandwidth for everything else.
-      constexpr size_t kTreeBelowBytes = 64 << 10;
-      const size_t bytes = request.count * collective::DataTypeSize(request.type);
-      return plan_.daemons.size() > 2 && bytes < kTreeBelowBytes ? Algorithm::kTree
-                                                                 : Algorithm::kRing;
-    }
-    case Collective::kAllToAll:
-    case Collective::kBarrier:
-      return Algorithm::kDirect;
-    default:
-      return Algorithm::kRing;
+  const size_t bytes = request.count * collective::DataTypeSize(request.type);
+  const std::vector<collective::AlgorithmCost> costs = Predict(request.kind, bytes);
+  if (costs.empty()) {  // one daemon: the algorithm is only a name ("local" is reported)
+    const bool direct =
+        request.kind == Collective::kAllToAll || request.kind == Collective::kBarrier;
+    return direct ? Algorithm::kDirect : Algorithm::kRing;
   }
+  if (spdlog::should_log(spdlog::level::debug)) {
+    spdlog::debug("communicator {:x}: {} of {} bytes over {} daemons: {}", plan_.comm_tag,
+                  collective::CollectiveName(request.kind), bytes, plan_.daemons.size(),
+                  collective::ExplainCosts(costs));
+  }
+  return costs.front().algorithm;
+}
+
+std::vector<collective::AlgorithmCost> Communicator::Predict(Collective kind, size_t bytes) const {
+  if (plan_.daemons.size() < 2) return {};
+  const collective::LinkModel model{absl::Seconds(plan_.link_alpha_seconds),
+                                    plan_.link_bytes_per_second};
+  return collective::PredictCosts(kind, static_cast<int>(plan_.daemons.size()), bytes,
+                                  options_.chunk_bytes, model);
 }
 
 absl::Status Communicator::AllReduceAcross(const collective::OpContext& ctx, Algorithm algorithm,

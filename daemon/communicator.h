@@ -24,6 +24,7 @@
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
 #include "collective/op_context.h"
+#include "collective/tuner.h"
 #include "daemon/plan.h"
 #include "transport/transport.h"
 
@@ -112,6 +113,10 @@ class Communicator {
   // so other daemons abort too. Only the first reason is kept.
   void Abort(const absl::Status& reason, bool notify_peers);
 
+  // The tuner's prediction for `kind` on a buffer of `bytes` across this communicator's daemons,
+  // cheapest first (collective/tuner.h); empty when it has a single daemon.
+  std::vector<collective::AlgorithmCost> Predict(collective::Collective kind, size_t bytes) const;
+
   // "active" or "aborted: <reason>".
   std::string State() const;
   uint64_t ops_completed() const;
@@ -127,9 +132,10 @@ class Communicator {
   };
 
   void RunExecutor();
+  // Runs one operation; sets `algorithm_name` once chosen (so failures report it too).
   absl::StatusOr<std::string> Execute(uint64_t seq, std::vector<OpRequest>& parts,
-                                      collective::OpStats& stats);
-  // The algorithm across daemons: the caller's choice, else the default for the size.
+                                      collective::OpStats& stats, std::string& algorithm_name);
+  // The algorithm across daemons: the caller's choice, else the tuner's.
   collective::Algorithm ChooseAlgorithm(const OpRequest& request) const;
   // Inter-daemon steps of each collective on the already locally combined buffers.
   absl::Status AllReduceAcross(const collective::OpContext& ctx, collective::Algorithm algorithm,

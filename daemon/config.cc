@@ -39,6 +39,10 @@ void RegisterOptions(OptionSet& options, Config& config) {
   options.AddDuration("peer_linger", &config.peer_linger,
                       "how long a peer's links stay in metrics and probes after its last "
                       "communicator ends");
+  options.AddString("locality", &config.locality,
+                    "where this node sits, comma-separated labels from coarse to fine (e.g. "
+                    "\"pod-a,rack-07\"; default $BATON_LOCALITY); rings cross label boundaries as "
+                    "rarely as possible");
 }
 
 absl::Status FinalizeConfig(Config& config) {
@@ -50,6 +54,9 @@ absl::Status FinalizeConfig(Config& config) {
       gethostname(host, sizeof(host) - 1);
       config.node_name = host;
     }
+  }
+  if (config.locality.empty()) {
+    if (const char* env = std::getenv("BATON_LOCALITY"); env != nullptr) config.locality = env;
   }
   if (config.socket.empty()) return absl::InvalidArgumentError("socket must not be empty");
   if (config.op_timeout <= absl::ZeroDuration()) {

@@ -27,6 +27,7 @@ struct Config {
   int64_t probe_bytes = int64_t{1} << 20;             // payload of a bandwidth probe
   std::string probe_peers;  // comma-separated peer API addresses to probe even without a job
   absl::Duration peer_linger = absl::Minutes(5);  // how long a peer stays after its last job
+  std::string locality;  // comma-separated labels, coarse to fine (e.g. "pod-a,rack-07")
 };
 
 // Registers every Config field on `options`, pointing at `config`.

@@ -13,6 +13,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
@@ -103,7 +104,8 @@ class DaemonImpl final : public Daemon {
     }
 
     Member self{config_.node_name, absl::StrCat(config_.advertise_host, ":", peer_port),
-                endpoint_->address()};
+                endpoint_->address(),
+                absl::StrSplit(config_.locality, ',', absl::SkipWhitespace())};
     BATON_ASSIGN_OR_RETURN(NodeTopology topology, LoadTopology());
     metrics_ = Metrics::Create(self.node_name, kVersion);
     node_ =

@@ -84,7 +84,8 @@ void LinkMonitor::Loop() {
 }
 
 absl::StatusOr<Member> LinkMonitor::Measure(const std::string& peer_address, bool bulk,
-                                            absl::Duration& rtt, double& bandwidth) const {
+                                            absl::Duration& rtt, double& bandwidth,
+                                            absl::Time deadline) const {
   Member answered;
   std::vector<absl::Duration> pings;
   for (int i = 0; i < kPings; ++i) {
@@ -95,14 +96,16 @@ absl::StatusOr<Member> LinkMonitor::Measure(const std::string& peer_address, boo
     pings.push_back(absl::Now() - start);
     answered = *std::move(who);
   }
-  rtt = Median(pings);
+  // The fastest of the pings: scheduling delays on either daemon only ever add time, so the
+  // minimum is the link's own round trip (as ping's min and TCP's min_rtt take it).
+  rtt = *std::min_element(pings.begin(), pings.end());
   bandwidth = 0;
   if (!bulk) return answered;
   absl::Duration best = absl::InfiniteDuration();
   for (int i = 0; i < kBulkTransfers; ++i) {
     const absl::Time start = absl::Now();
-    absl::StatusOr<Member> who =
-        round_trip_(peer_address, options_.probe_bytes, start + options_.probe_timeout);
+    absl::StatusOr<Member> who = round_trip_(peer_address, options_.probe_bytes,
+                                             std::min(deadline, start + options_.probe_timeout));
     if (!who.ok()) return who.status();
     best = std::min(best, absl::Now() - start);
   }
@@ -111,6 +114,60 @@ absl::StatusOr<Member> LinkMonitor::Measure(const std::string& peer_address, boo
   bandwidth =
       static_cast<double>(options_.probe_bytes) / std::max(absl::ToDoubleSeconds(transfer), 1e-9);
   return answered;
+}
+
+void LinkMonitor::Record(const Member& peer, const absl::StatusOr<Member>& answered,
+                         absl::Duration rtt, double bandwidth) {
+  LinkHealth& link = links_[peer.peer_address];
+  link.peer = peer;
+  if (!answered.ok()) {
+    if (link.up || link.probes_failed == 0) {
+      spdlog::warn("link probe to {} failed: {}", PeerLabel(peer), answered.status().message());
+    }
+    link.up = false;
+    ++link.probes_failed;
+    link.last_error = std::string(answered.status().message());
+    return;
+  }
+  if (!answered->node_name.empty()) link.peer.node_name = answered->node_name;
+  if (!answered->data_address.empty()) link.peer.data_address = answered->data_address;
+  if (!link.up && link.probes_failed > 0) {
+    spdlog::info("link probe to {} succeeds again", PeerLabel(link.peer));
+  }
+  link.up = true;
+  ++link.probes_ok;
+  link.last_error.clear();
+  Push(link.rtts, rtt);
+  link.rtt = WindowMedian(link.rtts);
+  if (bandwidth > 0) {
+    Push(link.bandwidths, bandwidth);
+    link.bandwidth = WindowMedian(link.bandwidths);
+  }
+}
+
+std::vector<LinkHealth> LinkMonitor::Measured(const std::vector<Member>& peers,
+                                              absl::Time deadline) {
+  std::vector<LinkHealth> result;
+  for (const Member& peer : peers) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = links_.find(peer.peer_address);
+      if (it != links_.end() && it->second.bandwidth > 0) {
+        result.push_back(it->second);
+        continue;
+      }
+    }
+    if (absl::Now() >= deadline) continue;
+    absl::Duration rtt;
+    double bandwidth = 0;
+    absl::StatusOr<Member> answered =
+        Measure(peer.peer_address, /*bulk=*/true, rtt, bandwidth, deadline);
+    if (answered.ok() && learnt_) learnt_(peer.peer_address, *answered);
+    absl::MutexLock lock(&mu_);
+    Record(peer, answered, rtt, bandwidth);
+    result.push_back(links_[peer.peer_address]);
+  }
+  return result;
 }
 
 void LinkMonitor::ProbeOnce() {
@@ -132,34 +189,11 @@ void LinkMonitor::ProbeOnce() {
     const bool bulk = (i + peers.size() - cursor) % peers.size() < kBulkPeersPerRound;
     absl::Duration rtt;
     double bandwidth = 0;
-    absl::StatusOr<Member> answered = Measure(peer.peer_address, bulk, rtt, bandwidth);
+    absl::StatusOr<Member> answered =
+        Measure(peer.peer_address, bulk, rtt, bandwidth, absl::InfiniteFuture());
     if (answered.ok() && learnt_) learnt_(peer.peer_address, *answered);
-
     absl::MutexLock lock(&mu_);
-    LinkHealth& link = links_[peer.peer_address];
-    link.peer = peer;
-    if (!answered.ok()) {
-      if (link.up || link.probes_failed == 0) {
-        spdlog::warn("link probe to {} failed: {}", PeerLabel(peer), answered.status().message());
-      }
-      link.up = false;
-      ++link.probes_failed;
-      link.last_error = std::string(answered.status().message());
-      continue;
-    }
-    if (!answered->node_name.empty()) link.peer.node_name = answered->node_name;
-    if (!answered->data_address.empty()) link.peer.data_address = answered->data_address;
-    if (!link.up && link.probes_failed > 0)
-      spdlog::info("link probe to {} succeeds again", PeerLabel(link.peer));
-    link.up = true;
-    ++link.probes_ok;
-    link.last_error.clear();
-    Push(link.rtts, rtt);
-    link.rtt = WindowMedian(link.rtts);
-    if (bandwidth > 0) {
-      Push(link.bandwidths, bandwidth);
-      link.bandwidth = WindowMedian(link.bandwidths);
-    }
+    Record(peer, answered, rtt, bandwidth);
   }
 
   absl::MutexLock lock(&mu_);

@@ -3,7 +3,7 @@
 // Background probes of the links to peer daemons, and link-health flagging.
 //
 // Every `interval` the monitor probes each known peer over the peer API: `kPings` small round
-// trips (the median is the link's RTT) and, for at most `kBulkPeersPerRound` peers per round in
+// trips (the fastest is the link's RTT) and, for at most `kBulkPeersPerRound` peers per round in
 // turn, `kBulkTransfers` transfers of `probe_bytes` (the best gives the bandwidth). Cost is
 // bounded: per interval, peers * kPings * ~100 bytes plus kBulkPeersPerRound * kBulkTransfers *
 // probe_bytes, whatever the cluster's size.
@@ -83,13 +83,21 @@ class LinkMonitor {
   void Start();
   // Runs one round now, on the calling thread.
   void ProbeOnce() ABSL_LOCKS_EXCLUDED(mu_);
+  // The links to `peers`, measuring (RTT and bandwidth, one measurement each) those not measured
+  // yet, one after another until `deadline`; the rest are returned as they are (possibly
+  // unmeasured). Measurements join the cache that ProbeOnce keeps.
+  std::vector<LinkHealth> Measured(const std::vector<Member>& peers, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The links to the peers probed in the last round, by peer address.
   std::vector<LinkHealth> Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // Measures one peer; fills `rtt` and, if `bulk`, `bandwidth`.
   absl::StatusOr<Member> Measure(const std::string& peer_address, bool bulk, absl::Duration& rtt,
-                                 double& bandwidth) const;
+                                 double& bandwidth, absl::Time deadline) const;
+  // Records one measurement (or failure) of `peer`.
+  void Record(const Member& peer, const absl::StatusOr<Member>& answered, absl::Duration rtt,
+              double bandwidth) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
 
   const Options options_;

@@ -126,15 +126,16 @@ class PrometheusMetrics final : public Metrics {
 
   void OnOperation(const OpRecord& record) override {
     absl::MutexLock lock(&mu_);
-    latency_
-        .Add({{"local_node", node_name_},
-              {"op", std::string(collective::CollectiveName(record.kind))},
-              {"algorithm", record.algorithm.empty() ? "none" : record.algorithm},
-              {"outcome", record.ok ? "ok" : "error"}},
-             LatencyBuckets())
-        .Observe(absl::ToDoubleSeconds(record.total));
     const std::string op(collective::CollectiveName(record.kind));
     const std::string algorithm = record.algorithm.empty() ? "none" : record.algorithm;
+    // Both outcomes' series exist from the first operation on, so that the first failure is a
+    // change from 0 that rate() and increase() see.
+    for (const std::string outcome : {"ok", "error"}) {
+      prometheus::Histogram& histogram = latency_.Add(
+          {{"local_node", node_name_}, {"op", op}, {"algorithm", algorithm}, {"outcome", outcome}},
+          LatencyBuckets());
+      if ((outcome == "ok") == record.ok) histogram.Observe(absl::ToDoubleSeconds(record.total));
+    }
     const absl::Duration dispatch =
         std::max(record.total - record.transport - record.reduce, absl::ZeroDuration());
     for (const auto& [phase, time] :

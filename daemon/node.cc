@@ -1,5 +1,7 @@
 #include "daemon/node.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "collective/data_type.h"
@@ -29,6 +31,7 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
       endpoint_(endpoint),
       observer_(observer),
       topology_(std::move(topology)),
+      rendezvous_([this](Plan& plan) { FinishPlan(plan); }),
       directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
                  config.peer_linger),
       communicators_([this](const Plan& plan) -> absl::StatusOr<std::shared_ptr<Communicator>> {
@@ -97,6 +100,60 @@ std::vector<LinkView> Node::Links() {
     links.push_back(std::move(view));
   }
   return links;
+}
+
+void Node::FinishPlan(Plan& plan) {
+  if (absl::Status ordered = Rendezvous::OrderByLocality(plan); !ordered.ok()) {
+    spdlog::warn("communicator {:x}: keeping rank order: {}", plan.comm_tag, ordered.ToString());
+  }
+  // The link model: this daemon's links to the others, measured now where not cached. At most
+  // kMeasuredAtSetup links and two seconds, so that forming a large communicator stays quick.
+  constexpr size_t kMeasuredAtSetup = 8;
+  std::vector<Member> others;
+  for (const PlanDaemon& daemon : plan.daemons) {
+    if (daemon.member.peer_address != self_.peer_address && others.size() < kMeasuredAtSetup) {
+      others.push_back(daemon.member);
+    }
+  }
+  if (others.empty()) return;
+  std::vector<absl::Duration> rtts;
+  double slowest = 0;
+  for (const LinkHealth& link : monitor_.Measured(others, absl::Now() + absl::Seconds(2))) {
+    if (link.rtt > absl::ZeroDuration()) rtts.push_back(link.rtt);
+    if (link.bandwidth > 0)
+      slowest = slowest == 0 ? link.bandwidth : std::min(slowest, link.bandwidth);
+  }
+  if (rtts.empty() || slowest == 0) {
+    spdlog::info("communicator {:x}: links not measured; the tuner uses its defaults",
+                 plan.comm_tag);
+    return;
+  }
+  std::sort(rtts.begin(), rtts.end());
+  plan.link_alpha_seconds = absl::ToDoubleSeconds(rtts[rtts.size() / 2]) / 2;
+  plan.link_bytes_per_second = slowest;
+  spdlog::info("communicator {:x}: {} daemons, link model alpha {} beta {:.1f} MB/s", plan.comm_tag,
+               plan.daemons.size(), absl::FormatDuration(rtts[rtts.size() / 2] / 2), slowest / 1e6);
+}
+
+absl::StatusOr<std::vector<collective::AlgorithmCost>> Node::Explain(uint64_t session_id,
+                                                                     uint64_t comm_tag,
+                                                                     collective::Collective kind,
+                                                                     const std::string& data_type,
+                                                                     uint64_t count) {
+  if (!sessions_.Exists(session_id)) {
+    return absl::NotFoundError(absl::StrCat("unknown session ", session_id));
+  }
+  std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
+  if (comm == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(comm_tag)));
+  }
+  std::optional<collective::DataType> type = collective::ParseDataType(data_type);
+  if (!type) return absl::InvalidArgumentError(absl::StrCat("unknown data type '", data_type, "'"));
+  const uint64_t element = collective::DataTypeSize(*type);
+  if (count > UINT64_MAX / element) {
+    return absl::InvalidArgumentError(absl::StrCat("count ", count, " overflows"));
+  }
+  return comm->Predict(kind, count * element);
 }
 
 int Node::LocalRanks() const {

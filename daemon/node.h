@@ -94,6 +94,13 @@ class Node {
   absl::StatusOr<std::string> RunCollective(const CollectiveCall& call);
   // Tears down everything a session owned (its process went away or closed it).
   void EndSession(uint64_t session_id);
+  // The tuner's prediction for a collective of `count` elements of `data_type` (counted as
+  // CollectiveCall::count) on a communicator the session has a rank in.
+  absl::StatusOr<std::vector<collective::AlgorithmCost>> Explain(uint64_t session_id,
+                                                                 uint64_t comm_tag,
+                                                                 collective::Collective kind,
+                                                                 const std::string& data_type,
+                                                                 uint64_t count);
 
   // Peer API.
   absl::StatusOr<Plan> JoinRank(const std::string& secret, int world_size, int rank,
@@ -123,6 +130,10 @@ class Node {
   void AbortAll(const absl::Status& reason);
 
  private:
+  // The root's finishing touches to a complete plan (Rendezvous::PlanFinisher): a ring order
+  // that follows the daemons' locality labels, and the measured link model for the tuner.
+  void FinishPlan(Plan& plan);
+
   const Config config_;
   const Member self_;
   transport::Endpoint* const endpoint_;

@@ -13,17 +13,23 @@ v1::Member MemberToProto(const Member& member) {
   proto.set_node_name(member.node_name);
   proto.set_peer_address(member.peer_address);
   proto.set_data_address(member.data_address);
+  for (const std::string& label : member.locality) proto.add_locality(label);
   return proto;
 }
 
 Member MemberFromProto(const v1::Member& proto) {
-  return Member{proto.node_name(), proto.peer_address(), proto.data_address()};
+  return Member{proto.node_name(),
+                proto.peer_address(),
+                proto.data_address(),
+                {proto.locality().begin(), proto.locality().end()}};
 }
 
 v1::Plan PlanToProto(const Plan& plan) {
   v1::Plan proto;
   proto.set_comm_tag(plan.comm_tag);
   proto.set_world_size(plan.world_size);
+  proto.set_link_alpha_seconds(plan.link_alpha_seconds);
+  proto.set_link_bytes_per_second(plan.link_bytes_per_second);
   for (const PlanDaemon& daemon : plan.daemons) {
     v1::PlanDaemon* entry = proto.add_daemons();
     *entry->mutable_member() = MemberToProto(daemon.member);
@@ -36,6 +42,8 @@ Plan PlanFromProto(const v1::Plan& proto) {
   Plan plan;
   plan.comm_tag = proto.comm_tag();
   plan.world_size = proto.world_size();
+  plan.link_alpha_seconds = proto.link_alpha_seconds();
+  plan.link_bytes_per_second = proto.link_bytes_per_second();
   for (const v1::PlanDaemon& entry : proto.daemons()) {
     plan.daemons.push_back(
         PlanDaemon{MemberFromProto(entry.member()), {entry.ranks().begin(), entry.ranks().end()}});

@@ -11,8 +11,9 @@ namespace baton::daemon {
 
 struct Member {
   std::string node_name;
-  std::string peer_address;  // gRPC peer API
-  std::string data_address;  // data-plane endpoint
+  std::string peer_address;           // gRPC peer API
+  std::string data_address;           // data-plane endpoint
+  std::vector<std::string> locality;  // coarse to fine, e.g. {"pod-a", "rack-07"}; may be empty
 };
 
 struct PlanDaemon {
@@ -24,6 +25,9 @@ struct Plan {
   uint64_t comm_tag = 0;
   int world_size = 0;
   std::vector<PlanDaemon> daemons;  // in ring order
+  // The root's measurement of the links (collective/tuner.h); zero when it had none.
+  double link_alpha_seconds = 0;
+  double link_bytes_per_second = 0;
 
   // Index into `daemons` of the daemon whose data address is `data_address`, or -1.
   int IndexOf(const std::string& data_address) const {

@@ -1,5 +1,6 @@
 #include "daemon/rendezvous.h"
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -7,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "topology/planner.h"
 
 namespace baton::daemon {
 
@@ -51,6 +54,24 @@ Plan Rendezvous::ComputePlan(uint64_t comm_tag, int world_size,
   return plan;
 }
 
+absl::Status Rendezvous::OrderByLocality(Plan& plan) {
+  const bool labelled = std::any_of(plan.daemons.begin(), plan.daemons.end(),
+                                    [](const PlanDaemon& d) { return !d.member.locality.empty(); });
+  if (!labelled) return absl::OkStatus();
+  std::vector<topology::DaemonLocality> daemons;
+  for (const PlanDaemon& daemon : plan.daemons) {
+    // Names must be unique: node names may repeat across clusters, data addresses do not.
+    daemons.push_back(topology::DaemonLocality{
+        absl::StrCat(daemon.member.node_name, "@", daemon.member.data_address),
+        daemon.member.locality});
+  }
+  BATON_ASSIGN_OR_RETURN(std::vector<int> ring, topology::PlanDaemonRing(daemons));
+  std::vector<PlanDaemon> ordered;
+  for (int index : ring) ordered.push_back(plan.daemons[index]);
+  plan.daemons = std::move(ordered);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size, int rank,
                                       const Member& member, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
@@ -69,7 +90,7 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is out of range for world size ", world_size));
   }
-  if (pending.plan != nullptr) {
+  if (pending.plan != nullptr || pending.forming) {
     return absl::FailedPreconditionError(
         "communicator has already formed; its id cannot be reused");
   }
@@ -89,12 +110,21 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
   if (static_cast<int>(pending.ranks.size()) == world_size) {
     absl::StatusOr<uint64_t> tag = TagOfSecret(secret);
     if (!tag.ok()) return tag.status();
-    pending.plan = std::make_shared<const Plan>(ComputePlan(*tag, world_size, pending.ranks));
+    Plan plan = ComputePlan(*tag, world_size, pending.ranks);
+    if (finish_) {
+      pending.forming = true;
+      mu_.Unlock();
+      finish_(plan);
+      mu_.Lock();
+    }
+    pending.plan = std::make_shared<const Plan>(std::move(plan));
   }
 
   ++pending.waiting;
   auto complete = [&pending] { return pending.plan != nullptr; };
   mu_.AwaitWithDeadline(absl::Condition(&complete), deadline);
+  // Every rank has arrived and the plan is being finished: it is only moments away.
+  if (pending.forming) mu_.Await(absl::Condition(&complete));
   --pending.waiting;
   std::shared_ptr<const Plan> plan = pending.plan;
   if (plan == nullptr) {

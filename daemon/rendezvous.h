@@ -5,13 +5,14 @@
 // computed and returned to every waiting join.
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -21,6 +22,13 @@ namespace baton::daemon {
 
 class Rendezvous {
  public:
+  // Refines a complete plan before every rank gets it (ring order, link model); runs without the
+  // rendezvous lock, once per communicator, on the thread of the rank that completed it. It must
+  // finish within a few seconds: ranks whose deadline passes meanwhile wait for it.
+  using PlanFinisher = std::function<void(Plan& plan)>;
+
+  explicit Rendezvous(PlanFinisher finish = nullptr) : finish_(std::move(finish)) {}
+
   // A new random 128-bit secret (32 lowercase hex digits) that Join will accept.
   std::string CreateSecret();
 
@@ -42,6 +50,13 @@ class Rendezvous {
   // rank each hosts. Exposed for tests.
   static Plan ComputePlan(uint64_t comm_tag, int world_size, const std::map<int, Member>& ranks);
 
+  // Reorders plan.daemons into a ring that crosses locality boundaries as rarely as possible
+  // (topology::PlanDaemonRing: daemons sharing a label prefix are contiguous). Only when some
+  // daemon has labels: otherwise daemons stay in rank order, which keeps block placements
+  // regular (reduce-scatter and all-gather then move the least data). On error the plan is
+  // unchanged.
+  static absl::Status OrderByLocality(Plan& plan);
+
   // The communicator tag a secret maps to (its first 64 bits).
   static absl::StatusOr<uint64_t> TagOfSecret(const std::string& secret);
 
@@ -50,12 +65,15 @@ class Rendezvous {
     int world_size = 0;
     std::map<int, Member> ranks;       // rank -> hosting daemon, of the ranks waiting now
     std::set<int> seen;                // every rank that ever arrived, withdrawn or not
-    std::shared_ptr<const Plan> plan;  // set once complete
+    bool forming = false;              // complete, and the finisher is running
+    std::shared_ptr<const Plan> plan;  // set once complete and finished
     int waiting = 0;
   };
 
+  const PlanFinisher finish_;
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Node-based: waiters keep a reference to their entry while the lock is released.
+  absl::node_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace baton::daemon

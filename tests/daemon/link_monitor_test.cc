@@ -98,7 +98,7 @@ class FakePeers {
   std::vector<Member> List() {
     absl::MutexLock lock(&mu_);
     std::vector<Member> members;
-    for (const auto& [address, peer] : peers_) members.push_back(Member{"", address, ""});
+    for (const auto& [address, peer] : peers_) members.push_back(Member{"", address, "", {}});
     return members;
   }
   void Remove(const std::string& address) {
@@ -121,7 +121,7 @@ class FakePeers {
     }
     if (!peer.reachable) return absl::UnavailableError(absl::StrCat(address, " refused"));
     absl::SleepFor(peer.per_mib * (static_cast<double>(bytes) / (1 << 20)));
-    return Member{"name-of-" + address, address, "data-of-" + address};
+    return Member{"name-of-" + address, address, "data-of-" + address, {}};
   }
 
  private:

@@ -9,8 +9,10 @@ namespace baton::daemon {
 namespace {
 
 Member Daemon(int i) {
-  return Member{"node-" + std::to_string(i), "10.0.0." + std::to_string(i) + ":7460",
-                "10.0.0." + std::to_string(i) + ":7461"};
+  return Member{"node-" + std::to_string(i),
+                "10.0.0." + std::to_string(i) + ":7460",
+                "10.0.0." + std::to_string(i) + ":7461",
+                {}};
 }
 
 std::vector<std::string> Addresses(const std::vector<Member>& members) {

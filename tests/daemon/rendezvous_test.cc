@@ -1,5 +1,6 @@
 #include "daemon/rendezvous.h"
 
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -9,8 +10,10 @@ namespace baton::daemon {
 namespace {
 
 Member Daemon(int i) {
-  return Member{"node-" + std::to_string(i), "127.0.0.1:" + std::to_string(7000 + i),
-                "127.0.0.1:" + std::to_string(8000 + i)};
+  return Member{"node-" + std::to_string(i),
+                "127.0.0.1:" + std::to_string(7000 + i),
+                "127.0.0.1:" + std::to_string(8000 + i),
+                {}};
 }
 
 TEST(RendezvousTest, AllRanksGetTheSamePlanGroupedByDaemonInRankOrder) {
@@ -92,6 +95,59 @@ TEST(RendezvousTest, BadJoinsAreRejectedWithoutDisturbingTheOthers) {
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(first->daemons.size(), 2u);
+}
+
+// A plan over daemons 0..n-1 (daemon i hosts rank i) with the given rack of each.
+Plan PlanWithRacks(const std::vector<std::string>& racks) {
+  std::map<int, Member> ranks;
+  for (int i = 0; i < static_cast<int>(racks.size()); ++i) {
+    Member member = Daemon(i);
+    if (!racks[i].empty()) member.locality = {"pod-a", racks[i]};
+    ranks[i] = member;
+  }
+  return Rendezvous::ComputePlan(1, static_cast<int>(racks.size()), ranks);
+}
+
+TEST(RendezvousTest, LocalityLabelsMakeEachRackContiguousOnTheRing) {
+  // Rank order alternates racks: a ring in rank order would cross between racks 6 times.
+  Plan plan = PlanWithRacks({"rack-1", "rack-2", "rack-1", "rack-2", "rack-1", "rack-2"});
+  ASSERT_TRUE(Rendezvous::OrderByLocality(plan).ok());
+  ASSERT_EQ(plan.daemons.size(), 6u);
+  int crossings = 0;
+  for (size_t i = 0; i < plan.daemons.size(); ++i) {
+    const Member& a = plan.daemons[i].member;
+    const Member& b = plan.daemons[(i + 1) % plan.daemons.size()].member;
+    crossings += a.locality != b.locality ? 1 : 0;
+  }
+  EXPECT_EQ(crossings, 2);  // the minimum for a ring over two racks
+  // Every daemon keeps its ranks.
+  for (const PlanDaemon& daemon : plan.daemons) {
+    ASSERT_EQ(daemon.ranks.size(), 1u);
+    EXPECT_EQ(daemon.member.node_name, "node-" + std::to_string(daemon.ranks[0]));
+  }
+}
+
+TEST(RendezvousTest, WithoutLabelsDaemonsStayInRankOrder) {
+  Plan plan = PlanWithRacks({"", "", "", ""});
+  ASSERT_TRUE(Rendezvous::OrderByLocality(plan).ok());
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(plan.daemons[i].ranks, (std::vector<int>{i}));
+}
+
+TEST(RendezvousTest, TheFinisherRefinesThePlanEveryRankGets) {
+  Rendezvous rendezvous([](Plan& plan) { plan.link_bytes_per_second = 42; });
+  const std::string secret = rendezvous.CreateSecret();
+  std::vector<absl::StatusOr<Plan>> plans(3, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 3; ++rank) {
+    threads.emplace_back([&, rank] {
+      plans[rank] = rendezvous.Join(secret, 3, rank, Daemon(rank), absl::Now() + absl::Seconds(30));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& plan : plans) {
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->link_bytes_per_second, 42);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,78 @@
+#include "collective/tuner.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace baton::collective {
+namespace {
+
+absl::Duration Seconds(double seconds) { return absl::Seconds(seconds); }
+
+absl::Duration RingAllReduce(int daemons, double bytes, const LinkModel& model) {
+  const double d = daemons;
+  return 2 * (d - 1) * model.alpha +
+         Seconds(2 * (d - 1) / d * bytes / (model.beta * kRingEfficiency));
+}
+
+absl::Duration TreeAllReduce(int daemons, double bytes, double chunk_bytes,
+                             const LinkModel& model) {
+  const double depth = std::bit_width(static_cast<unsigned>(daemons - 1));
+  const double fill = 2 * depth * std::min(bytes / 2, chunk_bytes) / model.beta;
+  return 2 * depth * model.alpha + Seconds(2 * bytes / (model.beta * kTreeEfficiency) + fill);
+}
+
+std::string HumanDuration(absl::Duration d) {
+  const double us = absl::ToDoubleMicroseconds(d);
+  if (us < 1000) return absl::StrFormat("%.0f us", us);
+  if (us < 1e6) return absl::StrFormat("%.2f ms", us / 1e3);
+  return absl::StrFormat("%.3f s", us / 1e6);
+}
+
+}  // namespace
+
+LinkModel DefaultLinkModel() { return LinkModel{absl::Microseconds(50), 1.25e9}; }
+
+std::vector<AlgorithmCost> PredictCosts(Collective collective, int daemons, size_t bytes,
+                                        size_t chunk_bytes, const LinkModel& model_in) {
+  const LinkModel model = model_in.valid() ? model_in : DefaultLinkModel();
+  const double n = static_cast<double>(bytes);
+  std::vector<AlgorithmCost> costs;
+  switch (collective) {
+    case Collective::kAllReduce:
+      costs.push_back({Algorithm::kRing, RingAllReduce(daemons, n, model)});
+      costs.push_back(
+          {Algorithm::kTree, TreeAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)});
+      break;
+    case Collective::kAllToAll:
+    case Collective::kBarrier:
+      costs.push_back({Algorithm::kDirect, absl::ZeroDuration()});
+      break;
+    default:
+      costs.push_back({Algorithm::kRing, absl::ZeroDuration()});
+      break;
+  }
+  std::stable_sort(costs.begin(), costs.end(), [](const AlgorithmCost& a, const AlgorithmCost& b) {
+    return a.predicted < b.predicted;
+  });
+  return costs;
+}
+
+Algorithm ChooseByCost(Collective collective, int daemons, size_t bytes, size_t chunk_bytes,
+                       const LinkModel& model) {
+  return PredictCosts(collective, daemons, bytes, chunk_bytes, model).front().algorithm;
+}
+
+std::string ExplainCosts(const std::vector<AlgorithmCost>& costs) {
+  std::string text;
+  for (const AlgorithmCost& cost : costs) {
+    absl::StrAppend(&text, text.empty() ? "" : ", ", AlgorithmName(cost.algorithm), " ",
+                    HumanDuration(cost.predicted));
+  }
+  if (!costs.empty()) absl::StrAppend(&text, " -> ", AlgorithmName(costs.front().algorithm));
+  return text;
+}
+
+}  // namespace baton::collective

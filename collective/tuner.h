@@ -1,0 +1,60 @@
+#pragma once
+
+// The tuner: an α–β cost model that predicts each algorithm's time for one call across daemons
+// and picks the cheapest, like NCCL's tuning model (src/graph/tuning.cc) but fed by the links the
+// daemons measured instead of tables of hardware latencies.
+//
+// A message of m bytes between two neighbouring daemons costs alpha + m / beta. Per algorithm,
+// for D daemons and an n-byte buffer:
+//   ring all-reduce   2(D-1) steps:         2(D-1)·alpha + 2(D-1)/D · n / (beta·kRingEfficiency)
+//   tree all-reduce   up and down, depth d: 2d·alpha + 2n / (beta·kTreeEfficiency)
+//                     + 2d · min(n/2, chunk) / beta    (filling the pipeline)
+// where d = bit_width(D-1) is the depth of the double binary tree
+// (collective/double_binary_tree.h). The efficiencies are what this implementation's data plane
+// reaches of the link's bandwidth, calibrated on 8 hosts in network namespaces
+// (docs/benchmarks.md); both constant overheads of a call (submission, the signature exchange) are
+// the same for every algorithm and left out. Collectives that only one algorithm implements get
+// that one.
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "collective/algorithm.h"
+
+namespace baton::collective {
+
+inline constexpr double kRingEfficiency = 0.8;
+inline constexpr double kTreeEfficiency = 0.3;
+
+// The links of one communicator, as measured.
+struct LinkModel {
+  absl::Duration alpha;  // one message's latency between neighbouring daemons
+  double beta = 0;       // bytes per second of the slowest link
+
+  bool valid() const { return alpha >= absl::ZeroDuration() && beta > 0; }
+};
+
+// Used until a communicator has measurements: 50 us and 1.25 GB/s (a 10 Gbit/s link).
+LinkModel DefaultLinkModel();
+
+struct AlgorithmCost {
+  Algorithm algorithm = Algorithm::kRing;
+  absl::Duration predicted;
+};
+
+// Predicted time of every algorithm implementing `collective` across `daemons` daemons, for a
+// buffer of `bytes` (all_reduce's count · element size), cheapest first (ties keep the ring
+// first). `daemons` >= 2.
+std::vector<AlgorithmCost> PredictCosts(Collective collective, int daemons, size_t bytes,
+                                        size_t chunk_bytes, const LinkModel& model);
+
+// The cheapest algorithm of PredictCosts.
+Algorithm ChooseByCost(Collective collective, int daemons, size_t bytes, size_t chunk_bytes,
+                       const LinkModel& model);
+
+// "ring 1.2 ms, tree 3.4 ms -> ring": the candidates and the choice, for logs and --explain.
+std::string ExplainCosts(const std::vector<AlgorithmCost>& costs);
+
+}  // namespace baton::collective
