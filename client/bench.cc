@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/baton.h"
@@ -75,6 +77,12 @@ std::vector<int64_t> Sizes(const BenchOptions& options) {
   return sizes;
 }
 
+// The requested algorithms: {"auto"} for "", else the comma-separated names.
+std::vector<std::string> RequestedAlgorithms(const std::string& text) {
+  if (text.empty()) return {"auto"};
+  return absl::StrSplit(text, ',', absl::SkipWhitespace());
+}
+
 struct RankResult {
   double seconds = 0;
   int64_t wrong = 0;
@@ -113,9 +121,16 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
   std::optional<DataType> type = collective::ParseDataType(options.data_type);
   std::optional<ReduceOp> reduce_op = collective::ParseReduceOp(options.reduce_op);
   if (!op || !type || !reduce_op) return absl::InvalidArgumentError("bad -o, -d or -r");
-  CallOptions call;
-  call.timeout = absl::Milliseconds(options.timeout_ms);
-  if (!options.algorithm.empty()) call.algorithm = collective::ParseAlgorithm(options.algorithm);
+  // The algorithms to run: "" (the daemons choose) or forced ones.
+  std::vector<std::string> requested = RequestedAlgorithms(options.algorithm);
+  std::vector<CallOptions> calls;
+  for (const std::string& name : requested) {
+    CallOptions call;
+    call.timeout = absl::Milliseconds(options.timeout_ms);
+    if (name != "auto") call.algorithm = collective::ParseAlgorithm(name);
+    calls.push_back(call);
+  }
+  const bool comparing = requested.size() > 1;
   const int root = static_cast<int>(options.root);
   const size_t element = collective::DataTypeSize(*type);
 
@@ -145,7 +160,7 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
           *type, send, i,
           reduces ? Contribution(*reduce_op, world_size, rank, i) : Tagged(rank, i));
     }
-    auto run = [&]() -> absl::Status {
+    auto run = [&](const CallOptions& call) -> absl::Status {
       Communicator& c = **comm;
       switch (*op) {
         case Collective::kAllReduce:
@@ -174,62 +189,147 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
       std::printf("EXPLAIN %lld %s\n", static_cast<long long>(bytes),
                   costs.empty() ? "local (one daemon)" : collective::ExplainCosts(costs).c_str());
     }
-    for (int64_t i = 0; i < options.warmup_iters; ++i) BATON_RETURN_IF_ERROR(run());
-    const absl::Time start = absl::Now();
-    for (int64_t i = 0; i < options.iters; ++i) BATON_RETURN_IF_ERROR(run());
-    const double seconds = absl::ToDoubleSeconds(absl::Now() - start) /
-                           static_cast<double>(std::max<int64_t>(1, options.iters));
-    int64_t wrong = 0;
-    if (options.check) {
-      std::memset(recv, 0xA5, max_elements * element);  // a stale result must not pass
-      BATON_RETURN_IF_ERROR(run());
-      switch (*op) {
-        case Collective::kAllReduce:
-          for (size_t i = 0; i < count; ++i)
-            wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
-          break;
-        case Collective::kReduce:
-          if (rank == root) {
-            for (size_t i = 0; i < count; ++i)
-              wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
-          }
-          break;
-        case Collective::kReduceScatter:
-          for (size_t i = 0; i < count; ++i)
-            wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
-          break;
-        case Collective::kAllGather:
-          for (size_t r = 0; r < world; ++r) {
-            for (size_t i = 0; i < count; ++i) {
-              wrong += collective::GetElement(*type, recv, r * count + i) !=
-                       Tagged(static_cast<int>(r), i);
-            }
-          }
-          break;
-        case Collective::kBroadcast:
-          for (size_t i = 0; i < count; ++i)
-            wrong += collective::GetElement(*type, recv, i) != Tagged(root, i);
-          break;
-        case Collective::kAllToAll:
-          // Block `rank` of rank r's input holds Tagged(r, rank * count + i).
-          for (size_t r = 0; r < world; ++r) {
-            for (size_t i = 0; i < count; ++i) {
-              wrong += collective::GetElement(*type, recv, r * count + i) !=
-                       Tagged(static_cast<int>(r), static_cast<size_t>(rank) * count + i);
-            }
-          }
-          break;
-        case Collective::kBarrier:
-          break;
+    for (const CallOptions& call : calls) {
+      for (int64_t i = 0; i < options.warmup_iters; ++i) BATON_RETURN_IF_ERROR(run(call));
+    }
+    // Iteration by iteration, every requested algorithm in turn.
+    std::vector<std::vector<double>> times(calls.size());
+    for (int64_t i = 0; i < std::max<int64_t>(1, options.iters); ++i) {
+      for (size_t a = 0; a < calls.size(); ++a) {
+        const absl::Time start = absl::Now();
+        BATON_RETURN_IF_ERROR(run(calls[a]));
+        times[a].push_back(absl::ToDoubleSeconds(absl::Now() - start));
       }
     }
-    std::printf("RESULT %lld %zu %.9f %lld %s\n", static_cast<long long>(bytes), count, seconds,
-                static_cast<long long>(wrong), (*comm)->last_algorithm().c_str());
-    std::fflush(stdout);
+    for (size_t a = 0; a < calls.size(); ++a) {
+      double seconds = 0;
+      if (comparing) {
+        std::vector<double> sorted = times[a];
+        std::sort(sorted.begin(), sorted.end());
+        seconds = sorted[sorted.size() / 2];
+      } else {
+        for (double t : times[a]) seconds += t;
+        seconds /= static_cast<double>(times[a].size());
+      }
+      int64_t wrong = 0;
+      if (options.check) {
+        std::memset(recv, 0xA5, max_elements * element);  // a stale result must not pass
+        BATON_RETURN_IF_ERROR(run(calls[a]));
+        switch (*op) {
+          case Collective::kAllReduce:
+            for (size_t i = 0; i < count; ++i)
+              wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
+            break;
+          case Collective::kReduce:
+            if (rank == root) {
+              for (size_t i = 0; i < count; ++i)
+                wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
+            }
+            break;
+          case Collective::kReduceScatter:
+            for (size_t i = 0; i < count; ++i)
+              wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
+            break;
+          case Collective::kAllGather:
+            for (size_t r = 0; r < world; ++r) {
+              for (size_t i = 0; i < count; ++i) {
+                wrong += collective::GetElement(*type, recv, r * count + i) !=
+                         Tagged(static_cast<int>(r), i);
+              }
+            }
+            break;
+          case Collective::kBroadcast:
+            for (size_t i = 0; i < count; ++i)
+              wrong += collective::GetElement(*type, recv, i) != Tagged(root, i);
+            break;
+          case Collective::kAllToAll:
+            // Block `rank` of rank r's input holds Tagged(r, rank * count + i).
+            for (size_t r = 0; r < world; ++r) {
+              for (size_t i = 0; i < count; ++i) {
+                wrong += collective::GetElement(*type, recv, r * count + i) !=
+                         Tagged(static_cast<int>(r), static_cast<size_t>(rank) * count + i);
+              }
+            }
+            break;
+          case Collective::kBarrier:
+            break;
+        }
+      }
+      std::printf("RESULT %lld %zu %.9f %lld %s %s\n", static_cast<long long>(bytes), count,
+                  seconds, static_cast<long long>(wrong), (*comm)->last_algorithm().c_str(),
+                  requested[a].c_str());
+      std::fflush(stdout);
+    }
     if (*op == Collective::kBarrier) break;  // one row: a barrier has no size
   }
   return (*comm)->Destroy();
 }
+// The comparison table: per size, each requested algorithm's median time and busbw (and the
+// algorithm that ran for "auto"), then the first algorithm's time over the best of the others.
+void PrintComparison(
+    const BenchOptions& options, const std::vector<std::string>& requested, int world_size,
+    const std::map<int64_t, std::pair<size_t, std::map<std::string, RankResult>>>& table,
+    const std::map<int64_t, std::string>& explained, int64_t& total_wrong) {
+  std::string header = absl::StrFormat("# %12s", "size (B)");
+  for (const std::string& name : requested) {
+    absl::StrAppendFormat(&header, " %11s %8s", absl::StrCat(name, " (us)"), "busbw");
+  }
+  absl::StrAppendFormat(&header, " %9s", absl::StrCat(requested.front(), "/best"));
+  if (options.explain) absl::StrAppend(&header, "   predicted (tuner)");
+  std::printf(
+      "#\n# median time per operation (the slowest rank's median of its iterations),\n"
+      "# algorithms taking turns iteration by iteration; busbw in GB/s\n%s\n",
+      header.c_str());
+  std::vector<double> ratios;
+  for (const auto& [bytes, entry] : table) {
+    const auto& rows = entry.second;
+    std::string line = absl::StrFormat("  %12lld", static_cast<long long>(bytes));
+    double best_other = 0;
+    double first = 0;
+    for (size_t a = 0; a < requested.size(); ++a) {
+      auto it = rows.find(requested[a]);
+      if (it == rows.end()) {
+        absl::StrAppendFormat(&line, " %11s %8s", "-", "-");
+        continue;
+      }
+      const RankResult& row = it->second;
+      total_wrong += row.wrong;
+      const double algbw = row.seconds > 0 ? static_cast<double>(bytes) / row.seconds / 1e9 : 0;
+      const std::string time = requested[a] == "auto"
+                                   ? absl::StrFormat("%.1f %s", row.seconds * 1e6, row.algorithm)
+                                   : absl::StrFormat("%.1f", row.seconds * 1e6);
+      absl::StrAppendFormat(&line, " %11s %8.3f", time,
+                            algbw * BusBwFactor(options.op, world_size));
+      if (a == 0) {
+        first = row.seconds;
+      } else if (best_other == 0 || row.seconds < best_other) {
+        best_other = row.seconds;
+      }
+    }
+    if (first > 0 && best_other > 0) {
+      ratios.push_back(first / best_other);
+      absl::StrAppendFormat(&line, " %9.2f", first / best_other);
+    }
+    if (auto it = explained.find(bytes); options.explain && it != explained.end()) {
+      absl::StrAppend(&line, "   ", it->second);
+    }
+    std::printf("%s\n", line.c_str());
+  }
+  if (!ratios.empty()) {
+    std::printf(
+        "# %s/best: worst %.2f, median %.2f over %zu sizes\n", requested.front().c_str(),
+        *std::max_element(ratios.begin(), ratios.end()),
+        [&] {
+          std::vector<double> sorted = ratios;
+          std::sort(sorted.begin(), sorted.end());
+          return sorted[sorted.size() / 2];
+        }(),
+        ratios.size());
+  }
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
+              total_wrong == 0 ? "OK" : "FAILED");
+}
+
 absl::Status RunBench(const BenchOptions& options) {
   if (options.sockets.empty()) return absl::InvalidArgumentError("no daemons to run on");
   if (options.ranks_per_daemon < 1) {
@@ -247,9 +347,15 @@ absl::Status RunBench(const BenchOptions& options) {
   if (!collective::ParseReduceOp(options.reduce_op)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", options.reduce_op, "'"));
   }
-  if (!options.algorithm.empty() && !collective::ParseAlgorithm(options.algorithm)) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown algorithm '", options.algorithm, "'"));
+  const std::vector<std::string> requested = RequestedAlgorithms(options.algorithm);
+  if (requested.empty()) return absl::InvalidArgumentError("--algorithm lists no algorithm");
+  for (const std::string& name : requested) {
+    if (name != "auto" && !collective::ParseAlgorithm(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown algorithm '", name, "' (auto, ring, tree, direct)"));
+    }
   }
+  const bool comparing = requested.size() > 1;
   const int world_size = static_cast<int>(options.sockets.size() * options.ranks_per_daemon);
   if (options.root < 0 || options.root >= world_size) {
     return absl::InvalidArgumentError(
@@ -320,7 +426,8 @@ absl::Status RunBench(const BenchOptions& options) {
   }
 
   // Collect every worker's results: time is the slowest rank's, #wrong the sum over ranks.
-  std::map<int64_t, std::pair<size_t, RankResult>> table;
+  // Per size: the count, and per requested algorithm the result.
+  std::map<int64_t, std::pair<size_t, std::map<std::string, RankResult>>> table;
   std::map<int64_t, std::string> explained;  // --explain: the tuner's view per size
   std::vector<std::string> failures;
   for (int rank = 0; rank < world_size; ++rank) {
@@ -334,7 +441,7 @@ absl::Status RunBench(const BenchOptions& options) {
         continue;
       }
       std::vector<std::string> f = absl::StrSplit(text, ' ');
-      if (f.size() < 6 || f[0] != "RESULT") continue;
+      if (f.size() < 7 || f[0] != "RESULT") continue;
       int64_t bytes = 0, wrong = 0;
       size_t count = 0;
       double seconds = 0;
@@ -342,8 +449,9 @@ absl::Status RunBench(const BenchOptions& options) {
           !absl::SimpleAtod(f[3], &seconds) || !absl::SimpleAtoi(f[4], &wrong)) {
         continue;
       }
-      auto& [row_count, row] = table[bytes];
+      auto& [row_count, rows] = table[bytes];
       row_count = count;
+      RankResult& row = rows[f[6]];
       row.seconds = std::max(row.seconds, seconds);
       row.wrong += wrong;
       row.algorithm = f[5];
@@ -356,29 +464,34 @@ absl::Status RunBench(const BenchOptions& options) {
     }
   }
 
-  std::printf("#\n# %12s %12s %8s %6s %10s %8s %8s %8s %6s%s\n", "size", "count", "type", "redop",
-              "time", "algbw", "busbw", "#wrong", "algo",
-              options.explain ? "   predicted (tuner)" : "");
-  std::printf("# %12s %12s %8s %6s %10s %8s %8s %8s %6s\n", "(B)", "(elements)", "", "", "(us)",
-              "(GB/s)", "(GB/s)", "", "");
   int64_t total_wrong = 0;
-  double busbw_sum = 0;
-  for (const auto& [bytes, entry] : table) {
-    const auto& [count, row] = entry;
-    const double algbw = row.seconds > 0 ? static_cast<double>(bytes) / row.seconds / 1e9 : 0;
-    const double busbw = algbw * BusBwFactor(options.op, world_size);
-    busbw_sum += busbw;
-    total_wrong += row.wrong;
-    std::printf("  %12lld %12zu %8s %6s %10.1f %8.3f %8.3f %8lld %6s%s\n",
-                static_cast<long long>(bytes), count, options.data_type.c_str(),
-                options.reduce_op.c_str(), row.seconds * 1e6, algbw, busbw,
-                static_cast<long long>(row.wrong), row.algorithm.c_str(),
-                options.explain ? absl::StrCat("   ", explained[bytes]).c_str() : "");
-  }
-  if (!table.empty()) {
-    std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
-                total_wrong == 0 ? "OK" : "FAILED");
-    std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / table.size());
+  if (comparing) {
+    PrintComparison(options, requested, world_size, table, explained, total_wrong);
+  } else {
+    std::printf("#\n# %12s %12s %8s %6s %10s %8s %8s %8s %6s%s\n", "size", "count", "type", "redop",
+                "time", "algbw", "busbw", "#wrong", "algo",
+                options.explain ? "   predicted (tuner)" : "");
+    std::printf("# %12s %12s %8s %6s %10s %8s %8s %8s %6s\n", "(B)", "(elements)", "", "", "(us)",
+                "(GB/s)", "(GB/s)", "", "");
+    double busbw_sum = 0;
+    for (auto& [bytes, entry] : table) {
+      auto& [count, rows] = entry;
+      const RankResult& row = rows.begin()->second;
+      const double algbw = row.seconds > 0 ? static_cast<double>(bytes) / row.seconds / 1e9 : 0;
+      const double busbw = algbw * BusBwFactor(options.op, world_size);
+      busbw_sum += busbw;
+      total_wrong += row.wrong;
+      std::printf("  %12lld %12zu %8s %6s %10.1f %8.3f %8.3f %8lld %6s%s\n",
+                  static_cast<long long>(bytes), count, options.data_type.c_str(),
+                  options.reduce_op.c_str(), row.seconds * 1e6, algbw, busbw,
+                  static_cast<long long>(row.wrong), row.algorithm.c_str(),
+                  options.explain ? absl::StrCat("   ", explained[bytes]).c_str() : "");
+    }
+    if (!table.empty()) {
+      std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
+                  total_wrong == 0 ? "OK" : "FAILED");
+      std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / table.size());
+    }
   }
   std::fflush(stdout);
   if (!failures.empty()) {

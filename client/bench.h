@@ -25,8 +25,12 @@ struct BenchOptions {
   std::string op = "all_reduce";  // any collective (collective/algorithm.h names)
   std::string data_type = "float32";
   std::string reduce_op = "sum";
-  int64_t root = 0;                  // broadcast and reduce
-  std::string algorithm;             // empty: the daemons choose
+  int64_t root = 0;  // broadcast and reduce
+  // Empty: the daemons choose. A comma-separated list ("auto,ring,tree"; "auto" lets the daemons
+  // choose) compares them: each size runs the algorithms in turn, iteration by iteration, so they
+  // meet the same conditions, and the table shows each one's median time and the first one's
+  // ratio to the best of the others.
+  std::string algorithm;
   bool explain = false;              // add the tuner's predicted cost of each algorithm per size
   std::vector<std::string> sockets;  // one per daemon
   int64_t timeout_ms = 120000;       // per operation
@@ -36,8 +40,10 @@ struct BenchOptions {
 // element was wrong.
 absl::Status RunBench(const BenchOptions& options);
 
-// The worker: one rank. Prints "RESULT <bytes> <count> <avg seconds> <wrong> <algorithm>" lines;
-// with `explain`, rank 0 first prints "EXPLAIN <bytes> <the tuner's candidates and choice>".
+// The worker: one rank. Prints "RESULT <bytes> <count> <seconds> <wrong> <algorithm that ran>
+// <requested>" lines, one per size and requested algorithm (seconds: the mean of the iterations,
+// or their median when comparing algorithms); with `explain`, rank 0 first prints
+// "EXPLAIN <bytes> <the tuner's candidates and choice>".
 // Inputs are small integers chosen so that every result is exact in every data type.
 absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket,
                           const std::string& comm_id, int world_size, int rank);

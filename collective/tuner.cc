@@ -20,8 +20,11 @@ absl::Duration RingAllReduce(int daemons, double bytes, const LinkModel& model) 
 absl::Duration TreeAllReduce(int daemons, double bytes, double chunk_bytes,
                              const LinkModel& model) {
   const double depth = std::bit_width(static_cast<unsigned>(daemons - 1));
-  const double fill = 2 * depth * std::min(bytes / 2, chunk_bytes) / model.beta;
-  return 2 * depth * model.alpha + Seconds(2 * bytes / (model.beta * kTreeEfficiency) + fill);
+  const double message = std::min(bytes / 2, chunk_bytes);
+  const double efficiency = message <= static_cast<double>(kTreeSmallMessageBytes)
+                                ? kTreeEfficiency
+                                : kTreePipelinedEfficiency;
+  return 2 * depth * model.alpha + Seconds(2 * bytes / (model.beta * efficiency));
 }
 
 std::string HumanDuration(absl::Duration d) {

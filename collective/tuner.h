@@ -7,14 +7,14 @@
 // A message of m bytes between two neighbouring daemons costs alpha + m / beta. Per algorithm,
 // for D daemons and an n-byte buffer:
 //   ring all-reduce   2(D-1) steps:         2(D-1)·alpha + 2(D-1)/D · n / (beta·kRingEfficiency)
-//   tree all-reduce   up and down, depth d: 2d·alpha + 2n / (beta·kTreeEfficiency)
-//                     + 2d · min(n/2, chunk) / beta    (filling the pipeline)
-// where d = bit_width(D-1) is the depth of the double binary tree
-// (collective/double_binary_tree.h). The efficiencies are what this implementation's data plane
-// reaches of the link's bandwidth, calibrated on 8 hosts in network namespaces
-// (docs/benchmarks.md); both constant overheads of a call (submission, the signature exchange) are
-// the same for every algorithm and left out. Collectives that only one algorithm implements get
-// that one.
+//   tree all-reduce   up and down, depth d: 2d·alpha + 2n / (beta·e)
+// where d = bit_width(D-1) is the depth of the double binary tree (collective/double_binary_tree.h)
+// and e is kTreeEfficiency while each tree's messages, min(n/2, chunk), stay within
+// kTreeSmallMessageBytes, kTreePipelinedEfficiency beyond (where the tree's single thread of
+// blocking sends stops overlapping transfers). The efficiencies are what this data plane reaches
+// of the link's bandwidth, measured on 8 hosts in network namespaces (docs/benchmarks.md). The
+// constant overheads of a call (submission, the signature exchange) are the same for every
+// algorithm and left out. Collectives that only one algorithm implements get that one.
 
 #include <cstddef>
 #include <string>
@@ -25,8 +25,10 @@
 
 namespace baton::collective {
 
-inline constexpr double kRingEfficiency = 0.8;
-inline constexpr double kTreeEfficiency = 0.3;
+inline constexpr double kRingEfficiency = 0.9;
+inline constexpr double kTreeEfficiency = 1.0;
+inline constexpr double kTreePipelinedEfficiency = 0.3;
+inline constexpr size_t kTreeSmallMessageBytes = size_t{128} << 10;
 
 // The links of one communicator, as measured.
 struct LinkModel {

@@ -142,6 +142,7 @@ void LinkMonitor::Record(const Member& peer, const absl::StatusOr<Member>& answe
   if (bandwidth > 0) {
     Push(link.bandwidths, bandwidth);
     link.bandwidth = WindowMedian(link.bandwidths);
+    link.best_bandwidth = *std::max_element(link.bandwidths.begin(), link.bandwidths.end());
   }
 }
 

@@ -45,6 +45,7 @@ struct LinkHealth {
   bool up = false;             // the peer answered the last probe
   absl::Duration rtt;          // median of the window; zero before the first measurement
   double bandwidth = 0;        // bytes per second, median of the window; 0 before the first
+  double best_bandwidth = 0;   // the window's highest: the link's capacity when idle
   uint64_t probes_ok = 0;      // probe rounds that succeeded
   uint64_t probes_failed = 0;  // probe rounds that failed
   std::string last_error;      // of the last failed round, if the last round failed

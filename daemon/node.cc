@@ -120,8 +120,10 @@ void Node::FinishPlan(Plan& plan) {
   double slowest = 0;
   for (const LinkHealth& link : monitor_.Measured(others, absl::Now() + absl::Seconds(2))) {
     if (link.rtt > absl::ZeroDuration()) rtts.push_back(link.rtt);
-    if (link.bandwidth > 0)
-      slowest = slowest == 0 ? link.bandwidth : std::min(slowest, link.bandwidth);
+    // Capacity, not what collectives left over while a probe ran.
+    if (link.best_bandwidth > 0) {
+      slowest = slowest == 0 ? link.best_bandwidth : std::min(slowest, link.best_bandwidth);
+    }
   }
   if (rtts.empty() || slowest == 0) {
     spdlog::info("communicator {:x}: links not measured; the tuner uses its defaults",

@@ -17,6 +17,9 @@ TEST(TunerTest, RingCostFollowsTheFormula) {
   ASSERT_EQ(costs.size(), 2u);
   const AlgorithmCost& ring = costs[0].algorithm == Algorithm::kRing ? costs[0] : costs[1];
   const double expected = 14 * 125e-6 + 14.0 / 8 * (64 << 20) / (118e6 * kRingEfficiency);
+  const AlgorithmCost& tree = costs[0].algorithm == Algorithm::kTree ? costs[0] : costs[1];
+  const double expected_tree = 6 * 125e-6 + 2.0 * (64 << 20) / (118e6 * kTreePipelinedEfficiency);
+  EXPECT_NEAR(absl::ToDoubleSeconds(tree.predicted), expected_tree, 1e-9);
   EXPECT_NEAR(absl::ToDoubleSeconds(ring.predicted), expected, 1e-9);
 }
 
@@ -24,6 +27,7 @@ TEST(TunerTest, TreeForSmallMessagesOnManyDaemonsRingForLargeOnes) {
   const LinkModel model = Measured();
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 8, kChunk, model), Algorithm::kTree);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 4096, kChunk, model), Algorithm::kTree);
+  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 128 << 10, kChunk, model), Algorithm::kTree);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 1 << 20, kChunk, model), Algorithm::kRing);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 64 << 20, kChunk, model), Algorithm::kRing);
 }
@@ -41,12 +45,14 @@ TEST(TunerTest, CrossoverMovesWithLatencyAndBandwidth) {
   };
   const size_t base = crossover(Measured());
   EXPECT_GT(base, 0u);
-  // Higher latency per message favours the tree's fewer steps for longer.
-  EXPECT_GT(crossover(LinkModel{absl::Microseconds(1250), 118e6}), base);
-  // More bandwidth shrinks the bandwidth terms, so again the tree's fewer steps win longer.
-  EXPECT_GT(crossover(LinkModel{absl::Microseconds(125), 1.18e9}), base);
-  // Near-zero latency: the ring's better bandwidth use always wins.
-  EXPECT_EQ(crossover(LinkModel{absl::Nanoseconds(1), 118e6}), 0u);
+  // The tree's fewer steps never lose to more latency per message, nor to more bandwidth (which
+  // shrinks the bandwidth terms that favour the ring).
+  EXPECT_GE(crossover(LinkModel{absl::Microseconds(1250), 118e6}), base);
+  EXPECT_GE(crossover(LinkModel{absl::Microseconds(125), 1.18e9}), base);
+  // With enough latency the tree wins even past its small-message regime.
+  EXPECT_GT(crossover(LinkModel{absl::Milliseconds(50), 118e6}), base);
+  // Near-zero latency leaves only bandwidth terms: the tree wins no sizes it did not win before.
+  EXPECT_LE(crossover(LinkModel{absl::Nanoseconds(1), 118e6}), base);
 }
 
 TEST(TunerTest, TwoDaemonsAlwaysRing) {
