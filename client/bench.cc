@@ -196,6 +196,9 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
     std::vector<std::vector<double>> times(calls.size());
     for (int64_t i = 0; i < std::max<int64_t>(1, options.iters); ++i) {
       for (size_t a = 0; a < calls.size(); ++a) {
+        // Start every algorithm's iteration together: without the (untimed) barrier, the
+        // iteration after a slow one would absorb the other ranks' tail of it.
+        if (comparing) BATON_RETURN_IF_ERROR((*comm)->Barrier(calls[a]));
         const absl::Time start = absl::Now();
         BATON_RETURN_IF_ERROR(run(calls[a]));
         times[a].push_back(absl::ToDoubleSeconds(absl::Now() - start));
@@ -278,7 +281,7 @@ void PrintComparison(
   if (options.explain) absl::StrAppend(&header, "   predicted (tuner)");
   std::printf(
       "#\n# median time per operation (the slowest rank's median of its iterations),\n"
-      "# algorithms taking turns iteration by iteration; busbw in GB/s\n%s\n",
+      "# algorithms taking turns iteration by iteration, after a barrier; busbw in GB/s\n%s\n",
       header.c_str());
   std::vector<double> ratios;
   for (const auto& [bytes, entry] : table) {

@@ -20,6 +20,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "topology/planner.h"
 
 namespace baton::daemon {
 
@@ -91,6 +92,14 @@ Communicator::Communicator(Plan plan, int self, transport::Endpoint* endpoint,
       options_(options),
       notify_abort_(std::move(notify_abort)),
       local_ranks_(plan_.daemons[self].ranks) {
+  // The planner's double binary tree over the daemons in ring order: subtrees are contiguous
+  // stretches of the ring (rack-local when the ring is), and no daemon is interior in both trees.
+  const topology::DoubleBinaryTree trees =
+      topology::BuildDoubleBinaryTree(static_cast<int>(plan_.daemons.size()));
+  for (int t = 0; t < 2; ++t) {
+    tree_links_[t] =
+        collective::TreeNode{trees.trees[t][self].parent, trees.trees[t][self].children};
+  }
   sessions_.resize(local_ranks_.size());
   next_seq_.resize(local_ranks_.size(), 0);
   executor_ = std::thread([this] { RunExecutor(); });
@@ -408,7 +417,7 @@ absl::Status Communicator::AllReduceAcross(const collective::OpContext& ctx, Alg
                                            std::byte* data, size_t count, collective::DataType type,
                                            collective::ReduceOp op) const {
   if (algorithm == Algorithm::kTree) {
-    return collective::TreeAllReduce(ctx, DaemonParticipants(), data, count, type, op);
+    return collective::TreeAllReduce(ctx, DaemonParticipants(), tree_links_, data, count, type, op);
   }
   return collective::RingAllReduce(ctx, RingOfDaemons(), data, count, type, op);
 }

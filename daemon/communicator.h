@@ -5,6 +5,7 @@
 // local ranks' buffers are reduced in memory, one node's worth of data crosses the network, and
 // the result is written back to every local rank.
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "absl/time/time.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
+#include "collective/double_binary_tree.h"
 #include "collective/op_context.h"
 #include "collective/tuner.h"
 #include "daemon/plan.h"
@@ -163,7 +165,8 @@ class Communicator {
   transport::Endpoint* const endpoint_;
   const CommunicatorOptions options_;
   const AbortNotifier notify_abort_;
-  std::vector<int> local_ranks_;  // ascending, from the plan
+  std::vector<int> local_ranks_;                    // ascending, from the plan
+  std::array<collective::TreeNode, 2> tree_links_;  // this daemon's links in the two trees
 
   mutable absl::Mutex mu_;
   std::vector<std::optional<uint64_t>> sessions_ ABSL_GUARDED_BY(mu_);  // by local index

@@ -72,8 +72,11 @@ TEST_F(AllReduceTest, EveryCountZeroCopyAndStagedInPlaceAndOutOfPlace) {
       auto* recv = static_cast<float*>(*recv_mem);
       for (size_t i = 0; i < count; ++i) send[i] = Input(rank, i);
       ASSERT_TRUE(comm.AllReduce(send, recv, count, DataType::kFloat32, ReduceOp::kSum).ok());
-      // The default: the tree below 64 KiB on three or more daemons, the ring above.
-      EXPECT_EQ(comm.last_algorithm(), count * sizeof(float) < (64 << 10) ? "tree" : "ring");
+      // The default is the tuner's cheapest prediction (collective/tuner.h).
+      auto estimates = comm.Explain(collective::Collective::kAllReduce, count, DataType::kFloat32);
+      ASSERT_TRUE(estimates.ok()) << estimates.status();
+      ASSERT_FALSE(estimates->empty());
+      EXPECT_EQ(comm.last_algorithm(), collective::AlgorithmName(estimates->front().algorithm));
       size_t wrong = 0;
       for (size_t i = 0; i < count; ++i) wrong += recv[i] != Expected(i);
       EXPECT_EQ(wrong, 0u) << "zero-copy, count " << count << ", rank " << rank;
