@@ -198,7 +198,9 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
       for (size_t a = 0; a < calls.size(); ++a) {
         // Start every algorithm's iteration together: without the (untimed) barrier, the
         // iteration after a slow one would absorb the other ranks' tail of it.
-        if (comparing) BATON_RETURN_IF_ERROR((*comm)->Barrier(calls[a]));
+        if (comparing) {
+          BATON_RETURN_IF_ERROR((*comm)->Barrier(absl::Milliseconds(options.timeout_ms)));
+        }
         const absl::Time start = absl::Now();
         BATON_RETURN_IF_ERROR(run(calls[a]));
         times[a].push_back(absl::ToDoubleSeconds(absl::Now() - start));

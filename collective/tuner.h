@@ -28,7 +28,7 @@ namespace baton::collective {
 inline constexpr double kRingEfficiency = 0.9;
 inline constexpr double kTreeEfficiency = 1.0;
 inline constexpr double kTreePipelinedEfficiency = 0.3;
-inline constexpr size_t kTreeSmallMessageBytes = size_t{128} << 10;
+inline constexpr size_t kTreeSmallMessageBytes = size_t{64} << 10;
 
 // The links of one communicator, as measured.
 struct LinkModel {
