@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "baton/v1/baton.grpc.pb.h"
@@ -473,11 +474,13 @@ int Topo(int argc, char** argv) {
   std::printf("node %s (%s)\n", topology.node_name().c_str(), topology.source().c_str());
   if (!topology.note().empty()) std::printf("note: %s\n", topology.note().c_str());
   std::printf("%s", topology.path_matrix().c_str());
-  std::printf("\ncluster (peer daemons this daemon knows):\n");
-  if (status.links().empty()) std::printf("  none yet\n");
+  std::printf("\ncluster (this daemon and the peer daemons it knows; `baton links` has more):\n");
+  std::printf("  %-16s %-22s %-5s %s\n", "node", "peer address", "state", "locality");
+  std::printf("  %-16s %-22s %-5s %s\n", status.node_name().c_str(), status.peer_address().c_str(),
+              "self", absl::StrJoin(status.locality(), ",").c_str());
   for (const auto& link : status.links()) {
-    std::printf("  %-16s %-22s %s\n", PeerLabel(link).c_str(), link.peer_address().c_str(),
-                link.peer_up() ? "up" : "down");
+    std::printf("  %-16s %-22s %-5s %s\n", PeerLabel(link).c_str(), link.peer_address().c_str(),
+                link.peer_up() ? "up" : "down", absl::StrJoin(link.peer_locality(), ",").c_str());
   }
   return 0;
 }

@@ -153,6 +153,7 @@ grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusR
   response->set_pid(getpid());
   response->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - info_.started));
   response->set_sessions(node_->sessions().Count());
+  for (const std::string& label : self.locality) response->add_locality(label);
   for (const std::shared_ptr<Communicator>& comm : node_->communicators().List()) {
     v1::CommunicatorStatus* entry = response->add_communicators();
     entry->set_comm_tag(comm->plan().comm_tag);
@@ -168,6 +169,7 @@ grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusR
     entry->set_peer(link.peer.data_address);
     entry->set_peer_address(link.peer.peer_address);
     entry->set_peer_node(link.peer.node_name);
+    for (const std::string& label : link.peer.locality) entry->add_peer_locality(label);
     entry->set_transport("tcp");
     entry->set_tx_bytes(link.traffic.tx_bytes);
     entry->set_rx_bytes(link.traffic.rx_bytes);

@@ -131,6 +131,7 @@ void LinkMonitor::Record(const Member& peer, const absl::StatusOr<Member>& answe
   }
   if (!answered->node_name.empty()) link.peer.node_name = answered->node_name;
   if (!answered->data_address.empty()) link.peer.data_address = answered->data_address;
+  if (!answered->locality.empty()) link.peer.locality = answered->locality;
   if (!link.up && link.probes_failed > 0) {
     spdlog::info("link probe to {} succeeds again", PeerLabel(link.peer));
   }

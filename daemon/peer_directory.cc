@@ -48,6 +48,7 @@ void PeerDirectory::Learn(const std::string& peer_address, const Member& member)
   if (it == entries_.end()) return;
   if (!member.node_name.empty()) it->second.member.node_name = member.node_name;
   if (!member.data_address.empty()) it->second.member.data_address = member.data_address;
+  if (!member.locality.empty()) it->second.member.locality = member.locality;
 }
 
 std::vector<Member> PeerDirectory::Active(absl::Time now) {

@@ -43,12 +43,15 @@ TEST(PeerDirectoryTest, PlanPeersLingerThenGoConfiguredPeersStay) {
 TEST(PeerDirectoryTest, ProbesFillInConfiguredPeers) {
   PeerDirectory directory(Daemon(0), {"10.0.0.9:7460"}, absl::Minutes(5));
   EXPECT_EQ(directory.NameOf("10.0.0.9:7461"), "10.0.0.9:7461");
-  directory.Learn("10.0.0.9:7460", Daemon(9));
+  Member nine = Daemon(9);
+  nine.locality = {"pod-b", "rack-9"};
+  directory.Learn("10.0.0.9:7460", nine);
   EXPECT_EQ(directory.NameOf("10.0.0.9:7461"), "node-9");
   const std::vector<Member> active = directory.Active(absl::Now());
   ASSERT_EQ(active.size(), 1u);
   EXPECT_EQ(active[0].node_name, "node-9");
   EXPECT_EQ(active[0].data_address, "10.0.0.9:7461");
+  EXPECT_EQ(active[0].locality, (std::vector<std::string>{"pod-b", "rack-9"}));
   // Learning about an unknown peer adds nothing.
   directory.Learn("10.0.0.8:7460", Daemon(8));
   EXPECT_EQ(directory.Active(absl::Now()).size(), 1u);
