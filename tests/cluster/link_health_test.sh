@@ -16,21 +16,9 @@ batond=$2
 baton=$3
 readonly hosts=4 slow=3
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-status=0
-bash "$netns_cluster" check || status=$?
-[ $status -eq 0 ] || exit $status # 77: skipped
-
-dir=$(mktemp -d /tmp/baton-netns-XXXXXX)
-cleanup() {
-  bash "$netns_cluster" down --dir "$dir" --grace 5 || true
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
+# shellcheck source=tests/cluster/cluster_test_lib.sh
+source "$(dirname "$0")/cluster_test_lib.sh"
+start_cluster_dir
 
 BATON_NETNS_UNAVAILABLE_STATUS=77 bash "$netns_cluster" up --dir "$dir" --hosts $hosts \
   --rate 1gbit --host-rate $slow=100mbit --batond "$batond" -- \

@@ -12,21 +12,9 @@ baton=$3
 readonly hosts=3 rate=1gbit rate_bytes=125000000 ranks_per_daemon=2 iters=20 warmup=5
 readonly max_bytes=$((4 << 20))
 
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-
-status=0
-bash "$netns_cluster" check || status=$?
-[ $status -eq 0 ] || exit $status # 77: skipped
-
-dir=$(mktemp -d /tmp/baton-netns-XXXXXX)
-cleanup() {
-  bash "$netns_cluster" down --dir "$dir" --grace 5 || true
-  rm -rf -- "$dir"
-}
-trap cleanup EXIT
+# shellcheck source=tests/cluster/cluster_test_lib.sh
+source "$(dirname "$0")/cluster_test_lib.sh"
+start_cluster_dir
 
 BATON_NETNS_UNAVAILABLE_STATUS=77 bash "$netns_cluster" up --dir "$dir" --hosts $hosts \
   --rate $rate --batond "$batond" -- --op-timeout=60s
