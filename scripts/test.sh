@@ -25,7 +25,8 @@ step "build transport and collective tests with ThreadSanitizer"
 if [ ! -f build-tsan/build.ninja ]; then
   cmake -S . -B build-tsan -G Ninja -DBATON_WERROR=ON -DBATON_SANITIZE=thread >/dev/null
 fi
-# The tests labelled "tsan" (transport and collective); a test's name is its target's name.
+# The tests labelled "tsan" (transport, collective, and the daemon's rendezvous and link
+# monitor); a test's name is its target's name.
 mapfile -t tsan_tests < <(cd build-tsan && ctest -N -L tsan | sed -n 's/^ *Test *#[0-9]*: *//p')
 [ ${#tsan_tests[@]} -gt 0 ] || { echo "no tests labelled tsan"; exit 1; }
 cmake --build build-tsan -j "$(nproc)" --target "${tsan_tests[@]}"
