@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: unit and integration tests, the same again under
-# AddressSanitizer + UndefinedBehaviorSanitizer, the transport and collective tests under
-# ThreadSanitizer, and the format check. Exits non-zero on any failure.
+# AddressSanitizer + UndefinedBehaviorSanitizer, the tests labelled tsan (transport, collective
+# and the daemon's threads) under ThreadSanitizer, and the format check. Exits non-zero on any
+# failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -21,7 +22,7 @@ bash scripts/build.sh build-asan -DBATON_SANITIZE=address,undefined
 step "tests under ASan + UBSan"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure --timeout 600 -j 2)
 
-step "build transport and collective tests with ThreadSanitizer"
+step "build the tests labelled tsan with ThreadSanitizer"
 if [ ! -f build-tsan/build.ninja ]; then
   cmake -S . -B build-tsan -G Ninja -DBATON_WERROR=ON -DBATON_SANITIZE=thread >/dev/null
 fi
@@ -30,5 +31,5 @@ fi
 mapfile -t tsan_tests < <(cd build-tsan && ctest -N -L tsan | sed -n 's/^ *Test *#[0-9]*: *//p')
 [ ${#tsan_tests[@]} -gt 0 ] || { echo "no tests labelled tsan"; exit 1; }
 cmake --build build-tsan -j "$(nproc)" --target "${tsan_tests[@]}"
-step "transport and collective tests under TSan"
+step "tests labelled tsan under TSan"
 (cd build-tsan && ctest --output-on-failure --timeout 900 -j 2 -L tsan)
