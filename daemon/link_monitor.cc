@@ -147,6 +147,16 @@ void LinkMonitor::Record(const Member& peer, const absl::StatusOr<Member>& answe
   }
 }
 
+LinkHealth LinkMonitor::MeasureAndRecord(const Member& peer, bool bulk, absl::Time deadline) {
+  absl::Duration rtt;
+  double bandwidth = 0;
+  absl::StatusOr<Member> answered = Measure(peer.peer_address, bulk, rtt, bandwidth, deadline);
+  if (answered.ok() && learnt_) learnt_(peer.peer_address, *answered);
+  absl::MutexLock lock(&mu_);
+  Record(peer, answered, rtt, bandwidth);
+  return links_[peer.peer_address];
+}
+
 std::vector<LinkHealth> LinkMonitor::Measured(const std::vector<Member>& peers,
                                               absl::Time deadline) {
   std::vector<LinkHealth> result;
@@ -160,14 +170,7 @@ std::vector<LinkHealth> LinkMonitor::Measured(const std::vector<Member>& peers,
       }
     }
     if (absl::Now() >= deadline) continue;
-    absl::Duration rtt;
-    double bandwidth = 0;
-    absl::StatusOr<Member> answered =
-        Measure(peer.peer_address, /*bulk=*/true, rtt, bandwidth, deadline);
-    if (answered.ok() && learnt_) learnt_(peer.peer_address, *answered);
-    absl::MutexLock lock(&mu_);
-    Record(peer, answered, rtt, bandwidth);
-    result.push_back(links_[peer.peer_address]);
+    result.push_back(MeasureAndRecord(peer, /*bulk=*/true, deadline));
   }
   return result;
 }
@@ -189,13 +192,7 @@ void LinkMonitor::ProbeOnce() {
     const Member& peer = peers[i];
     current.insert(peer.peer_address);
     const bool bulk = (i + peers.size() - cursor) % peers.size() < kBulkPeersPerRound;
-    absl::Duration rtt;
-    double bandwidth = 0;
-    absl::StatusOr<Member> answered =
-        Measure(peer.peer_address, bulk, rtt, bandwidth, absl::InfiniteFuture());
-    if (answered.ok() && learnt_) learnt_(peer.peer_address, *answered);
-    absl::MutexLock lock(&mu_);
-    Record(peer, answered, rtt, bandwidth);
+    MeasureAndRecord(peer, bulk, absl::InfiniteFuture());
   }
 
   absl::MutexLock lock(&mu_);

@@ -96,6 +96,9 @@ class LinkMonitor {
   // Measures one peer; fills `rtt` and, if `bulk`, `bandwidth`.
   absl::StatusOr<Member> Measure(const std::string& peer_address, bool bulk, absl::Duration& rtt,
                                  double& bandwidth, absl::Time deadline) const;
+  // Measures `peer` (with a bandwidth probe if `bulk`), records it and returns the link.
+  LinkHealth MeasureAndRecord(const Member& peer, bool bulk, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Records one measurement (or failure) of `peer`.
   void Record(const Member& peer, const absl::StatusOr<Member>& answered, absl::Duration rtt,
               double bandwidth) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

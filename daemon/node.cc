@@ -66,11 +66,6 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
             directory_.Learn(address, member);
           }) {}
 
-std::string Node::PeerName(const std::string& data_address) {
-  Peers();  // picks up the plans of communicators created since
-  return directory_.NameOf(data_address);
-}
-
 std::vector<Member> Node::Peers() {
   std::vector<Member> in_plans;
   for (const std::shared_ptr<Communicator>& comm : communicators_.List()) {

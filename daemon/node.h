@@ -107,10 +107,6 @@ class Node {
                                 const Member& member, absl::Time deadline);
   void AbortFromPeer(uint64_t comm_tag, const absl::Status& reason, const std::string& from_node);
 
-  // The node name of the peer daemon whose data endpoint is `data_address`, learnt from the plans
-  // of this daemon's communicators or from probes; the address itself if none named it.
-  std::string PeerName(const std::string& data_address);
-
   // The peer daemons known now (communicator plans, probe_peers, and those still lingering;
   // daemon/peer_directory.h), by peer address.
   std::vector<Member> Peers();

@@ -52,17 +52,22 @@ no_flags() {
   awk '{ n++ } $3 == 1 || $4 == 1 { bad++ } END { exit !(n == 12 && !bad) }'
 }
 
+# Polls the links table into $table until VERDICT accepts it; fails with MESSAGE after 90 s.
+wait_for_table() {
+  local verdict=$1 message=$2 deadline=$((SECONDS + 90))
+  while :; do
+    table=$(links)
+    if "$verdict" <<<"$table"; then return; fi
+    [ $SECONDS -lt $deadline ] || {
+      echo "$table"
+      fail "$message within 90 s"
+    }
+    sleep 1
+  done
+}
+
 # Wait for the verdict (a window of probes takes about 5 rounds of 0.5 s).
-deadline=$((SECONDS + 90))
-while :; do
-  table=$(links)
-  if expected_flags <<<"$table"; then break; fi
-  [ $SECONDS -lt $deadline ] || {
-    echo "$table"
-    fail "the link to host$slow was not flagged (only) within 90 s"
-  }
-  sleep 1
-done
+wait_for_table expected_flags "the link to host$slow was not flagged (only)"
 echo "host peer flagged_bandwidth flagged_rtt bandwidth_MB/s rtt_us"
 echo "$table"
 echo "flagged: exactly the links to host$slow"
@@ -83,16 +88,7 @@ grep -q "link to host$slow .*flagged: bandwidth" "$dir/host0.log" ||
 
 # Back to full rate: the flags clear once the probe window has only fast measurements.
 bash "$netns_cluster" shape --dir "$dir" $slow 1gbit
-deadline=$((SECONDS + 90))
-while :; do
-  table=$(links)
-  if no_flags <<<"$table"; then break; fi
-  [ $SECONDS -lt $deadline ] || {
-    echo "$table"
-    fail "flags did not clear within 90 s of restoring host$slow's link"
-  }
-  sleep 1
-done
+wait_for_table no_flags "flags did not clear after restoring host$slow's link"
 echo "after restoring host$slow's link: no link flagged"
 grep -q "link to host$slow .*no longer flagged for bandwidth" "$dir/host0.log" ||
   fail "host0's log does not say that the flag cleared"
