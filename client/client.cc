@@ -9,6 +9,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <new>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -20,6 +22,7 @@
 #include "client/baton.h"
 #include "common/shared_memory.h"
 #include "common/status_macros.h"
+#include "common/submission_channel.h"
 #include "grpcpp/grpcpp.h"
 
 namespace baton {
@@ -44,6 +47,9 @@ class Session {
 
   v1::Client::Stub* stub() { return stub_.get(); }
   uint64_t id() const { return id_; }
+  // Set once the session's watch stream to the daemon has ended (the daemon went away).
+  void MarkLost() { lost_.store(true); }
+  bool lost() const { return lost_.load(); }
   const std::string& node_name() const { return node_name_; }
 
   absl::StatusOr<void*> Allocate(size_t bytes) {
@@ -113,8 +119,84 @@ class Session {
   std::unique_ptr<v1::Client::Stub> stub_;
   const uint64_t id_;
   const std::string node_name_;
+  std::atomic<bool> lost_{false};
   absl::Mutex mu_;
   std::map<std::byte*, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
+};
+
+// The client's side of one rank's submission channel (common/submission_channel.h). Used by one
+// thread at a time (the communicator runs its rank's operations one after another).
+class ChannelClient {
+ public:
+  // Creates a channel for rank `rank` of communicator `comm_tag` and has the daemon attach it.
+  // On failure the rank keeps using the gRPC path; the status says why.
+  static absl::StatusOr<std::unique_ptr<ChannelClient>> Open(Session& session, uint64_t comm_tag,
+                                                             int rank) {
+    static std::atomic<uint64_t> counter{0};
+    const std::string name =
+        absl::StrCat("/baton.", getpid(), ".", session.id(), ".channel.", counter.fetch_add(1));
+    absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
+        SharedMemory::Create(name, channel::kChannelBytes);
+    if (!memory.ok()) return memory.status();
+    auto* page = new ((*memory)->data()) channel::Layout;
+    page->magic = channel::kMagic;
+    page->version = channel::kVersion;
+    v1::OpenChannelRequest request;
+    request.set_session_id(session.id());
+    request.set_comm_tag(comm_tag);
+    request.set_rank(rank);
+    request.set_shm_name(name);
+    v1::OpenChannelResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context, kControlTimeout);
+    absl::Status status = FromGrpc(session.stub()->OpenChannel(&context, request, &response));
+    (*memory)->Unlink();
+    if (!status.ok()) return status;
+    return std::unique_ptr<ChannelClient>(new ChannelClient(std::move(*memory), page));
+  }
+
+  // Runs one operation; returns the algorithm the daemon ran. After a failure to hear back (the
+  // daemon closed the channel or vanished, or did not answer by the deadline) every later call
+  // fails the same way: the daemon aborts the communicator in those cases anyway.
+  absl::StatusOr<std::string> Run(const channel::OpDescriptor& op, absl::Duration timeout,
+                                  const Session& session) {
+    if (!broken_.ok()) return broken_;
+    page_->op = op;
+    const uint32_t previous = submitted_++;
+    channel::Publish(page_->submitted, submitted_, page_->daemon_sleeping);
+    // The daemon enforces the timeout; this deadline only guards against a daemon that stopped
+    // answering altogether.
+    absl::Status waited = channel::WaitForChange(
+        page_->completed, previous, page_->client_sleeping, channel::kDefaultSpin,
+        absl::Now() + timeout + absl::Seconds(10), [&]() -> absl::Status {
+          if (page_->closed.load() != 0) {
+            return absl::UnavailableError(
+                "batond closed this rank's submission channel (the daemon is shutting down or "
+                "the communicator was destroyed)");
+          }
+          if (session.lost()) return absl::UnavailableError("lost the connection to batond");
+          return absl::OkStatus();
+        });
+    if (!waited.ok()) {
+      broken_ = absl::IsDeadlineExceeded(waited)
+                    ? absl::DeadlineExceededError("batond did not answer before the deadline")
+                    : waited;
+      return broken_;
+    }
+    std::string algorithm;
+    absl::Status status = channel::ReadResult(page_->result, &algorithm);
+    if (!status.ok()) return status;
+    return algorithm;
+  }
+
+ private:
+  ChannelClient(std::unique_ptr<SharedMemory> memory, channel::Layout* page)
+      : memory_(std::move(memory)), page_(page) {}
+
+  const std::unique_ptr<SharedMemory> memory_;
+  channel::Layout* const page_;
+  uint32_t submitted_ = 0;
+  absl::Status broken_;
 };
 
 absl::StatusOr<std::string> CreateCommIdVia(Session& session) {
@@ -134,12 +216,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Sess
 class CommunicatorImpl final : public Communicator {
  public:
   CommunicatorImpl(std::shared_ptr<Session> session, uint64_t tag, int world_size, int rank,
-                   int daemon_count)
+                   int daemon_count, std::unique_ptr<ChannelClient> channel)
       : session_(std::move(session)),
         tag_(tag),
         world_size_(world_size),
         rank_(rank),
-        daemon_count_(daemon_count) {}
+        daemon_count_(daemon_count),
+        channel_(std::move(channel)) {}
   ~CommunicatorImpl() override { Destroy().IgnoreError(); }
 
   int rank() const override { return rank_; }
@@ -492,32 +575,19 @@ class CommunicatorImpl final : public Communicator {
     }
     // $BATON_ALGO overrides the daemon's choice for the collectives that algorithm implements
     // (like NCCL_ALGO); an explicit per-call choice must be implemented.
-    std::string algorithm;
-    if (options.algorithm) {
-      algorithm = std::string(collective::AlgorithmName(*options.algorithm));
-    } else if (const char* env = std::getenv("BATON_ALGO"); env != nullptr && *env != '\0') {
-      std::optional<Algorithm> parsed = collective::ParseAlgorithm(env);
-      if (!parsed) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("BATON_ALGO='", env, "' is not one of ring, tree, direct"));
-      }
-      if (collective::IsSupported(KindOf(call.op), *parsed)) {
-        algorithm = std::string(collective::AlgorithmName(*parsed));
+    std::optional<Algorithm> algorithm = options.algorithm;
+    if (!algorithm) {
+      if (const char* env = std::getenv("BATON_ALGO"); env != nullptr && *env != '\0') {
+        std::optional<Algorithm> parsed = collective::ParseAlgorithm(env);
+        if (!parsed) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("BATON_ALGO='", env, "' is not one of ring, tree, direct"));
+        }
+        if (collective::IsSupported(KindOf(call.op), *parsed)) algorithm = parsed;
       }
     }
     absl::MutexLock lock(&mu_);  // one operation of this rank at a time; they run in order
     if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
-    v1::CollectiveRequest request;
-    request.set_session_id(session_->id());
-    request.set_comm_tag(tag_);
-    request.set_rank(rank_);
-    request.set_op(call.op);
-    request.set_data_type(std::string(collective::DataTypeName(call.type)));
-    request.set_reduce_op(std::string(collective::ReduceOpName(call.reduce_op)));
-    request.set_count(call.count);
-    request.set_root(call.root);
-    request.set_algorithm(algorithm);
-    request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
 
     // Registered memory is used in place; anything else goes through the staging buffer, which
     // holds the input at offset 0 and the output after it.
@@ -533,8 +603,58 @@ class CommunicatorImpl final : public Communicator {
       send_ref = session_->Find(staging, send_bytes);
       recv_ref = session_->Find(staging + send_bytes, recv_bytes);
     }
-    if (send_ref) *request.mutable_send() = *send_ref;
-    if (recv_ref) *request.mutable_recv() = *recv_ref;
+    absl::StatusOr<std::string> ran =
+        channel_ != nullptr ? RunOnChannel(call, algorithm, send_ref, recv_ref, options)
+                            : RunOnGrpc(call, algorithm, send_ref, recv_ref, options);
+    if (!ran.ok()) return ran.status();
+    if (staged && recv_bytes > 0) {
+      std::memcpy(call.recv, static_cast<std::byte*>(staging_) + send_bytes, recv_bytes);
+    }
+    last_algorithm_ = *std::move(ran);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::string> RunOnChannel(const Call& call, std::optional<Algorithm> algorithm,
+                                           const std::optional<v1::BufferRef>& send,
+                                           const std::optional<v1::BufferRef>& recv,
+                                           const CallOptions& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    channel::OpDescriptor op;
+    op.kind = static_cast<uint32_t>(KindOf(call.op));
+    op.data_type = static_cast<uint32_t>(call.type);
+    op.reduce_op = static_cast<uint32_t>(call.reduce_op);
+    op.root = call.root;
+    op.algorithm = algorithm ? 1 + static_cast<uint32_t>(*algorithm) : 0;
+    op.count = call.count;
+    if (send) {
+      op.send_buffer = send->buffer_id();
+      op.send_offset = send->offset();
+    }
+    if (recv) {
+      op.recv_buffer = recv->buffer_id();
+      op.recv_offset = recv->offset();
+    }
+    op.timeout_ms = absl::ToInt64Milliseconds(options.timeout);
+    return channel_->Run(op, options.timeout, *session_);
+  }
+
+  absl::StatusOr<std::string> RunOnGrpc(const Call& call, std::optional<Algorithm> algorithm,
+                                        const std::optional<v1::BufferRef>& send,
+                                        const std::optional<v1::BufferRef>& recv,
+                                        const CallOptions& options) {
+    v1::CollectiveRequest request;
+    request.set_session_id(session_->id());
+    request.set_comm_tag(tag_);
+    request.set_rank(rank_);
+    request.set_op(call.op);
+    request.set_data_type(std::string(collective::DataTypeName(call.type)));
+    request.set_reduce_op(std::string(collective::ReduceOpName(call.reduce_op)));
+    request.set_count(call.count);
+    request.set_root(call.root);
+    if (algorithm) request.set_algorithm(std::string(collective::AlgorithmName(*algorithm)));
+    request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
+    if (send) *request.mutable_send() = *send;
+    if (recv) *request.mutable_recv() = *recv;
     v1::CollectiveResponse response;
     grpc::ClientContext context;
     // The daemon enforces the timeout; the RPC deadline only guards against a daemon that
@@ -542,11 +662,7 @@ class CommunicatorImpl final : public Communicator {
     SetDeadline(context, options.timeout + absl::Seconds(10));
     absl::Status status = FromGrpc(session_->stub()->Collective(&context, request, &response));
     if (!status.ok()) return status;
-    if (staged && recv_bytes > 0) {
-      std::memcpy(call.recv, static_cast<std::byte*>(staging_) + send_bytes, recv_bytes);
-    }
-    last_algorithm_ = response.algorithm();
-    return absl::OkStatus();
+    return response.algorithm();
   }
 
   absl::Status EnsureStaging(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -568,6 +684,8 @@ class CommunicatorImpl final : public Communicator {
   const int rank_;
   const int daemon_count_;
   mutable absl::Mutex mu_;
+  // Null when the rank submits over gRPC ($BATON_SUBMIT=grpc, or the daemon refused a channel).
+  const std::unique_ptr<ChannelClient> channel_ ABSL_PT_GUARDED_BY(mu_);
   bool destroyed_ ABSL_GUARDED_BY(mu_) = false;
   void* staging_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t staging_bytes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -599,8 +717,17 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Sess
   SetDeadline(context, timeout + absl::Seconds(10));
   absl::Status status = FromGrpc(session->stub()->Join(&context, request, &response));
   if (!status.ok()) return status;
+  // Operations go through a shared-memory submission channel unless $BATON_SUBMIT=grpc; a daemon
+  // that cannot attach one is served over gRPC instead.
+  std::unique_ptr<ChannelClient> channel;
+  const char* submit = std::getenv("BATON_SUBMIT");
+  if (submit == nullptr || std::string_view(submit) != "grpc") {
+    absl::StatusOr<std::unique_ptr<ChannelClient>> opened =
+        ChannelClient::Open(*session, response.comm_tag(), rank);
+    if (opened.ok()) channel = *std::move(opened);
+  }
   return std::unique_ptr<Communicator>(new CommunicatorImpl(
-      session, response.comm_tag(), world_size, rank, response.daemon_count()));
+      session, response.comm_tag(), world_size, rank, response.daemon_count(), std::move(channel)));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorImpl::Split(int color, int key,
@@ -658,6 +785,7 @@ class ClientImpl final : public Client {
       while (reader->Read(&event)) {
       }
       reader->Finish().IgnoreError();
+      session_->MarkLost();
     });
   }
 

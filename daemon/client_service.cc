@@ -127,9 +127,26 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
                           absl::StrCat("unknown collective ", request->op()));
   }
   call.root = request->root();
-  call.algorithm = request->algorithm();
-  call.data_type = request->data_type();
-  call.reduce_op = request->reduce_op();
+  if (!request->algorithm().empty()) {
+    call.algorithm = collective::ParseAlgorithm(request->algorithm());
+    if (!call.algorithm) {
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("unknown algorithm '", request->algorithm(), "' (ring, tree, direct)"));
+    }
+  }
+  std::optional<collective::DataType> type = collective::ParseDataType(request->data_type());
+  if (!type) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("unknown data type '", request->data_type(), "'"));
+  }
+  call.data_type = *type;
+  std::optional<collective::ReduceOp> op = collective::ParseReduceOp(request->reduce_op());
+  if (!op) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("unknown reduce op '", request->reduce_op(), "'"));
+  }
+  call.reduce_op = *op;
   call.count = request->count();
   call.send_buffer = request->send().buffer_id();
   call.send_offset = request->send().offset();
@@ -140,6 +157,12 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
   if (!algorithm.ok()) return ToGrpc(algorithm.status());
   response->set_algorithm(*algorithm);
   return grpc::Status::OK;
+}
+
+grpc::Status ClientService::OpenChannel(grpc::ServerContext*, const v1::OpenChannelRequest* request,
+                                        v1::OpenChannelResponse*) {
+  return ToGrpc(node_->OpenChannel(request->session_id(), request->comm_tag(), request->rank(),
+                                   request->shm_name()));
 }
 
 grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* request,

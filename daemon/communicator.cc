@@ -160,6 +160,12 @@ bool Communicator::Empty() const {
                       [](const auto& s) { return s.has_value(); });
 }
 
+bool Communicator::Attached(int rank, uint64_t session_id) const {
+  const int index = LocalIndex(rank);
+  absl::MutexLock lock(&mu_);
+  return index >= 0 && sessions_[index] == session_id;
+}
+
 absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, OpRequest request,
                                                  absl::Time deadline) {
   const int index = LocalIndex(rank);
@@ -175,6 +181,9 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
   if (slot.parts.empty()) slot.parts.resize(local_ranks_.size());
   slot.parts[index] = std::move(request);
   ++slot.arrived;
+  // The last local rank to arrive runs the operation itself when nothing is ahead of it: handing
+  // it to the executor thread would cost two thread wake-ups, which dominate small operations.
+  if (seq == next_to_run_ && NextIsReady()) RunNext();
 
   auto finished = [this, &slot]()
                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return slot.done || !aborted_.ok(); };
@@ -235,41 +244,51 @@ void Communicator::RunExecutor() {
   absl::MutexLock lock(&mu_);
   while (true) {
     auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      if (stopping_ || !aborted_.ok()) return true;
-      auto it = slots_.find(next_to_run_);
-      return it != slots_.end() && it->second.arrived == static_cast<int>(local_ranks_.size());
+      return stopping_ || !aborted_.ok() || NextIsReady();
     };
     mu_.Await(absl::Condition(&ready));
     if (stopping_ || !aborted_.ok()) break;
-    const uint64_t seq = next_to_run_;
-    Slot& slot = slots_[seq];
-    std::vector<OpRequest> parts;
-    parts.reserve(slot.parts.size());
-    for (auto& part : slot.parts) parts.push_back(*part);
-
-    mu_.Unlock();
-    const absl::Time start = absl::Now();
-    collective::OpStats stats;
-    std::string algorithm;
-    absl::StatusOr<std::string> result = Execute(seq, parts, stats, algorithm);
-    if (options_.observer != nullptr) {
-      options_.observer->OnOperation(OpRecord{parts.front().kind, algorithm, absl::Now() - start,
-                                              result.ok(), absl::FromChrono(stats.transport),
-                                              absl::FromChrono(stats.reduce)});
-    }
-    if (!result.ok()) Abort(result.status(), /*notify_peers=*/true);
-    mu_.Lock();
-
-    slot.done = true;
-    slot.result = result.status();
-    if (result.ok()) {
-      slot.algorithm = *result;
-      ++ops_completed_;
-      if (options_.completed_total != nullptr) options_.completed_total->fetch_add(1);
-    }
-    ++next_to_run_;
-    if (slot.collected == slot.arrived) slots_.erase(seq);
+    RunNext();
   }
+}
+
+bool Communicator::NextIsReady() const {
+  if (running_) return false;
+  auto it = slots_.find(next_to_run_);
+  return it != slots_.end() && it->second.arrived == static_cast<int>(local_ranks_.size());
+}
+
+void Communicator::RunNext() {
+  const uint64_t seq = next_to_run_;
+  Slot& slot = slots_[seq];
+  std::vector<OpRequest> parts;
+  parts.reserve(slot.parts.size());
+  for (auto& part : slot.parts) parts.push_back(*part);
+  running_ = true;
+
+  mu_.Unlock();
+  const absl::Time start = absl::Now();
+  collective::OpStats stats;
+  std::string algorithm;
+  absl::StatusOr<std::string> result = Execute(seq, parts, stats, algorithm);
+  if (options_.observer != nullptr) {
+    options_.observer->OnOperation(OpRecord{parts.front().kind, algorithm, absl::Now() - start,
+                                            result.ok(), absl::FromChrono(stats.transport),
+                                            absl::FromChrono(stats.reduce)});
+  }
+  if (!result.ok()) Abort(result.status(), /*notify_peers=*/true);
+  mu_.Lock();
+
+  running_ = false;
+  slot.done = true;
+  slot.result = result.status();
+  if (result.ok()) {
+    slot.algorithm = *result;
+    ++ops_completed_;
+    if (options_.completed_total != nullptr) options_.completed_total->fetch_add(1);
+  }
+  ++next_to_run_;
+  if (slot.collected == slot.arrived) slots_.erase(seq);
 }
 
 absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRequest>& parts,

@@ -1,9 +1,10 @@
 #pragma once
 
 // One communicator as this daemon sees it: its plan, the local ranks attached to it, and the
-// executor that runs their operations in submission order. Each operation is hierarchical: the
-// local ranks' buffers are reduced in memory, one node's worth of data crosses the network, and
-// the result is written back to every local rank.
+// executor that runs their operations in submission order (the last local rank to submit an
+// operation runs it in its own thread when no earlier one is pending). Each operation is
+// hierarchical: the local ranks' buffers are reduced in memory, one node's worth of data crosses
+// the network, and the result is written back to every local rank.
 
 #include <array>
 #include <atomic>
@@ -102,6 +103,8 @@ class Communicator {
   std::vector<int> DetachSession(uint64_t session_id);
   // True when no rank is attached.
   bool Empty() const;
+  // True when `rank` is attached by `session_id`.
+  bool Attached(int rank, uint64_t session_id) const;
   int self() const { return self_; }
 
   // Runs rank's next operation and waits for it until `deadline`. Returns the algorithm that ran.
@@ -134,6 +137,11 @@ class Communicator {
   };
 
   void RunExecutor();
+  // True when operation next_to_run_ has all its parts and no operation is running.
+  bool NextIsReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs operation next_to_run_ in the calling thread (releasing mu_ meanwhile) and completes its
+  // slot. Requires NextIsReady().
+  void RunNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs one operation; sets `algorithm_name` once chosen (so failures report it too).
   absl::StatusOr<std::string> Execute(uint64_t seq, std::vector<OpRequest>& parts,
                                       collective::OpStats& stats, std::string& algorithm_name);
@@ -173,6 +181,7 @@ class Communicator {
   std::vector<uint64_t> next_seq_ ABSL_GUARDED_BY(mu_);                 // by local index
   std::map<uint64_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
   uint64_t next_to_run_ ABSL_GUARDED_BY(mu_) = 0;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;  // an operation runs (executor or inline)
   uint64_t ops_completed_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -43,6 +43,9 @@ void RegisterOptions(OptionSet& options, Config& config) {
                     "where this node sits, comma-separated labels from coarse to fine (e.g. "
                     "\"pod-a,rack-07\"; default $BATON_LOCALITY); rings cross label boundaries as "
                     "rarely as possible");
+  options.AddDuration("submit_spin", &config.submit_spin,
+                      "how long the daemon spins waiting for a rank's next operation before it "
+                      "sleeps (0 to 1ms; longer trades CPU for latency)");
 }
 
 absl::Status FinalizeConfig(Config& config) {
@@ -72,6 +75,10 @@ absl::Status FinalizeConfig(Config& config) {
   if (config.probe_bytes < 4096 || config.probe_bytes > (int64_t{2} << 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("probe_bytes must be between 4096 and 2 MiB, got ", config.probe_bytes));
+  }
+  if (config.submit_spin < absl::ZeroDuration() || config.submit_spin > absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("submit_spin must be between 0 and 1ms, got ",
+                                                   absl::FormatDuration(config.submit_spin)));
   }
   if (config.peer_linger < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("peer_linger must not be negative");

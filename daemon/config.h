@@ -28,6 +28,8 @@ struct Config {
   std::string probe_peers;  // comma-separated peer API addresses to probe even without a job
   absl::Duration peer_linger = absl::Minutes(5);  // how long a peer stays after its last job
   std::string locality;  // comma-separated labels, coarse to fine (e.g. "pod-a,rack-07")
+  // How long a submission channel's thread spins for the rank's next operation before it sleeps.
+  absl::Duration submit_spin = absl::Microseconds(20);
 };
 
 // Registers every Config field on `options`, pointing at `config`.

@@ -1,6 +1,8 @@
 #include "daemon/node.h"
 
 #include <algorithm>
+#include <functional>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -201,6 +203,9 @@ absl::Status Node::Destroy(uint64_t session_id, uint64_t comm_tag, int rank) {
     return absl::PermissionDeniedError(
         absl::StrCat("this session holds no rank of communicator ", absl::Hex(comm_tag)));
   }
+  CloseChannels([&](const ChannelServer& c) {
+    return c.session_id() == session_id && c.comm_tag() == comm_tag;
+  });
   if (comm->Empty()) {
     communicators_.Remove(comm_tag);
     endpoint_->Forget(comm_tag);
@@ -217,20 +222,8 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   // Every check here fails only this call: the communicator stays usable.
   OpRequest request;
   request.kind = call.kind;
-  std::optional<collective::DataType> type = collective::ParseDataType(call.data_type);
-  if (!type) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown data type '", call.data_type, "'"));
-  }
-  std::optional<collective::ReduceOp> op = collective::ParseReduceOp(call.reduce_op);
-  if (!op) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", call.reduce_op, "'"));
-  }
-  if (!call.algorithm.empty()) {
-    request.algorithm = collective::ParseAlgorithm(call.algorithm);
-    if (!request.algorithm) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown algorithm '", call.algorithm, "' (ring, tree, direct)"));
-    }
+  if (call.algorithm) {
+    request.algorithm = call.algorithm;
     if (!collective::IsSupported(call.kind, *request.algorithm)) {
       return absl::InvalidArgumentError(absl::StrCat(collective::AlgorithmName(*request.algorithm),
                                                      " does not implement ",
@@ -243,8 +236,8 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
     return absl::InvalidArgumentError(
         absl::StrCat("root ", call.root, " is out of range for world size ", world));
   }
-  request.type = *type;
-  request.op = *op;
+  request.type = call.data_type;
+  request.op = call.reduce_op;
   request.root = rooted ? call.root : 0;
   request.count = call.kind == Collective::kBarrier ? 0 : call.count;
 
@@ -252,7 +245,7 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   uint64_t send_count = request.count;
   uint64_t recv_count = request.count;
   const uint64_t world_count = static_cast<uint64_t>(world);
-  const uint64_t element = collective::DataTypeSize(*type);
+  const uint64_t element = collective::DataTypeSize(call.data_type);
   if (request.count > UINT64_MAX / element / world_count) {
     return absl::InvalidArgumentError(absl::StrCat("count ", request.count, " overflows"));
   }
@@ -293,8 +286,45 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   return comm->Submit(call.rank, call.session_id, std::move(request), call.deadline);
 }
 
+absl::Status Node::OpenChannel(uint64_t session_id, uint64_t comm_tag, int rank,
+                               const std::string& shm_name) {
+  std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
+  if (comm == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(comm_tag)));
+  }
+  if (!comm->Attached(rank, session_id)) {
+    return absl::PermissionDeniedError(absl::StrCat("rank ", rank, " of communicator ",
+                                                    absl::Hex(comm_tag),
+                                                    " is not attached by this session"));
+  }
+  BATON_ASSIGN_OR_RETURN(
+      std::unique_ptr<ChannelServer> server,
+      ChannelServer::Open(
+          shm_name, session_id, comm_tag, rank,
+          [this](const CollectiveCall& call) { return RunCollective(call); }, config_.submit_spin));
+  CloseChannels([&](const ChannelServer& c) {
+    return c.session_id() == session_id && c.comm_tag() == comm_tag && c.rank() == rank;
+  });
+  absl::MutexLock lock(&channels_mu_);
+  channels_.push_back(std::move(server));
+  return absl::OkStatus();
+}
+
+void Node::CloseChannels(const std::function<bool(const ChannelServer&)>& match) {
+  std::vector<std::unique_ptr<ChannelServer>> closing;
+  {
+    absl::MutexLock lock(&channels_mu_);
+    auto keep = std::stable_partition(channels_.begin(), channels_.end(),
+                                      [&](const auto& c) { return !match(*c); });
+    std::move(keep, channels_.end(), std::back_inserter(closing));
+    channels_.erase(keep, channels_.end());
+  }
+}
+
 void Node::EndSession(uint64_t session_id) {
+  // Aborting the session's communicators first makes any operation a channel is running return.
   communicators_.DropSession(session_id);
+  CloseChannels([&](const ChannelServer& c) { return c.session_id() == session_id; });
   if (sessions_.Close(session_id).ok()) spdlog::debug("session {} ended", session_id);
 }
 

@@ -14,6 +14,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/channel_server.h"
+#include "daemon/collective_call.h"
 #include "daemon/communicator_registry.h"
 #include "daemon/config.h"
 #include "daemon/link_monitor.h"
@@ -47,24 +49,6 @@ struct JoinResult {
   int local_ranks = 0;
 };
 
-// A request to run one collective, as the client API describes it.
-struct CollectiveCall {
-  uint64_t session_id = 0;
-  uint64_t comm_tag = 0;
-  int rank = 0;
-  collective::Collective kind = collective::Collective::kAllReduce;
-  int root = 0;
-  std::string algorithm;  // empty: the daemon chooses
-  std::string data_type;
-  std::string reduce_op;
-  uint64_t count = 0;
-  uint64_t send_buffer = 0;
-  uint64_t send_offset = 0;
-  uint64_t recv_buffer = 0;
-  uint64_t recv_offset = 0;
-  absl::Time deadline = absl::InfiniteFuture();
-};
-
 // One link to a peer daemon as operators see it: data-plane counters and probe results.
 struct LinkView {
   Member peer;                       // node_name and data_address are empty until learnt
@@ -92,6 +76,10 @@ class Node {
                                   int rank, absl::Time deadline);
   absl::Status Destroy(uint64_t session_id, uint64_t comm_tag, int rank);
   absl::StatusOr<std::string> RunCollective(const CollectiveCall& call);
+  // Serves the submission channel `shm_name` for rank `rank` of a communicator, which the session
+  // must have attached (PermissionDenied otherwise), replacing any earlier channel of that rank.
+  absl::Status OpenChannel(uint64_t session_id, uint64_t comm_tag, int rank,
+                           const std::string& shm_name);
   // Tears down everything a session owned (its process went away or closed it).
   void EndSession(uint64_t session_id);
   // The tuner's prediction for a collective of `count` elements of `data_type` (counted as
@@ -126,6 +114,9 @@ class Node {
   void AbortAll(const absl::Status& reason);
 
  private:
+  // Stops the channels that match (outside the lock: stopping joins their threads).
+  void CloseChannels(const std::function<bool(const ChannelServer&)>& match);
+
   // The root's finishing touches to a complete plan (Rendezvous::PlanFinisher): a ring order
   // that follows the daemons' locality labels, and the measured link model for the tuner.
   void FinishPlan(Plan& plan);
@@ -141,6 +132,9 @@ class Node {
   std::atomic<uint64_t> collectives_completed_{0};
   PeerDirectory directory_;
   CommunicatorRegistry communicators_;
+  absl::Mutex channels_mu_;
+  // Destroyed before the communicators and sessions their threads use.
+  std::vector<std::unique_ptr<ChannelServer>> channels_ ABSL_GUARDED_BY(channels_mu_);
   LinkMonitor monitor_;  // last: its thread uses everything above
 };
 

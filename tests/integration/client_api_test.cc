@@ -5,9 +5,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <new>
+
 #include "absl/strings/str_cat.h"
 #include "baton/v1/baton.grpc.pb.h"
 #include "common/shared_memory.h"
+#include "common/submission_channel.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/integration/test_cluster.h"
 
@@ -132,6 +135,80 @@ TEST_F(ClientApiTest, EveryMalformedRequestFailsAloneWithAClearError) {
   r = Valid();
   r.set_comm_tag(tag_ + 1);
   ExpectRejected(r, grpc::StatusCode::NOT_FOUND, "unknown communicator");
+}
+
+TEST_F(ClientApiTest, ChannelsServeOnlyTheSessionsOwnRanksAndRejectBadOperationsAlone) {
+  std::unique_ptr<SharedMemory> page_memory = *SharedMemory::Create(
+      absl::StrCat("/baton-api-test-channel.", getpid()), channel::kChannelBytes);
+  auto* page = new (page_memory->data()) channel::Layout;
+  v1::OpenChannelRequest open;
+  open.set_session_id(session_);
+  open.set_comm_tag(tag_);
+  open.set_rank(0);
+  open.set_shm_name(page_memory->name());
+  v1::OpenChannelResponse opened;
+  // Not yet a channel: magic and version are unset.
+  grpc::Status status = Call(&v1::Client::Stub::OpenChannel, open, &opened);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  page->magic = channel::kMagic;
+  page->version = channel::kVersion;
+  v1::OpenChannelRequest wrong = open;
+  wrong.set_rank(1);
+  EXPECT_EQ(Call(&v1::Client::Stub::OpenChannel, wrong, &opened).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  wrong = open;
+  wrong.set_comm_tag(tag_ + 1);
+  EXPECT_EQ(Call(&v1::Client::Stub::OpenChannel, wrong, &opened).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  wrong = open;
+  wrong.set_shm_name("/baton-api-test-absent");
+  EXPECT_EQ(Call(&v1::Client::Stub::OpenChannel, wrong, &opened).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  status = Call(&v1::Client::Stub::OpenChannel, open, &opened);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  page_memory->Unlink();
+
+  uint32_t submitted = 0;
+  auto submit = [&](const channel::OpDescriptor& op) -> absl::StatusOr<std::string> {
+    page->op = op;
+    const uint32_t previous = submitted++;
+    channel::Publish(page->submitted, submitted, page->daemon_sleeping);
+    absl::Status waited =
+        channel::WaitForChange(page->completed, previous, page->client_sleeping,
+                               channel::kDefaultSpin, absl::Now() + absl::Seconds(20), nullptr);
+    if (!waited.ok()) return waited;
+    std::string algorithm;
+    absl::Status result = channel::ReadResult(page->result, &algorithm);
+    if (!result.ok()) return result;
+    return algorithm;
+  };
+  channel::OpDescriptor valid;
+  valid.kind = static_cast<uint32_t>(collective::Collective::kAllReduce);
+  valid.data_type = static_cast<uint32_t>(collective::DataType::kFloat32);
+  valid.reduce_op = static_cast<uint32_t>(collective::ReduceOp::kSum);
+  valid.count = 16;
+  valid.send_buffer = buffer_;
+  valid.recv_buffer = buffer_;
+  valid.timeout_ms = 10000;
+  channel::OpDescriptor bad = valid;
+  bad.kind = 42;
+  EXPECT_TRUE(absl::IsInvalidArgument(submit(bad).status()));
+  bad = valid;
+  bad.count = 2000;  // 8000 bytes in a 4096-byte buffer
+  absl::StatusOr<std::string> ran = submit(bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(ran.status())) << ran.status();
+  EXPECT_NE(ran.status().message().find("outside buffer"), std::string::npos) << ran.status();
+  bad = valid;
+  bad.recv_buffer = buffer_ + 100;
+  EXPECT_TRUE(absl::IsInvalidArgument(submit(bad).status()));
+  static_cast<float*>(memory_->data())[0] = 2.5f;
+  ran = submit(valid);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(*ran, "local");
+  EXPECT_EQ(static_cast<float*>(memory_->data())[0], 2.5f);
+  // The gRPC path serves the same rank alongside the channel.
+  v1::CollectiveResponse response;
+  EXPECT_TRUE(Call(&v1::Client::Stub::Collective, Valid(), &response).ok());
 }
 
 TEST_F(ClientApiTest, RegisteringBadSharedMemoryIsRejected) {

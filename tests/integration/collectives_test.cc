@@ -68,9 +68,9 @@ TEST_P(CollectivesTest, AllReduceWithEveryAlgorithm) {
         for (size_t i = 0; i < count; ++i) data[i] = In(rank, i);
         CallOptions options;
         options.algorithm = algorithm;
-        ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), count, DataType::kFloat32,
-                                   ReduceOp::kSum, options)
-                        .ok());
+        const absl::Status status = comm.AllReduce(data.data(), data.data(), count,
+                                                   DataType::kFloat32, ReduceOp::kSum, options);
+        ASSERT_TRUE(status.ok()) << status;
         for (size_t i = 0; i < count; ++i) {
           float expected = 0;
           for (int r = 0; r < kWorld; ++r) expected += In(r, i);

@@ -1,0 +1,104 @@
+#include "common/submission_channel.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+
+namespace baton::channel {
+namespace {
+
+// The page is shared between processes, so these are the non-private futex operations.
+void FutexWait(const std::atomic<uint32_t>& word, uint32_t expected, absl::Duration timeout) {
+  const timespec ts = absl::ToTimespec(timeout);
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
+          0);
+}
+
+void FutexWake(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
+          0);
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+constexpr absl::Duration kSlice = absl::Milliseconds(50);
+
+}  // namespace
+
+absl::Status WaitForChange(const std::atomic<uint32_t>& word, uint32_t seen,
+                           std::atomic<uint32_t>& sleeping, absl::Duration spin,
+                           absl::Time deadline, const std::function<absl::Status()>& keep_waiting) {
+  if (word.load(std::memory_order_acquire) != seen) return absl::OkStatus();
+  // Reading the clock costs tens of nanoseconds, so look at it only every 64 turns.
+  const absl::Time spin_until = absl::Now() + spin;
+  for (uint32_t turn = 1;; ++turn) {
+    if (word.load(std::memory_order_acquire) != seen) return absl::OkStatus();
+    CpuRelax();
+    if (turn % 64 == 0 && absl::Now() >= spin_until) break;
+  }
+  while (true) {
+    if (keep_waiting) {
+      absl::Status status = keep_waiting();
+      if (!status.ok()) return status;
+    }
+    // Announce, then look again: with both sides sequentially consistent, either the publisher
+    // sees `sleeping` and wakes us, or we see its new value here. The futex re-checks the word.
+    sleeping.store(1, std::memory_order_seq_cst);
+    if (word.load(std::memory_order_seq_cst) != seen) break;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      sleeping.store(0, std::memory_order_relaxed);
+      return absl::DeadlineExceededError("deadline passed while waiting");
+    }
+    FutexWait(word, seen, std::min(kSlice, deadline - now));
+    sleeping.store(0, std::memory_order_relaxed);
+    if (word.load(std::memory_order_acquire) != seen) return absl::OkStatus();
+  }
+  // The seq_cst load that saw the change also acquired what the publisher wrote before it.
+  sleeping.store(0, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+void Publish(std::atomic<uint32_t>& word, uint32_t value, const std::atomic<uint32_t>& sleeping) {
+  word.store(value, std::memory_order_seq_cst);
+  if (sleeping.load(std::memory_order_seq_cst) != 0) FutexWake(word);
+}
+
+void Wake(std::atomic<uint32_t>& word) { FutexWake(word); }
+
+void WriteResult(OpResult& result, const absl::Status& status, const std::string& algorithm) {
+  result.code = static_cast<int32_t>(status.code());
+  const size_t message = std::min(status.message().size(), sizeof(result.message));
+  std::memcpy(result.message, status.message().data(), message);
+  result.message_length = static_cast<uint32_t>(message);
+  const size_t name = std::min(algorithm.size(), sizeof(result.algorithm));
+  std::memcpy(result.algorithm, algorithm.data(), name);
+  result.algorithm_length = static_cast<uint32_t>(name);
+}
+
+absl::Status ReadResult(const OpResult& result, std::string* algorithm) {
+  const OpResult copy = result;  // one read of each field, whatever the other side does
+  if (copy.code == 0) {
+    *algorithm = std::string(copy.algorithm,
+                             std::min<size_t>(copy.algorithm_length, sizeof(copy.algorithm)));
+    return absl::OkStatus();
+  }
+  const bool known =
+      copy.code > 0 && copy.code <= static_cast<int32_t>(absl::StatusCode::kUnauthenticated);
+  return absl::Status(
+      known ? static_cast<absl::StatusCode>(copy.code) : absl::StatusCode::kUnknown,
+      std::string(copy.message, std::min<size_t>(copy.message_length, sizeof(copy.message))));
+}
+
+}  // namespace baton::channel

@@ -1,0 +1,101 @@
+#pragma once
+
+// A rank's submission channel: one page of shared memory through which libbaton hands its
+// daemon one operation at a time and reads the result back, with no system call while both
+// sides are awake. Per-operation submission through gRPC costs hundreds of microseconds; this
+// costs a few.
+//
+// Protocol (one operation in flight per channel; the client serialises its rank's operations):
+//   client: write `op`, then `submitted` += 1 (release), wake the daemon if it sleeps;
+//   daemon: sees `submitted` change (acquire), copies `op`, runs it, writes `result`, then sets
+//           `completed` = `submitted` (release), wakes the client if it sleeps;
+//   daemon: sets `closed` when it stops serving (session ended, communicator destroyed, daemon
+//           shutting down); the client then fails the operation instead of waiting.
+// Everything in the page is untrusted by the reader: the daemon copies the descriptor once and
+// validates it like a gRPC request; the client bounds every length it reads.
+//
+// Waiting spins briefly (the other side usually answers within microseconds) and then blocks on
+// a futex in slices, so a waiter never burns a core that a rank needs, and never waits past its
+// deadline or a stop request.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace baton::channel {
+
+inline constexpr uint32_t kMagic = 0x4E435442;  // "BTCN"
+inline constexpr uint32_t kVersion = 1;
+
+// One operation, as the client API describes it. Enumerations are collective/ values; the
+// reader validates them.
+struct OpDescriptor {
+  uint32_t kind = 0;       // collective::Collective
+  uint32_t data_type = 0;  // collective::DataType
+  uint32_t reduce_op = 0;  // collective::ReduceOp
+  int32_t root = 0;
+  uint32_t algorithm = 0;  // 0: the daemon chooses; else 1 + collective::Algorithm
+  uint32_t reserved = 0;
+  uint64_t count = 0;
+  uint64_t send_buffer = 0;  // registered buffer ids and offsets, as in the gRPC request
+  uint64_t send_offset = 0;
+  uint64_t recv_buffer = 0;
+  uint64_t recv_offset = 0;
+  int64_t timeout_ms = 0;  // zero or less: the daemon's default
+};
+
+// The outcome of the last operation.
+struct OpResult {
+  int32_t code = 0;  // absl::StatusCode
+  uint32_t message_length = 0;
+  uint32_t algorithm_length = 0;
+  uint32_t reserved = 0;
+  char algorithm[16] = {};
+  char message[960] = {};
+};
+
+// The shared page. Each side's words live on their own cache line.
+struct Layout {
+  uint32_t magic = 0;
+  uint32_t version = 0;
+  alignas(64) std::atomic<uint32_t> submitted{0};  // bumped by the client
+  std::atomic<uint32_t> daemon_sleeping{0};        // the daemon blocks on `submitted`
+  alignas(64) std::atomic<uint32_t> completed{0};  // set by the daemon
+  std::atomic<uint32_t> client_sleeping{0};        // the client blocks on `completed`
+  std::atomic<uint32_t> closed{0};                 // the daemon no longer serves this channel
+  alignas(64) OpDescriptor op;
+  alignas(64) OpResult result;
+};
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(sizeof(Layout) <= 4096);
+
+inline constexpr size_t kChannelBytes = 4096;
+
+// How long a waiter spins before it blocks.
+inline constexpr absl::Duration kDefaultSpin = absl::Microseconds(20);
+
+// Waits until `word` differs from `seen`. Spins for `spin`, then blocks on the futex (announcing
+// itself in `sleeping` so the other side knows to wake it), in slices of at most 50 ms; before
+// each slice `keep_waiting` (may be empty) may end the wait with its status. Returns OK once the
+// word changed; DeadlineExceeded at `deadline`.
+absl::Status WaitForChange(const std::atomic<uint32_t>& word, uint32_t seen,
+                           std::atomic<uint32_t>& sleeping, absl::Duration spin,
+                           absl::Time deadline, const std::function<absl::Status()>& keep_waiting);
+
+// Stores `value` into `word` and wakes a waiter that announced itself in `sleeping`.
+void Publish(std::atomic<uint32_t>& word, uint32_t value, const std::atomic<uint32_t>& sleeping);
+
+// Wakes whoever blocks on `word` (after a flag it checks, such as `closed`, changed).
+void Wake(std::atomic<uint32_t>& word);
+
+// Writes a status and algorithm name into `result`, truncating the message to fit.
+void WriteResult(OpResult& result, const absl::Status& status, const std::string& algorithm);
+// Reads them back; `algorithm` is set only on success. Bounds every length.
+absl::Status ReadResult(const OpResult& result, std::string* algorithm);
+
+}  // namespace baton::channel

@@ -1,0 +1,122 @@
+#include "daemon/channel_server.h"
+
+#include <new>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace baton::daemon {
+namespace {
+
+// A raw value is a member of its enumeration exactly when it has a name.
+template <typename Enum, typename NameFn, typename ParseFn>
+std::optional<Enum> FromRaw(uint32_t raw, NameFn name, ParseFn parse) {
+  return parse(name(static_cast<Enum>(raw)));
+}
+
+// The daemon's default deadline when the client gives none, as for the gRPC path.
+constexpr absl::Duration kDefaultTimeout = absl::Minutes(10);
+
+}  // namespace
+
+absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor& op) {
+  CollectiveCall call;
+  std::optional<collective::Collective> kind = FromRaw<collective::Collective>(
+      op.kind, collective::CollectiveName, collective::ParseCollective);
+  if (!kind) return absl::InvalidArgumentError(absl::StrCat("unknown collective ", op.kind));
+  call.kind = *kind;
+  std::optional<collective::DataType> type = FromRaw<collective::DataType>(
+      op.data_type, collective::DataTypeName, collective::ParseDataType);
+  if (!type) return absl::InvalidArgumentError(absl::StrCat("unknown data type ", op.data_type));
+  call.data_type = *type;
+  std::optional<collective::ReduceOp> reduce = FromRaw<collective::ReduceOp>(
+      op.reduce_op, collective::ReduceOpName, collective::ParseReduceOp);
+  if (!reduce) return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", op.reduce_op));
+  call.reduce_op = *reduce;
+  if (op.algorithm != 0) {
+    call.algorithm = FromRaw<collective::Algorithm>(op.algorithm - 1, collective::AlgorithmName,
+                                                    collective::ParseAlgorithm);
+    if (!call.algorithm) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown algorithm ", op.algorithm - 1));
+    }
+  }
+  call.root = op.root;
+  call.count = op.count;
+  call.send_buffer = op.send_buffer;
+  call.send_offset = op.send_offset;
+  call.recv_buffer = op.recv_buffer;
+  call.recv_offset = op.recv_offset;
+  call.deadline =
+      absl::Now() + (op.timeout_ms > 0 ? absl::Milliseconds(op.timeout_ms) : kDefaultTimeout);
+  return call;
+}
+
+absl::StatusOr<std::unique_ptr<ChannelServer>> ChannelServer::Open(const std::string& shm_name,
+                                                                   uint64_t session_id,
+                                                                   uint64_t comm_tag, int rank,
+                                                                   Runner run,
+                                                                   absl::Duration spin) {
+  absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
+      SharedMemory::Open(shm_name, channel::kChannelBytes);
+  if (!memory.ok()) return memory.status();
+  const auto* page = static_cast<const channel::Layout*>((*memory)->data());
+  if (page->magic != channel::kMagic || page->version != channel::kVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", shm_name, "' is not a version ", channel::kVersion, " submission channel (magic ",
+        absl::Hex(page->magic), ", version ", page->version, ")"));
+  }
+  return std::unique_ptr<ChannelServer>(
+      new ChannelServer(std::move(*memory), session_id, comm_tag, rank, std::move(run), spin));
+}
+
+ChannelServer::ChannelServer(std::unique_ptr<SharedMemory> memory, uint64_t session_id,
+                             uint64_t comm_tag, int rank, Runner run, absl::Duration spin)
+    : memory_(std::move(memory)),
+      page_(std::launder(static_cast<channel::Layout*>(memory_->data()))),
+      session_id_(session_id),
+      comm_tag_(comm_tag),
+      rank_(rank),
+      run_(std::move(run)),
+      spin_(spin) {
+  // Read before the client learns that the channel is served: its first submission may come
+  // before the thread runs.
+  const uint32_t seen = page_->submitted.load(std::memory_order_acquire);
+  thread_ = std::thread([this, seen] { Serve(seen); });
+}
+
+ChannelServer::~ChannelServer() {
+  stopping_.store(true);
+  channel::Wake(page_->submitted);
+  thread_.join();
+}
+
+void ChannelServer::Serve(uint32_t seen) {
+  auto keep_waiting = [this] {
+    return stopping_.load() ? absl::CancelledError("channel closed") : absl::OkStatus();
+  };
+  while (true) {
+    absl::Status waited = channel::WaitForChange(page_->submitted, seen, page_->daemon_sleeping,
+                                                 spin_, absl::InfiniteFuture(), keep_waiting);
+    if (!waited.ok() || stopping_.load()) break;
+    seen = page_->submitted.load(std::memory_order_acquire);
+    const channel::OpDescriptor op = page_->op;  // one copy: the client may scribble on the page
+    absl::StatusOr<CollectiveCall> call = Decode(op);
+    absl::StatusOr<std::string> algorithm;
+    if (call.ok()) {
+      call->session_id = session_id_;
+      call->comm_tag = comm_tag_;
+      call->rank = rank_;
+      algorithm = run_(*call);
+    } else {
+      algorithm = call.status();
+    }
+    channel::WriteResult(page_->result, algorithm.status(), algorithm.ok() ? *algorithm : "");
+    channel::Publish(page_->completed, seen, page_->client_sleeping);
+  }
+  // Whatever the client submits from now on fails at once instead of waiting for its deadline.
+  page_->closed.store(1, std::memory_order_seq_cst);
+  channel::Wake(page_->completed);
+  spdlog::debug("submission channel of rank {} in communicator {:x} closed", rank_, comm_tag_);
+}
+
+}  // namespace baton::daemon
