@@ -214,6 +214,9 @@ int Bench(int argc, char** argv, bool worker) {
                     "auto,ring,tree compares them in one run");
   options.AddBool("explain", &bench.explain,
                   "add the tuner's predicted time of each algorithm and its choice per size");
+  options.AddBool("median", &bench.median,
+                  "report each rank's median iteration time instead of the mean (comparisons "
+                  "always use medians)");
   options.AddInt("ranks_per_daemon", &bench.ranks_per_daemon, "ranks launched per daemon");
   options.AddString("cluster", &cluster, "local cluster directory whose daemons to use");
   options.AddString("sockets", &sockets, "comma-separated daemon sockets (instead of --cluster)");
@@ -230,7 +233,8 @@ int Bench(int argc, char** argv, bool worker) {
   const int code = ParseOrHelp(
       options,
       "Usage: baton bench [-o all_reduce] [-d float32] [--redop sum] [-r 0] [-b 8] [-e 64M]\n"
-      "                   [-f 2] [-n 20] [-w 5] [-c 1] [--ranks-per-daemon 2] [--explain]\n"
+      "                   [-f 2] [-n 20] [-w 5] [-c 1] [--ranks-per-daemon 2] [--explain] "
+      "[--median]\n"
       "                   [--cluster DIR | --sockets A,B,...]\n\n"
       "Runs one collective over every daemon of a running cluster, launching --ranks-per-daemon\n"
       "rank processes on each, and prints per size the time, algbw = size / time and busbw =\n"

@@ -208,7 +208,7 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
     }
     for (size_t a = 0; a < calls.size(); ++a) {
       double seconds = 0;
-      if (comparing) {
+      if (comparing || options.median) {
         std::vector<double> sorted = times[a];
         std::sort(sorted.begin(), sorted.end());
         seconds = sorted[sorted.size() / 2];
@@ -376,10 +376,12 @@ absl::Status RunBench(const BenchOptions& options) {
               static_cast<long long>(options.ranks_per_daemon),
               static_cast<long long>(options.root));
   std::printf(
-      "# sizes %lld..%lld bytes, factor %lld, %lld iterations after %lld warm-up, check %s\n",
+      "# sizes %lld..%lld bytes, factor %lld, %lld iterations after %lld warm-up, check %s, "
+      "time: the slowest rank's %s\n",
       static_cast<long long>(options.min_bytes), static_cast<long long>(options.max_bytes),
       static_cast<long long>(options.step_factor), static_cast<long long>(options.iters),
-      static_cast<long long>(options.warmup_iters), options.check ? "on" : "off");
+      static_cast<long long>(options.warmup_iters), options.check ? "on" : "off",
+      options.median || comparing ? "median" : "mean");
   std::fflush(stdout);
 
   // Launch one worker per rank with its output on a pipe.
@@ -413,7 +415,8 @@ absl::Status RunBench(const BenchOptions& options) {
                                      "--redop=" + options.reduce_op,
                                      absl::StrCat("--root=", options.root),
                                      "--algorithm=" + options.algorithm,
-                                     absl::StrCat("--explain=", options.explain ? 1 : 0)};
+                                     absl::StrCat("--explain=", options.explain ? 1 : 0),
+                                     absl::StrCat("--median=", options.median ? 1 : 0)};
     const pid_t pid = fork();
     if (pid < 0) return absl::InternalError("fork failed");
     if (pid == 0) {

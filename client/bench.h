@@ -31,7 +31,8 @@ struct BenchOptions {
   // meet the same conditions, and the table shows each one's median time and the first one's
   // ratio to the best of the others.
   std::string algorithm;
-  bool explain = false;              // add the tuner's predicted cost of each algorithm per size
+  bool explain = false;  // add the tuner's predicted cost of each algorithm per size
+  bool median = false;   // single-algorithm table: each rank's median iteration, not the mean
   std::vector<std::string> sockets;  // one per daemon
   int64_t timeout_ms = 120000;       // per operation
 };
@@ -42,7 +43,7 @@ absl::Status RunBench(const BenchOptions& options);
 
 // The worker: one rank. Prints "RESULT <bytes> <count> <seconds> <wrong> <algorithm that ran>
 // <requested>" lines, one per size and requested algorithm (seconds: the mean of the iterations,
-// or their median when comparing algorithms); with `explain`, rank 0 first prints
+// or their median when comparing algorithms or with `median`); with `explain`, rank 0 first prints
 // "EXPLAIN <bytes> <the tuner's candidates and choice>".
 // Inputs are small integers chosen so that every result is exact in every data type.
 absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket,

@@ -1,5 +1,7 @@
 #include "collective/ring_all_gather.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
 #include "collective/ring_steps.h"
@@ -25,13 +27,15 @@ absl::Status RingAllGather(const OpContext& ctx, const Ring& ring, void* data, s
   const int n = ring.size;
   const int r = ring.rank;
   const int steps = n - 1;
-  internal::RingSteps ring_steps(ctx, ring, data, type, ReduceOp::kSum);
+  std::vector<internal::RingStep> schedule;
   for (int s = 0; s < steps; ++s) {
-    BATON_RETURN_IF_ERROR(ring_steps.Step(
-        s, SegmentOf(count, n, r - s), SegmentOf(count, n, r - s - 1), /*reduce=*/false, [&] {
-          return absl::StrCat("ring all-gather rank ", r, "/", n, ", step ", s + 1, "/", steps);
-        }));
+    schedule.push_back(
+        {SegmentOf(count, n, r - s), SegmentOf(count, n, r - s - 1), /*reduce=*/false});
   }
+  internal::RingSteps ring_steps(ctx, ring, data, type, ReduceOp::kSum);
+  BATON_RETURN_IF_ERROR(ring_steps.Run(schedule, [&](size_t i) {
+    return absl::StrCat("ring all-gather rank ", r, "/", n, ", step ", i + 1, "/", steps);
+  }));
   return absl::OkStatus();
 }
 

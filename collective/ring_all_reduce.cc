@@ -1,6 +1,7 @@
 #include "collective/ring_all_reduce.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
@@ -31,21 +32,23 @@ absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, void* data, s
   const int n = ring.size;
   const int r = ring.rank;
   const int steps = n - 1;
+  // Reduce-scatter, then all-gather: step s sends segment r - s, which step s - 1 received.
+  std::vector<internal::RingStep> schedule;
+  for (int s = 0; s < steps; ++s) {
+    schedule.push_back(
+        {SegmentOf(count, n, r - s), SegmentOf(count, n, r - s - 1), /*reduce=*/true});
+  }
+  for (int s = 0; s < steps; ++s) {
+    schedule.push_back(
+        {SegmentOf(count, n, r + 1 - s), SegmentOf(count, n, r - s), /*reduce=*/false});
+  }
   internal::RingSteps ring_steps(ctx, ring, data, type, op);
-  auto where = [&](absl::string_view phase, int s) {
-    return absl::StrCat("ring all-reduce rank ", r, "/", n, ", ", phase, " step ", s + 1, "/",
-                        steps);
-  };
-  for (int s = 0; s < steps; ++s) {
-    BATON_RETURN_IF_ERROR(ring_steps.Step(s, SegmentOf(count, n, r - s),
-                                          SegmentOf(count, n, r - s - 1), /*reduce=*/true,
-                                          [&] { return where("reduce-scatter", s); }));
-  }
-  for (int s = 0; s < steps; ++s) {
-    BATON_RETURN_IF_ERROR(ring_steps.Step(steps + s, SegmentOf(count, n, r + 1 - s),
-                                          SegmentOf(count, n, r - s), /*reduce=*/false,
-                                          [&] { return where("all-gather", s); }));
-  }
+  BATON_RETURN_IF_ERROR(ring_steps.Run(schedule, [&](size_t i) {
+    const int s = static_cast<int>(i) % steps;
+    return absl::StrCat("ring all-reduce rank ", r, "/", n, ", ",
+                        static_cast<int>(i) < steps ? "reduce-scatter" : "all-gather", " step ",
+                        s + 1, "/", steps);
+  }));
   return absl::OkStatus();
 }
 

@@ -1,5 +1,7 @@
 #include "collective/ring_reduce_scatter.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
 #include "collective/ring_steps.h"
@@ -28,13 +30,15 @@ absl::Status RingReduceScatter(const OpContext& ctx, const Ring& ring, void* dat
   const int n = ring.size;
   const int r = ring.rank;
   const int steps = n - 1;
-  internal::RingSteps ring_steps(ctx, ring, data, type, op);
+  std::vector<internal::RingStep> schedule;
   for (int s = 0; s < steps; ++s) {
-    BATON_RETURN_IF_ERROR(ring_steps.Step(
-        s, SegmentOf(count, n, r - 1 - s), SegmentOf(count, n, r - 2 - s), /*reduce=*/true, [&] {
-          return absl::StrCat("ring reduce-scatter rank ", r, "/", n, ", step ", s + 1, "/", steps);
-        }));
+    schedule.push_back(
+        {SegmentOf(count, n, r - 1 - s), SegmentOf(count, n, r - 2 - s), /*reduce=*/true});
   }
+  internal::RingSteps ring_steps(ctx, ring, data, type, op);
+  BATON_RETURN_IF_ERROR(ring_steps.Run(schedule, [&](size_t i) {
+    return absl::StrCat("ring reduce-scatter rank ", r, "/", n, ", step ", i + 1, "/", steps);
+  }));
   return absl::OkStatus();
 }
 

@@ -1,18 +1,23 @@
 #include "collective/ring_steps.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "collective/op_checks.h"
 #include "collective/reduce.h"
 #include "common/status_macros.h"
 
-// The sends run one chunk ahead of the receives (send k+1, then receive and reduce k), so while
-// we wait for and reduce chunk k the transport is already carrying chunk k+1. That never
-// deadlocks: every participant sends before it receives, and the transport accepts messages
-// nobody has asked for yet. It also bounds what a receiver holds unasked to about two chunks per
-// peer.
+// Why this order never deadlocks: every participant issues sends before its first receive, a
+// send of step i+1 needs only a receive of step i, and the transport accepts messages nobody has
+// asked for yet. Keeping sends at most two chunks ahead of receives bounds what a receiver holds
+// unasked to a few chunks per peer.
 
 namespace baton::collective::internal {
+namespace {
+
+constexpr size_t kSendsAhead = 2;
+
+}  // namespace
 
 RingSteps::RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataType type, ReduceOp op)
     : ctx_(ctx),
@@ -23,45 +28,77 @@ RingSteps::RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataTyp
       element_size_(DataTypeSize(type)),
       chunk_elements_(ChunkElements(ctx.chunk_bytes, type)) {}
 
-absl::Status RingSteps::Step(uint32_t step, const ElementRange& send, const ElementRange& recv,
-                             bool reduce, absl::FunctionRef<std::string()> where) {
-  const size_t send_chunks = ChunkCount(send.length, chunk_elements_);
-  const size_t recv_chunks = ChunkCount(recv.length, chunk_elements_);
-  if (reduce && recv_chunks > 0) {
-    // Sized once for the largest chunk a step receives; the first reducing step has it.
-    const size_t needed = std::min(chunk_elements_, recv.length);
-    if (needed > scratch_elements_) {
-      scratch_ = std::make_unique_for_overwrite<std::byte[]>(needed * element_size_);
-      scratch_elements_ = needed;
-    }
+absl::Status RingSteps::Run(std::span<const RingStep> steps,
+                            absl::FunctionRef<std::string(size_t)> where) {
+  // Scratch is sized once, for the largest chunk a reducing step receives.
+  size_t needed = 0;
+  for (const RingStep& step : steps) {
+    if (step.reduce) needed = std::max(needed, std::min(chunk_elements_, step.recv.length));
   }
-  auto tag = [&](size_t part) {
-    return transport::Tag{ctx_.comm, ctx_.seq, step, static_cast<uint32_t>(part)};
+  if (needed > scratch_elements_) {
+    scratch_ = std::make_unique_for_overwrite<std::byte[]>(needed * element_size_);
+    scratch_elements_ = needed;
+  }
+
+  struct Send {
+    size_t step;
+    size_t part;
   };
-  size_t sent = 0;
-  auto send_next = [&]() -> absl::Status {
-    if (sent == send_chunks) return absl::OkStatus();
+  std::deque<Send> ready;  // in step order: steps are queued as their data becomes final
+  auto queue_all = [&](size_t i) {
+    const size_t chunks = ChunkCount(steps[i].send.length, chunk_elements_);
+    for (size_t k = 0; k < chunks; ++k) ready.push_back({i, k});
+  };
+  auto chained = [&](size_t i) { return i > 0 && steps[i].send == steps[i - 1].recv; };
+  size_t issued = 0;
+  size_t received = 0;
+  auto issue = [&]() -> absl::Status {
+    const Send next = ready.front();
+    ready.pop_front();
+    ++issued;
     const transport::ByteSpan bytes =
-        BytesOf(data_, element_size_, ChunkOf(send, chunk_elements_, sent));
-    const absl::Status status = ctx_.endpoint->Send(ring_.next, tag(sent), bytes, ctx_.deadline);
-    ++sent;
-    if (!status.ok()) return AnnotateTransportError(status, where(), "sending to", ring_.next);
+        BytesOf(data_, element_size_, ChunkOf(steps[next.step].send, chunk_elements_, next.part));
+    const transport::Tag tag{ctx_.comm, ctx_.seq, static_cast<uint32_t>(next.step),
+                             static_cast<uint32_t>(next.part)};
+    const absl::Status status = ctx_.endpoint->Send(ring_.next, tag, bytes, ctx_.deadline);
+    if (!status.ok()) {
+      return AnnotateTransportError(status, where(next.step), "sending to", ring_.next);
+    }
     return absl::OkStatus();
   };
-  BATON_RETURN_IF_ERROR(send_next());
-  for (size_t part = 0; part < recv_chunks; ++part) {
-    BATON_RETURN_IF_ERROR(send_next());
-    const ElementRange chunk = ChunkOf(recv, chunk_elements_, part);
-    const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
-    const transport::ByteSpan into = reduce ? transport::ByteSpan(scratch_.get(), own.size()) : own;
-    const absl::Status status = ctx_.endpoint->Recv(ring_.prev, tag(part), into, ctx_.deadline);
-    if (!status.ok()) return AnnotateTransportError(status, where(), "receiving from", ring_.prev);
-    if (reduce) {
-      PhaseTimer timer(ReduceSlot(ctx_));
-      ReduceInto(type_, op_, own.data(), into.data(), chunk.length);
+
+  if (!steps.empty()) queue_all(0);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const RingStep& step = steps[i];
+    const bool next_chained = i + 1 < steps.size() && chained(i + 1);
+    const size_t chunks = ChunkCount(step.recv.length, chunk_elements_);
+    for (size_t part = 0; part < chunks; ++part) {
+      // A receive stored straight into the buffer must not overwrite data still waiting to go
+      // out from an earlier step.
+      while (!step.reduce && !ready.empty() && ready.front().step < i) {
+        BATON_RETURN_IF_ERROR(issue());
+      }
+      while (!ready.empty() && issued < received + kSendsAhead) BATON_RETURN_IF_ERROR(issue());
+      const ElementRange chunk = ChunkOf(step.recv, chunk_elements_, part);
+      const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
+      const transport::ByteSpan into =
+          step.reduce ? transport::ByteSpan(scratch_.get(), own.size()) : own;
+      const transport::Tag tag{ctx_.comm, ctx_.seq, static_cast<uint32_t>(i),
+                               static_cast<uint32_t>(part)};
+      const absl::Status status = ctx_.endpoint->Recv(ring_.prev, tag, into, ctx_.deadline);
+      if (!status.ok())
+        return AnnotateTransportError(status, where(i), "receiving from", ring_.prev);
+      if (step.reduce) {
+        PhaseTimer timer(ReduceSlot(ctx_));
+        ReduceInto(type_, op_, own.data(), into.data(), chunk.length);
+      }
+      ++received;
+      // Chained: the next step sends exactly this chunk, which is final now.
+      if (next_chained) ready.push_back({i + 1, part});
     }
+    if (i + 1 < steps.size() && !next_chained) queue_all(i + 1);
   }
-  while (sent < send_chunks) BATON_RETURN_IF_ERROR(send_next());
+  while (!ready.empty()) BATON_RETURN_IF_ERROR(issue());
   return absl::OkStatus();
 }
 

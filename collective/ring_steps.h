@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -18,19 +19,29 @@
 
 namespace baton::collective::internal {
 
+// One step of a ring schedule.
+struct RingStep {
+  ElementRange send;    // sent to ring.next
+  ElementRange recv;    // received from ring.prev
+  bool reduce = false;  // fold what arrives into the buffer (op(own, received)); else store it
+};
+
 class RingSteps {
  public:
   // `data` holds the operation's elements of `type` (a known type); `op` is used by reducing
   // steps only. ctx, ring and data must outlive this object.
   RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataType type, ReduceOp op);
 
-  // Sends `send` to ring.next and receives `recv` from ring.prev, each cut into chunks of
-  // ChunkElements(ctx.chunk_bytes, type) tagged {ctx.comm, ctx.seq, step, chunk index}. What
-  // arrives is folded into the buffer's copy of `recv` (op(own, received)) when `reduce`, and
-  // otherwise stored there. A transport error comes back annotated with where() and the peer:
-  // "<where()>: receiving from <ring.prev>: <error>".
-  absl::Status Step(uint32_t step, const ElementRange& send, const ElementRange& recv, bool reduce,
-                    absl::FunctionRef<std::string()> where);
+  // Runs `steps` in order. Step i sends its `send` range to ring.next and receives its `recv`
+  // range from ring.prev, each cut into chunks of ChunkElements(ctx.chunk_bytes, type) tagged
+  // {ctx.comm, ctx.seq, i, chunk index}.
+  //
+  // The schedule is pipelined across steps: when step i+1 sends exactly what step i received
+  // (the ring's chain), its chunk k goes out as soon as step i's chunk k has arrived, rather than
+  // after all of step i; otherwise step i+1's sends wait for all of step i's receives. Sends stay
+  // two chunks ahead of receives, so the link never idles at a step boundary. A transport error
+  // comes back annotated with where(i) and the peer: "<where(i)>: receiving from <ring.prev>: ...".
+  absl::Status Run(std::span<const RingStep> steps, absl::FunctionRef<std::string(size_t)> where);
 
  private:
   const OpContext& ctx_;

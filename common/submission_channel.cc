@@ -9,6 +9,8 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/spin.h"
+
 namespace baton::channel {
 namespace {
 
@@ -22,14 +24,6 @@ void FutexWait(const std::atomic<uint32_t>& word, uint32_t expected, absl::Durat
 void FutexWake(std::atomic<uint32_t>& word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
           0);
-}
-
-inline void CpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
 }
 
 constexpr absl::Duration kSlice = absl::Milliseconds(50);
