@@ -3,7 +3,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/spin.h"
 #include "transport/frame.h"
 
 namespace baton::transport {
@@ -59,7 +58,6 @@ absl::Status ReceiveMatcher::Recv(const std::string& peer, const Tag& tag, ByteS
       recv.data = data;
       recv.deadline = deadline;
       pending_.emplace(key, &recv);
-      SpinForCompletionLocked(recv, deadline);
       if (!mu_.AwaitWithDeadline(absl::Condition(&recv.done), deadline) && !recv.claimed) {
         pending_.erase(key);
         return RecvDeadlineExceeded(peer, tag);
@@ -238,20 +236,6 @@ absl::flat_hash_map<std::string, LinkStats> ReceiveMatcher::RecvLinkStats() cons
 void ReceiveMatcher::CompleteLocked(PendingRecv* recv, absl::Status result) {
   recv->result = std::move(result);
   recv->done = true;  // from here on the receiving thread may return and free `recv`
-  recv->completed.store(true, std::memory_order_release);
-}
-
-void ReceiveMatcher::SpinForCompletionLocked(PendingRecv& recv, absl::Time deadline) {
-  // Small messages usually arrive within microseconds of being posted for; sleeping on the mutex
-  // and being woken would cost more than the wait itself.
-  if (spin_ <= absl::ZeroDuration()) return;
-  mu_.Unlock();
-  const absl::Time until = std::min(deadline, absl::Now() + spin_);
-  for (uint32_t turn = 1; !recv.completed.load(std::memory_order_acquire); ++turn) {
-    CpuRelax();
-    if (turn % 64 == 0 && absl::Now() >= until) break;
-  }
-  mu_.Lock();
 }
 
 absl::Status ReceiveMatcher::BlockingErrorLocked(uint64_t comm) const {

@@ -72,8 +72,7 @@ class ReceiveMatcher {
     ByteSpan buffer_;
   };
 
-  // A receive spins for up to `spin` before it sleeps (zero: it sleeps at once).
-  explicit ReceiveMatcher(absl::Duration spin = absl::ZeroDuration()) : spin_(spin) {}
+  ReceiveMatcher() = default;
   ReceiveMatcher(const ReceiveMatcher&) = delete;
   ReceiveMatcher& operator=(const ReceiveMatcher&) = delete;
   // No Recv may be running and no Delivery outstanding.
@@ -124,7 +123,6 @@ class ReceiveMatcher {
     bool done = false;
     absl::Status result;
     std::atomic<bool> cancelled{false};
-    std::atomic<bool> completed{false};  // `done`, readable without mu_ (for spinning)
   };
   struct Key {
     std::string peer;
@@ -141,14 +139,10 @@ class ReceiveMatcher {
   };
 
   void CompleteLocked(PendingRecv* recv, absl::Status result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases mu_ and spins until `recv` completes, for at most spin_ (or until `deadline`).
-  void SpinForCompletionLocked(PendingRecv& recv, absl::Time deadline)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The error that prevents receiving on `comm` now (shut down or aborted), or OK.
   absl::Status BlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CountLocked(const std::string& peer, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const absl::Duration spin_;
   mutable absl::Mutex mu_;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
