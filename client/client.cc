@@ -166,8 +166,9 @@ class ChannelClient {
     channel::Publish(page_->submitted, submitted_, page_->daemon_sleeping);
     // The daemon enforces the timeout; this deadline only guards against a daemon that stopped
     // answering altogether.
+    const absl::Time start = absl::Now();
     absl::Status waited = channel::WaitForChange(
-        page_->completed, previous, page_->client_sleeping, channel::kDefaultSpin,
+        page_->completed, previous, page_->client_sleeping, spin_.next(),
         absl::Now() + timeout + absl::Seconds(10), [&]() -> absl::Status {
           if (page_->closed.load() != 0) {
             return absl::UnavailableError(
@@ -177,6 +178,7 @@ class ChannelClient {
           if (session.lost()) return absl::UnavailableError("lost the connection to batond");
           return absl::OkStatus();
         });
+    spin_.Record(absl::Now() - start);
     if (!waited.ok()) {
       broken_ = absl::IsDeadlineExceeded(waited)
                     ? absl::DeadlineExceededError("batond did not answer before the deadline")
@@ -196,6 +198,7 @@ class ChannelClient {
   const std::unique_ptr<SharedMemory> memory_;
   channel::Layout* const page_;
   uint32_t submitted_ = 0;
+  channel::AdaptiveSpin spin_{channel::kDefaultSpin};
   absl::Status broken_;
 };
 

@@ -80,6 +80,11 @@ transport::ByteSpan BytesOf(void* data, size_t element_size, const ElementRange&
   return {static_cast<std::byte*>(data) + range.begin * element_size, range.length * element_size};
 }
 
+transport::ConstByteSpan BytesOf(const void* data, size_t element_size, const ElementRange& range) {
+  return {static_cast<const std::byte*>(data) + range.begin * element_size,
+          range.length * element_size};
+}
+
 absl::Status AnnotateTransportError(const absl::Status& status, absl::string_view where,
                                     absl::string_view what, const std::string& peer) {
   return Annotate(status, absl::StrCat(where, ": ", what, " ", peer));

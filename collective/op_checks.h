@@ -39,6 +39,7 @@ absl::Status CheckChunkCount(absl::string_view what, const OpContext& ctx, DataT
 
 // The bytes of `range` in a buffer of elements of `element_size` bytes starting at `data`.
 transport::ByteSpan BytesOf(void* data, size_t element_size, const ElementRange& range);
+transport::ConstByteSpan BytesOf(const void* data, size_t element_size, const ElementRange& range);
 
 // A transport error annotated with where it happened: "<where>: <what> <peer>: <message>".
 absl::Status AnnotateTransportError(const absl::Status& status, absl::string_view where,

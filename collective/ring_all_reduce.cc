@@ -1,5 +1,6 @@
 #include "collective/ring_all_reduce.h"
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -19,30 +20,43 @@ namespace baton::collective {
 
 absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, void* data, size_t count,
                            DataType type, ReduceOp op) {
+  return RingAllReduce(ctx, ring, data, data, count, type, op);
+}
+
+absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, const void* send, void* recv,
+                           size_t count, DataType type, ReduceOp op) {
   constexpr absl::string_view kWhat = "ring all-reduce";
   BATON_RETURN_IF_ERROR(internal::CheckRank(kWhat, ring.rank, ring.size));
   BATON_RETURN_IF_ERROR(internal::CheckElements(kWhat, type, count));
   BATON_RETURN_IF_ERROR(internal::CheckReduceOp(kWhat, op));
-  if (ring.size == 1 || count == 0) return absl::OkStatus();
+  if (count == 0) return absl::OkStatus();
+  if (send == nullptr || recv == nullptr) {
+    return absl::InvalidArgumentError("ring all-reduce: needs a buffer");
+  }
+  if (ring.size == 1) {
+    if (send != recv) std::memcpy(recv, send, count * DataTypeSize(type));
+    return absl::OkStatus();
+  }
   BATON_RETURN_IF_ERROR(internal::CheckRingLinks(kWhat, ctx, ring));
-  if (data == nullptr) return absl::InvalidArgumentError("ring all-reduce: needs a buffer");
   BATON_RETURN_IF_ERROR(
       internal::CheckChunkCount(kWhat, ctx, type, SegmentOf(count, ring.size, 0).length));
 
   const int n = ring.size;
   const int r = ring.rank;
   const int steps = n - 1;
-  // Reduce-scatter, then all-gather: step s sends segment r - s, which step s - 1 received.
+  // Reduce-scatter, then all-gather: step s sends segment r - s, which step s - 1 received. Out
+  // of place, the first step sends this rank's own input, and each reducing step combines its
+  // own input with what arrives; every segment of recv is written by a later step.
   std::vector<internal::RingStep> schedule;
   for (int s = 0; s < steps; ++s) {
-    schedule.push_back(
-        {SegmentOf(count, n, r - s), SegmentOf(count, n, r - s - 1), /*reduce=*/true});
+    schedule.push_back({SegmentOf(count, n, r - s), SegmentOf(count, n, r - s - 1),
+                        /*reduce=*/true, /*send_from_input=*/s == 0, /*own_from_input=*/true});
   }
   for (int s = 0; s < steps; ++s) {
     schedule.push_back(
         {SegmentOf(count, n, r + 1 - s), SegmentOf(count, n, r - s), /*reduce=*/false});
   }
-  internal::RingSteps ring_steps(ctx, ring, data, type, op);
+  internal::RingSteps ring_steps(ctx, ring, recv, type, op, send);
   BATON_RETURN_IF_ERROR(ring_steps.Run(schedule, [&](size_t i) {
     const int s = static_cast<int>(i) % steps;
     return absl::StrCat("ring all-reduce rank ", r, "/", n, ", ",

@@ -32,4 +32,10 @@ namespace baton::collective {
 absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, void* data, size_t count,
                            DataType type, ReduceOp op);
 
+// The same out of place: reads `send` and writes the result to `recv` (both `count` elements;
+// send may equal recv, else they must not overlap). Reads each input element once, instead of
+// copying send to recv first. Same traffic, tags and errors as the in-place form.
+absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, const void* send, void* recv,
+                           size_t count, DataType type, ReduceOp op);
+
 }  // namespace baton::collective

@@ -1,6 +1,7 @@
 #include "collective/ring_steps.h"
 
 #include <algorithm>
+#include <array>
 #include <deque>
 
 #include "collective/op_checks.h"
@@ -19,10 +20,12 @@ constexpr size_t kSendsAhead = 2;
 
 }  // namespace
 
-RingSteps::RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataType type, ReduceOp op)
+RingSteps::RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataType type, ReduceOp op,
+                     const void* input)
     : ctx_(ctx),
       ring_(ring),
       data_(data),
+      input_(input == nullptr ? data : input),
       type_(type),
       op_(op),
       element_size_(DataTypeSize(type)),
@@ -56,8 +59,10 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     const Send next = ready.front();
     ready.pop_front();
     ++issued;
-    const transport::ByteSpan bytes =
-        BytesOf(data_, element_size_, ChunkOf(steps[next.step].send, chunk_elements_, next.part));
+    const RingStep& step = steps[next.step];
+    const transport::ConstByteSpan bytes =
+        BytesOf(step.send_from_input ? input_ : data_, element_size_,
+                ChunkOf(step.send, chunk_elements_, next.part));
     const transport::Tag tag{ctx_.comm, ctx_.seq, static_cast<uint32_t>(next.step),
                              static_cast<uint32_t>(next.part)};
     const absl::Status status = ctx_.endpoint->Send(ring_.next, tag, bytes, ctx_.deadline);
@@ -90,7 +95,13 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
         return AnnotateTransportError(status, where(i), "receiving from", ring_.prev);
       if (step.reduce) {
         PhaseTimer timer(ReduceSlot(ctx_));
-        ReduceInto(type_, op_, own.data(), into.data(), chunk.length);
+        if (step.own_from_input && input_ != data_) {
+          const std::array<const void*, 2> sources = {BytesOf(input_, element_size_, chunk).data(),
+                                                      into.data()};
+          ReduceMany(type_, op_, own.data(), sources, chunk.length);
+        } else {
+          ReduceInto(type_, op_, own.data(), into.data(), chunk.length);
+        }
       }
       ++received;
       // Chained: the next step sends exactly this chunk, which is final now.

@@ -24,13 +24,20 @@ struct RingStep {
   ElementRange send;    // sent to ring.next
   ElementRange recv;    // received from ring.prev
   bool reduce = false;  // fold what arrives into the buffer (op(own, received)); else store it
+  // With an input buffer (an out-of-place operation), these read it instead of the buffer: the
+  // data sent, and the own operand of a reducing step (whose result still goes to the buffer).
+  // They let a schedule read each input element once instead of copying the input first.
+  bool send_from_input = false;
+  bool own_from_input = false;
 };
 
 class RingSteps {
  public:
   // `data` holds the operation's elements of `type` (a known type); `op` is used by reducing
-  // steps only. ctx, ring and data must outlive this object.
-  RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataType type, ReduceOp op);
+  // steps only. `input` (may be null, or equal to `data`) is what steps marked *_from_input read
+  // instead of `data`. ctx, ring, data and input must outlive this object.
+  RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataType type, ReduceOp op,
+            const void* input = nullptr);
 
   // Runs `steps` in order. Step i sends its `send` range to ring.next and receives its `recv`
   // range from ring.prev, each cut into chunks of ChunkElements(ctx.chunk_bytes, type) tagged
@@ -47,6 +54,7 @@ class RingSteps {
   const OpContext& ctx_;
   const Ring& ring_;
   void* const data_;
+  const void* const input_;
   const DataType type_;
   const ReduceOp op_;
   const size_t element_size_;

@@ -94,10 +94,13 @@ void ChannelServer::Serve(uint32_t seen) {
   auto keep_waiting = [this] {
     return stopping_.load() ? absl::CancelledError("channel closed") : absl::OkStatus();
   };
+  channel::AdaptiveSpin spin(spin_);
   while (true) {
+    const absl::Time idle_since = absl::Now();
     absl::Status waited = channel::WaitForChange(page_->submitted, seen, page_->daemon_sleeping,
-                                                 spin_, absl::InfiniteFuture(), keep_waiting);
+                                                 spin.next(), absl::InfiniteFuture(), keep_waiting);
     if (!waited.ok() || stopping_.load()) break;
+    spin.Record(absl::Now() - idle_since);
     seen = page_->submitted.load(std::memory_order_acquire);
     const channel::OpDescriptor op = page_->op;  // one copy: the client may scribble on the page
     absl::StatusOr<CollectiveCall> call = Decode(op);

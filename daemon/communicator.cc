@@ -328,14 +328,21 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
   switch (first.kind) {
     case Collective::kAllReduce: {
       // Reduce the local inputs into the first local rank's output, across daemons, then copy.
+      // With a single local rank the ring reads its input itself: no copy into the output first.
       std::byte* result = parts.front().recv;
+      const bool ring_reads_input = across && parts.size() == 1 && algorithm == Algorithm::kRing;
       std::vector<const void*> sources;
       for (const OpRequest& part : parts) sources.push_back(part.send);
-      if (bytes > 0) {
+      if (bytes > 0 && !ring_reads_input) {
         collective::PhaseTimer timer(&stats.reduce);
         collective::ReduceMany(first.type, first.op, result, sources, count);
       }
-      if (across) status = AllReduceAcross(ctx, algorithm, result, count, first.type, first.op);
+      if (ring_reads_input) {
+        status = collective::RingAllReduce(ctx, RingOfDaemons(), first.send, result, count,
+                                           first.type, first.op);
+      } else if (across) {
+        status = AllReduceAcross(ctx, algorithm, result, count, first.type, first.op);
+      }
       if (status.ok() && first.op == collective::ReduceOp::kAvg) {
         collective::PhaseTimer timer(&stats.reduce);
         collective::DivideInPlace(first.type, result, count, world);

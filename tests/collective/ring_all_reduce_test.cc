@@ -75,6 +75,24 @@ class Group {
     return statuses;
   }
 
+  // The same out of place: rank r reads inputs[r] and writes outputs[r].
+  std::vector<absl::Status> AllReduceOutOfPlace(const std::vector<std::vector<std::byte>>& inputs,
+                                                std::vector<std::vector<std::byte>>& outputs,
+                                                size_t count, DataType type, ReduceOp op,
+                                                OpContext ctx) {
+    std::vector<absl::Status> statuses(size());
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size(); ++r) {
+      threads.emplace_back([&, r, ctx]() mutable {
+        ctx.endpoint = endpoint(r);
+        statuses[r] = RingAllReduce(ctx, RingOf(r, size()), inputs[r].data(), outputs[r].data(),
+                                    count, type, op);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    return statuses;
+  }
+
  private:
   std::unique_ptr<InMemoryFabric> fabric_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
@@ -277,6 +295,33 @@ TEST_P(RingAllReduceSweep, MatchesSerialReference) {
     ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
     const int64_t diff = FirstDifference(buffers[r], expected, DataTypeSize(c.type));
     EXPECT_EQ(diff, -1) << "rank " << r << " differs from the reference at element " << diff;
+  }
+}
+
+TEST_P(RingAllReduceSweep, OutOfPlaceMatchesSerialReferenceAndLeavesInputsAlone) {
+  const RingCase& c = GetParam();
+  const size_t count = c.count();
+  std::vector<std::vector<std::byte>> inputs;
+  for (int r = 0; r < c.size; ++r) inputs.push_back(Input(c.type, c.op, c.size, r, count));
+  const std::vector<std::vector<std::byte>> original = inputs;
+  const std::vector<std::byte> expected = SerialReference(inputs, count, c.type, c.op);
+
+  Group group(c.size);
+  // Outputs start as garbage: every element must be written.
+  std::vector<std::vector<std::byte>> outputs(
+      c.size, std::vector<std::byte>(count * DataTypeSize(c.type), std::byte{0xA5}));
+  OpContext ctx;
+  ctx.comm = 0xC0FFEE;
+  ctx.seq = 2;
+  ctx.deadline = absl::Now() + absl::Seconds(60);
+  ctx.chunk_bytes = c.chunk_bytes();
+  const std::vector<absl::Status> statuses =
+      group.AllReduceOutOfPlace(inputs, outputs, count, c.type, c.op, ctx);
+  for (int r = 0; r < c.size; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+    const int64_t diff = FirstDifference(outputs[r], expected, DataTypeSize(c.type));
+    EXPECT_EQ(diff, -1) << "rank " << r << " differs from the reference at element " << diff;
+    EXPECT_EQ(inputs[r], original[r]) << "rank " << r << "'s input was written";
   }
 }
 
