@@ -41,12 +41,19 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
         if (index < 0) {
           return absl::InternalError("the communicator's plan does not include this daemon");
         }
+        if (plan.chunk_bytes != 0 &&
+            (plan.chunk_bytes < 4096 || plan.chunk_bytes > (int64_t{1} << 30))) {
+          return absl::InvalidArgumentError(absl::StrCat("the communicator's plan has chunk_bytes ",
+                                                         plan.chunk_bytes,
+                                                         " outside 4096 .. 1 GiB"));
+        }
         std::vector<Member> members;
         for (const PlanDaemon& daemon : plan.daemons) members.push_back(daemon.member);
         directory_.AddPlan(members);
         CommunicatorOptions options;
         options.op_timeout = config_.op_timeout;
-        options.chunk_bytes = static_cast<size_t>(config_.chunk_bytes);
+        options.chunk_bytes =
+            static_cast<size_t>(plan.chunk_bytes > 0 ? plan.chunk_bytes : config_.chunk_bytes);
         options.completed_total = &collectives_completed_;
         options.observer = observer_;
         return std::make_shared<Communicator>(
@@ -100,6 +107,7 @@ std::vector<LinkView> Node::Links() {
 }
 
 void Node::FinishPlan(Plan& plan) {
+  plan.chunk_bytes = config_.chunk_bytes;
   if (absl::Status ordered = Rendezvous::OrderByLocality(plan); !ordered.ok()) {
     spdlog::warn("communicator {:x}: keeping rank order: {}", plan.comm_tag, ordered.ToString());
   }

@@ -28,6 +28,9 @@ struct Plan {
   // The root's measurement of the links (collective/tuner.h); zero when it had none.
   double link_alpha_seconds = 0;
   double link_bytes_per_second = 0;
+  // The pipeline chunk every daemon cuts messages into: the root's chunk_bytes, so that daemons
+  // configured differently still agree on every message; zero: each daemon's own.
+  int64_t chunk_bytes = 0;
 
   // Index into `daemons` of the daemon whose data address is `data_address`, or -1.
   int IndexOf(const std::string& data_address) const {

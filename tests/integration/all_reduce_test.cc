@@ -183,5 +183,43 @@ TEST_F(AllReduceTest, InvalidArgumentsLeaveTheCommunicatorUsable) {
   });
 }
 
+TEST(ChunkAgreementTest, DaemonsConfiguredWithDifferentChunksUseTheRootsChunk) {
+  // Two separate one-daemon clusters, so each daemon has its own chunk_bytes; a communicator
+  // spans both. Were each to cut messages by its own chunk, receives would not match sends.
+  TestCluster small(1, {"--chunk-bytes=4096"});
+  TestCluster large(1, {"--chunk-bytes=1048576"});
+  ASSERT_TRUE(small.ok());
+  ASSERT_TRUE(large.ok());
+  for (const TestCluster* root : {&small, &large}) {
+    const std::string id = NewCommId(*root);
+    constexpr size_t kCount = 300000;  // 1.2 MB: many 4 KiB chunks, two 1 MiB ones
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] {
+        std::unique_ptr<Client> client =
+            MustConnect((rank == 0 ? small : large).daemons()[0].socket);
+        auto comm = client->Join(id, 2, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        std::vector<float> data(kCount);
+        for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(rank + (i & 255));
+        for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kTree}) {
+          std::vector<float> result = data;
+          CallOptions options(absl::Seconds(20));
+          options.algorithm = algorithm;
+          const absl::Status status = (*comm)->AllReduce(
+              result.data(), result.data(), kCount, DataType::kFloat32, ReduceOp::kSum, options);
+          ASSERT_TRUE(status.ok()) << status;
+          size_t wrong = 0;
+          for (size_t i = 0; i < kCount; ++i) {
+            wrong += result[i] != static_cast<float>(1 + 2 * (i & 255));
+          }
+          EXPECT_EQ(wrong, 0u) << "rank " << rank;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+}
+
 }  // namespace
 }  // namespace baton
