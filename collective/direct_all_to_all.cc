@@ -63,7 +63,7 @@ absl::Status DirectAllToAll(const OpContext& ctx, const Participants& participan
       return absl::StrCat("direct all-to-all rank ", r, "/", n, ", step ", s, "/", n - 1);
     };
     auto tag = [&](size_t part) {
-      return transport::Tag{ctx.comm, ctx.seq, static_cast<uint32_t>(s),
+      return transport::Tag{ctx.comm, ctx.seq, ctx.first_step + static_cast<uint32_t>(s),
                             static_cast<uint32_t>(part)};
     };
     auto chunk_of = [&](int block, size_t part) {

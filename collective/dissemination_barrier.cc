@@ -22,7 +22,7 @@ absl::Status DisseminationBarrier(const OpContext& ctx, const Participants& part
     const int distance = 1 << k;
     const std::string& to = participants.addresses[(r + distance) % n];
     const std::string& from = participants.addresses[(r - distance + n) % n];
-    const transport::Tag tag{ctx.comm, ctx.seq, static_cast<uint32_t>(k), 0};
+    const transport::Tag tag{ctx.comm, ctx.seq, ctx.first_step + static_cast<uint32_t>(k), 0};
     auto where = [&] {
       return absl::StrCat("barrier rank ", r, "/", n, ", round ", k + 1, "/", rounds);
     };

@@ -9,10 +9,10 @@
 // participants of one operation call the same function with the same arguments, apart from their
 // own rank and buffers, and the same ctx.comm and ctx.seq.
 //
-// Tags: an operation uses only tags {ctx.comm, ctx.seq, step, part} with the step and part
-// numbers its header lists, so operations with different (comm, seq) never see each other's
-// messages. Operations on one communicator must run one at a time per sequence number (a seq is
-// never reused while an operation with it may still have messages in flight).
+// Tags: an operation uses only tags {ctx.comm, ctx.seq, ctx.first_step + step, part} with the
+// step and part numbers its header lists, so operations with different (comm, seq) never see each
+// other's messages. Operations on one communicator must run one at a time per sequence number (a
+// seq is never reused while an operation with it may still have messages in flight).
 
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +46,10 @@ struct OpContext {
   transport::Endpoint* endpoint = nullptr;  // not owned
   uint64_t comm = 0;                        // the communicator's tag
   uint64_t seq = 0;                         // the operation's sequence number
+  // Added to every step number the algorithm puts in its tags, so that a caller can run several
+  // algorithm calls within one operation (each with its own range of steps) without their
+  // messages meeting. The algorithms number their steps from 0 and use fewer than 2^16.
+  uint32_t first_step = 0;
   absl::Time deadline = absl::InfiniteFuture();
   size_t chunk_bytes = size_t{1} << 20;  // largest message the pipeline sends at once
   OpStats* stats = nullptr;              // if set, reduction time is added to stats->reduce

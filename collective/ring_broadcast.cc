@@ -39,7 +39,7 @@ absl::Status RingBroadcast(const OpContext& ctx, const Ring& ring, int root, voi
   for (size_t part = 0; part < chunks; ++part) {
     const transport::ByteSpan bytes =
         internal::BytesOf(data, element_size, ChunkOf({0, count}, chunk_elements, part));
-    const transport::Tag tag{ctx.comm, ctx.seq, 0, static_cast<uint32_t>(part)};
+    const transport::Tag tag{ctx.comm, ctx.seq, ctx.first_step, static_cast<uint32_t>(part)};
     if (receives) {
       const absl::Status status = ctx.endpoint->Recv(ring.prev, tag, bytes, ctx.deadline);
       if (!status.ok()) {

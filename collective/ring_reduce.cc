@@ -50,7 +50,7 @@ absl::Status RingReduce(const OpContext& ctx, const Ring& ring, int root, void* 
   for (size_t part = 0; part < chunks; ++part) {
     const ElementRange chunk = ChunkOf({0, count}, chunk_elements, part);
     const transport::ByteSpan own = internal::BytesOf(data, element_size, chunk);
-    const transport::Tag tag{ctx.comm, ctx.seq, 0, static_cast<uint32_t>(part)};
+    const transport::Tag tag{ctx.comm, ctx.seq, ctx.first_step, static_cast<uint32_t>(part)};
     transport::ByteSpan outgoing = own;
     if (receives) {
       const transport::ByteSpan partial(scratch.get(), own.size());

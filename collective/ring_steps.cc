@@ -63,7 +63,8 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     const transport::ConstByteSpan bytes =
         BytesOf(step.send_from_input ? input_ : data_, element_size_,
                 ChunkOf(step.send, chunk_elements_, next.part));
-    const transport::Tag tag{ctx_.comm, ctx_.seq, static_cast<uint32_t>(next.step),
+    const transport::Tag tag{ctx_.comm, ctx_.seq,
+                             ctx_.first_step + static_cast<uint32_t>(next.step),
                              static_cast<uint32_t>(next.part)};
     const absl::Status status = ctx_.endpoint->Send(ring_.next, tag, bytes, ctx_.deadline);
     if (!status.ok()) {
@@ -88,7 +89,7 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
       const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
       const transport::ByteSpan into =
           step.reduce ? transport::ByteSpan(scratch_.get(), own.size()) : own;
-      const transport::Tag tag{ctx_.comm, ctx_.seq, static_cast<uint32_t>(i),
+      const transport::Tag tag{ctx_.comm, ctx_.seq, ctx_.first_step + static_cast<uint32_t>(i),
                                static_cast<uint32_t>(part)};
       const absl::Status status = ctx_.endpoint->Recv(ring_.prev, tag, into, ctx_.deadline);
       if (!status.ok())

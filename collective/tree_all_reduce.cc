@@ -127,7 +127,7 @@ class TreeOperation {
   }
 
   transport::Tag Tag(int t, bool down, size_t part) const {
-    return {ctx_.comm, ctx_.seq, static_cast<uint32_t>((down ? 2 : 0) + t),
+    return {ctx_.comm, ctx_.seq, ctx_.first_step + static_cast<uint32_t>((down ? 2 : 0) + t),
             static_cast<uint32_t>(part)};
   }
 

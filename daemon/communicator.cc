@@ -367,28 +367,31 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
     }
     case Collective::kReduce: {
       const auto [root_daemon, root_local] = Locate(first.root);
-      // The root's daemon reduces straight into the root's output; the others into scratch.
+      const bool at_root = root_daemon == self_;
+      // The root's daemon reduces straight into the root's output; the others into scratch, a
+      // slab at a time, so that the scratch stays bounded whatever the operation's size.
+      const size_t slab = SlabLength(count, element);
       std::unique_ptr<std::byte[]> scratch;
-      std::byte* data = nullptr;
-      if (root_daemon == self_) {
-        data = parts[root_local].recv;
-      } else {
-        scratch = std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(bytes, 1));
-        data = scratch.get();
+      if (!at_root && bytes > 0) {
+        scratch = std::make_unique_for_overwrite<std::byte[]>(std::min(slab, count) * element);
       }
-      std::vector<const void*> sources;
-      for (const OpRequest& part : parts) sources.push_back(part.send);
-      if (bytes > 0) {
-        collective::PhaseTimer timer(&stats.reduce);
-        collective::ReduceMany(first.type, first.op, data, sources, count);
-      }
-      if (across && bytes > 0) {
-        status = collective::RingReduce(ctx, RingOfDaemons(), root_daemon, data, count, first.type,
-                                        first.op);
-      }
-      if (status.ok() && root_daemon == self_ && first.op == collective::ReduceOp::kAvg) {
-        collective::PhaseTimer timer(&stats.reduce);
-        collective::DivideInPlace(first.type, data, count, world);
+      for (size_t begin = 0, k = 0; status.ok() && begin < count; begin += slab, ++k) {
+        const size_t length = std::min(slab, count - begin);
+        std::byte* data = at_root ? parts[root_local].recv + begin * element : scratch.get();
+        std::vector<const void*> sources;
+        for (const OpRequest& part : parts) sources.push_back(part.send + begin * element);
+        {
+          collective::PhaseTimer timer(&stats.reduce);
+          collective::ReduceMany(first.type, first.op, data, sources, length);
+        }
+        if (across) {
+          status = collective::RingReduce(SlabContext(ctx, k), RingOfDaemons(), root_daemon, data,
+                                          length, first.type, first.op);
+        }
+        if (status.ok() && at_root && first.op == collective::ReduceOp::kAvg) {
+          collective::PhaseTimer timer(&stats.reduce);
+          collective::DivideInPlace(first.type, data, length, world);
+        }
       }
       break;
     }
@@ -412,6 +415,19 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
                                   plan_.daemons[self_].member.node_name, ": ", status.message())));
   }
   return name;
+}
+
+size_t Communicator::SlabLength(size_t length, size_t unit_bytes) const {
+  const size_t budget = kSlabChunks * options_.chunk_bytes;
+  const size_t slab = std::max<size_t>(1, budget / std::max<size_t>(unit_bytes, 1));
+  // Beyond kMaxSlabs slabs they grow instead, so that slab numbers fit in the tags' steps.
+  return std::max(slab, (length + kMaxSlabs - 1) / kMaxSlabs);
+}
+
+collective::OpContext Communicator::SlabContext(const collective::OpContext& ctx, size_t slab) {
+  collective::OpContext slab_ctx = ctx;
+  slab_ctx.first_step = static_cast<uint32_t>(slab) << 16;
+  return slab_ctx;
 }
 
 Algorithm Communicator::ChooseAlgorithm(const OpRequest& request) const {
@@ -453,32 +469,44 @@ absl::Status Communicator::ReduceScatterAcross(const collective::OpContext& ctx,
   const OpRequest& first = parts.front();
   const size_t element = collective::DataTypeSize(first.type);
   const size_t block = first.count;  // elements each rank receives
-  const size_t total = block * static_cast<size_t>(plan_.world_size);
-  // Reduce the local ranks' whole inputs into scratch, then across daemons.
-  auto scratch = std::make_unique_for_overwrite<std::byte[]>(std::max<size_t>(total * element, 1));
-  std::vector<const void*> sources;
-  for (const OpRequest& part : parts) sources.push_back(part.send);
-  if (total > 0) {
-    collective::PhaseTimer timer(collective::ReduceSlot(ctx));
-    collective::ReduceMany(first.type, first.op, scratch.get(), sources, total);
-  }
-  if (plan_.daemons.size() > 1 && total > 0) {
-    // With block placement a daemon's ranks own exactly its segment of the even split, so a
-    // reduce-scatter moves (D-1)/D of the data; otherwise every daemon needs the whole result.
-    absl::Status status = BlockRegular()
-                              ? collective::RingReduceScatter(ctx, RingOfDaemons(), scratch.get(),
-                                                              total, first.type, first.op)
-                              : collective::RingAllReduce(ctx, RingOfDaemons(), scratch.get(),
-                                                          total, first.type, first.op);
-    if (!status.ok()) return status;
-  }
-  for (size_t i = 0; i < parts.size(); ++i) {
-    std::byte* own = scratch.get() + static_cast<size_t>(local_ranks_[i]) * block * element;
-    if (first.op == collective::ReduceOp::kAvg) {
+  if (block == 0) return absl::OkStatus();
+  const size_t world = static_cast<size_t>(plan_.world_size);
+  // A slab of every rank's block at a time: the local inputs reduced into scratch (block r's
+  // slab at r * length), then across daemons, then each local rank's slab copied out.
+  const size_t slab = SlabLength(block, world * element);
+  auto scratch =
+      std::make_unique_for_overwrite<std::byte[]>(world * std::min(slab, block) * element);
+  for (size_t begin = 0, k = 0; begin < block; begin += slab, ++k) {
+    const size_t length = std::min(slab, block - begin);
+    {
       collective::PhaseTimer timer(collective::ReduceSlot(ctx));
-      collective::DivideInPlace(first.type, own, block, plan_.world_size);
+      for (size_t r = 0; r < world; ++r) {
+        std::vector<const void*> sources;
+        for (const OpRequest& part : parts)
+          sources.push_back(part.send + (r * block + begin) * element);
+        collective::ReduceMany(first.type, first.op, scratch.get() + r * length * element, sources,
+                               length);
+      }
     }
-    if (block > 0) std::memcpy(parts[i].recv, own, block * element);
+    if (plan_.daemons.size() > 1) {
+      // With block placement a daemon's ranks own exactly its segment of the even split, so a
+      // reduce-scatter moves (D-1)/D of the data; otherwise every daemon needs the whole result.
+      const collective::OpContext slab_ctx = SlabContext(ctx, k);
+      absl::Status status =
+          BlockRegular() ? collective::RingReduceScatter(slab_ctx, RingOfDaemons(), scratch.get(),
+                                                         world * length, first.type, first.op)
+                         : collective::RingAllReduce(slab_ctx, RingOfDaemons(), scratch.get(),
+                                                     world * length, first.type, first.op);
+      if (!status.ok()) return status;
+    }
+    for (size_t i = 0; i < parts.size(); ++i) {
+      std::byte* own = scratch.get() + static_cast<size_t>(local_ranks_[i]) * length * element;
+      if (first.op == collective::ReduceOp::kAvg) {
+        collective::PhaseTimer timer(collective::ReduceSlot(ctx));
+        collective::DivideInPlace(first.type, own, length, plan_.world_size);
+      }
+      std::memcpy(parts[i].recv + begin * element, own, length * element);
+    }
   }
   return absl::OkStatus();
 }
@@ -495,16 +523,19 @@ absl::Status Communicator::AllGatherAcross(const collective::OpContext& ctx,
   std::byte* out = parts.front().recv;
   const bool regular = BlockRegular();
   if (!regular && plan_.daemons.size() > 1) {
-    // Irregular placement: zero everything, place our blocks, and sum bytes across daemons:
+    // Irregular placement: place our blocks, zero the others, and sum bytes across daemons:
     // every byte has exactly one non-zero contributor, so the sum is bitwise that contribution.
-    std::vector<std::byte> own(parts.size() * block_bytes);
-    for (size_t i = 0; i < parts.size(); ++i) {
-      std::memcpy(own.data() + i * block_bytes, parts[i].send, block_bytes);
+    // Only the first local rank's input may overlap `out` (its own output, in place), so it is
+    // placed first; no scratch is needed.
+    std::memmove(out + static_cast<size_t>(local_ranks_[0]) * block_bytes, parts[0].send,
+                 block_bytes);
+    for (int rank = 0; rank < plan_.world_size; ++rank) {
+      if (LocalIndex(rank) < 0)
+        std::memset(out + static_cast<size_t>(rank) * block_bytes, 0, block_bytes);
     }
-    std::memset(out, 0, total_bytes);
-    for (size_t i = 0; i < parts.size(); ++i) {
-      std::memcpy(out + static_cast<size_t>(local_ranks_[i]) * block_bytes,
-                  own.data() + i * block_bytes, block_bytes);
+    for (size_t i = 1; i < parts.size(); ++i) {
+      std::memcpy(out + static_cast<size_t>(local_ranks_[i]) * block_bytes, parts[i].send,
+                  block_bytes);
     }
     absl::Status status =
         collective::RingAllReduce(ctx, RingOfDaemons(), out, total_bytes,
@@ -538,28 +569,34 @@ absl::Status Communicator::AllToAllAcross(const collective::OpContext& ctx,
   size_t most = 0;
   for (const PlanDaemon& daemon : plan_.daemons) most = std::max(most, daemon.ranks.size());
   const size_t daemons = plan_.daemons.size();
-  const size_t slab = most * most * block;
-  std::vector<std::byte> packed(daemons * slab);
-  std::vector<std::byte> unpacked(daemons * slab);
-  for (size_t b = 0; b < daemons; ++b) {
-    const std::vector<int>& targets = plan_.daemons[b].ranks;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      for (size_t j = 0; j < targets.size(); ++j) {
-        std::memcpy(packed.data() + b * slab + (i * most + j) * block,
-                    parts[i].send + static_cast<size_t>(targets[j]) * block, block);
+  // A slab of every block at a time, so that the packed and unpacked copies stay bounded.
+  const size_t slab = SlabLength(block, 2 * daemons * most * most);
+  const size_t most_slab_bytes = most * most * std::min(slab, block);
+  std::vector<std::byte> packed(daemons * most_slab_bytes);
+  std::vector<std::byte> unpacked(daemons * most_slab_bytes);
+  for (size_t begin = 0, k = 0; begin < block; begin += slab, ++k) {
+    const size_t length = std::min(slab, block - begin);
+    const size_t slab_bytes = most * most * length;  // what one daemon sends another
+    for (size_t b = 0; b < daemons; ++b) {
+      const std::vector<int>& targets = plan_.daemons[b].ranks;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        for (size_t j = 0; j < targets.size(); ++j) {
+          std::memcpy(packed.data() + b * slab_bytes + (i * most + j) * length,
+                      parts[i].send + static_cast<size_t>(targets[j]) * block + begin, length);
+        }
       }
     }
-  }
-  absl::Status status =
-      collective::DirectAllToAll(ctx, DaemonParticipants(), packed.data(), unpacked.data(), slab,
-                                 collective::DataType::kUint8);
-  if (!status.ok()) return status;
-  for (size_t a = 0; a < daemons; ++a) {
-    const std::vector<int>& sources = plan_.daemons[a].ranks;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      for (size_t j = 0; j < parts.size(); ++j) {
-        std::memcpy(parts[j].recv + static_cast<size_t>(sources[i]) * block,
-                    unpacked.data() + a * slab + (i * most + j) * block, block);
+    absl::Status status =
+        collective::DirectAllToAll(SlabContext(ctx, k), DaemonParticipants(), packed.data(),
+                                   unpacked.data(), slab_bytes, collective::DataType::kUint8);
+    if (!status.ok()) return status;
+    for (size_t a = 0; a < daemons; ++a) {
+      const std::vector<int>& sources = plan_.daemons[a].ranks;
+      for (size_t i = 0; i < sources.size(); ++i) {
+        for (size_t j = 0; j < parts.size(); ++j) {
+          std::memcpy(parts[j].recv + static_cast<size_t>(sources[i]) * block + begin,
+                      unpacked.data() + a * slab_bytes + (i * most + j) * length, length);
+        }
       }
     }
   }

@@ -161,6 +161,15 @@ class Communicator {
   // True when every daemon hosts the same number of ranks, daemon i ranks [i*k, (i+1)*k): then a
   // daemon's ranks' blocks form exactly its segment of an even split.
   bool BlockRegular() const;
+  // Operations whose daemon-side scratch would grow with their size (reduce-scatter, reduce off
+  // the root's daemon, all-to-all) run in slabs: pieces of `length` units of their sliced
+  // dimension, each needing `unit_bytes` of scratch per unit, at most kSlabChunks chunks of
+  // scratch per slab. Every daemon computes the same slabs (the chunk size comes from the plan).
+  static constexpr size_t kSlabChunks = 8;
+  static constexpr size_t kMaxSlabs = 65000;
+  size_t SlabLength(size_t length, size_t unit_bytes) const;
+  // Slab k's context: its own range of tag steps (collective::OpContext::first_step).
+  static collective::OpContext SlabContext(const collective::OpContext& ctx, size_t slab);
   // Exchanges the operation's signature with the ring neighbours; FailedPrecondition describing
   // both sides if they differ.
   absl::Status CheckPeersAgree(uint64_t seq, const OpRequest& mine) const;

@@ -28,7 +28,9 @@ struct Placement {
 
 class CollectivesTest : public ::testing::TestWithParam<int> {
  protected:
-  static void SetUpTestSuite() { cluster_ = new TestCluster(3); }
+  // 4 KiB chunks: the larger counts span many chunks, and the daemons run reduce-scatter, reduce
+  // off the root and all-to-all in many slabs (8 chunks of scratch each).
+  static void SetUpTestSuite() { cluster_ = new TestCluster(3, {"--chunk-bytes=4096"}); }
   static void TearDownTestSuite() { delete cluster_; }
 
   Placement placement() const {
