@@ -1,5 +1,6 @@
 #include "transport/receive_matcher.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -70,6 +71,7 @@ absl::Status ReceiveMatcher::Recv(const std::string& peer, const Tag& tag, ByteS
     message = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) unexpected_.erase(it);
+    ReleaseLocked(peer, message.length);
   }
   if (message.length != data.size()) return LengthMismatch(peer, tag, message.length, data.size());
   if (message.length > 0) std::memcpy(data.data(), message.data.get(), message.length);
@@ -80,9 +82,19 @@ ReceiveMatcher::Delivery ReceiveMatcher::BeginDelivery(const std::string& peer, 
                                                        uint64_t length) {
   {
     absl::MutexLock lock(&mu_);
+    Key key{peer, tag};
+    if (max_unexpected_bytes_ > 0) {
+      auto room = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        if (!BlockingErrorLocked(tag.comm).ok() || pending_.contains(key)) return true;
+        auto held = held_.find(peer);
+        return held == held_.end() || held->second == 0 ||
+               held->second + length <= max_unexpected_bytes_;
+      };
+      mu_.Await(absl::Condition(&room));
+    }
     if (!BlockingErrorLocked(tag.comm).ok())
       return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
-    auto it = pending_.find(Key{peer, tag});
+    auto it = pending_.find(key);
     if (it != pending_.end()) {
       PendingRecv* recv = it->second;
       pending_.erase(it);
@@ -97,9 +109,10 @@ ReceiveMatcher::Delivery ReceiveMatcher::BeginDelivery(const std::string& peer, 
       delivery.buffer_ = recv->data;
       return delivery;
     }
+    held_[peer] += length;
   }
   // Allocated outside the lock: it may be large, and is filled before anyone reads it.
-  Delivery delivery(Delivery::Kind::kUnexpected, peer, tag, length);
+  Delivery delivery(Delivery::Kind::kUnexpected, peer, tag, length);  // counted in held_[peer]
   if (length > 0) delivery.storage_ = std::make_unique_for_overwrite<std::byte[]>(length);
   delivery.buffer_ = ByteSpan(delivery.storage_.get(), length);
   return delivery;
@@ -124,14 +137,17 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
       return;
     }
     case Delivery::Kind::kUnexpected: {
-      if (!status.ok()) return;  // a partial message is of no use to anyone
       absl::MutexLock lock(&mu_);
+      // From here on the message is either kept (and stays counted) or not.
+      ReleaseLocked(peer, delivery.length_);
+      if (!status.ok()) return;  // a partial message is of no use to anyone
       CountLocked(peer, delivery.length_);
       if (!BlockingErrorLocked(tag.comm).ok()) return;
       Key key{peer, tag};
       // A receive may have been posted while the payload was being read.
       auto it = pending_.find(key);
       if (it == pending_.end()) {
+        held_[peer] += delivery.length_;
         unexpected_[std::move(key)].push_back(
             Unexpected{std::move(delivery.storage_), delivery.length_});
         return;
@@ -170,8 +186,19 @@ void ReceiveMatcher::Abort(uint64_t comm, const absl::Status& reason) {
   for (PendingRecv* recv : claimed_) {
     if (recv->comm == comm) recv->cancelled.store(true, std::memory_order_release);
   }
+  DropUnexpectedLocked(comm);
+}
+
+void ReceiveMatcher::Forget(uint64_t comm) {
+  absl::MutexLock lock(&mu_);
+  aborted_.erase(comm);
+  DropUnexpectedLocked(comm);
+}
+
+void ReceiveMatcher::DropUnexpectedLocked(uint64_t comm) {
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     if (it->first.tag.comm == comm) {
+      for (const Unexpected& message : it->second) ReleaseLocked(it->first.peer, message.length);
       unexpected_.erase(it++);
     } else {
       ++it;
@@ -179,16 +206,11 @@ void ReceiveMatcher::Abort(uint64_t comm, const absl::Status& reason) {
   }
 }
 
-void ReceiveMatcher::Forget(uint64_t comm) {
-  absl::MutexLock lock(&mu_);
-  aborted_.erase(comm);
-  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
-    if (it->first.tag.comm == comm) {
-      unexpected_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
+void ReceiveMatcher::ReleaseLocked(const std::string& peer, uint64_t length) {
+  auto it = held_.find(peer);
+  if (it == held_.end()) return;
+  it->second -= std::min(it->second, length);
+  if (it->second == 0) held_.erase(it);
 }
 
 absl::Status ReceiveMatcher::AbortReason(uint64_t comm) const {
@@ -226,6 +248,7 @@ void ReceiveMatcher::Shutdown(const absl::Status& status) {
   pending_.clear();
   for (PendingRecv* recv : claimed_) recv->cancelled.store(true, std::memory_order_release);
   unexpected_.clear();
+  held_.clear();
 }
 
 absl::flat_hash_map<std::string, LinkStats> ReceiveMatcher::RecvLinkStats() const {

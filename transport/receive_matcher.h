@@ -72,7 +72,14 @@ class ReceiveMatcher {
     ByteSpan buffer_;
   };
 
-  ReceiveMatcher() = default;
+  // `max_unexpected_bytes` bounds the payload kept for receives not yet posted, per peer: a
+  // delivery that would exceed it waits in BeginDelivery until the receiver takes messages, the
+  // matching receive is posted, or the communicator is aborted or forgotten. For a stream
+  // transport that means its reader stops reading, so the sender is held back by the stream's
+  // own flow control instead of the receiver's memory growing. A single message larger than the
+  // bound is admitted once nothing else from that peer is held. 0: no bound.
+  explicit ReceiveMatcher(uint64_t max_unexpected_bytes = 0)
+      : max_unexpected_bytes_(max_unexpected_bytes) {}
   ReceiveMatcher(const ReceiveMatcher&) = delete;
   ReceiveMatcher& operator=(const ReceiveMatcher&) = delete;
   // No Recv may be running and no Delivery outstanding.
@@ -86,7 +93,8 @@ class ReceiveMatcher {
   // while `data` is still being written.
   absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data, absl::Time deadline);
 
-  // Starts delivering a message of `length` payload bytes from `peer`. Every Delivery must be
+  // Starts delivering a message of `length` payload bytes from `peer`, after waiting for room if
+  // it would be kept unexpected beyond the bound (see the constructor). Every Delivery must be
   // passed to FinishDelivery exactly once.
   Delivery BeginDelivery(const std::string& peer, const Tag& tag, uint64_t length);
   // Completes a delivery. `status` is OK when the whole payload was written to buffer() (or
@@ -142,13 +150,20 @@ class ReceiveMatcher {
   // The error that prevents receiving on `comm` now (shut down or aborted), or OK.
   absl::Status BlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CountLocked(const std::string& peer, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns `length` bytes of `peer`'s unexpected-message allowance.
+  void ReleaseLocked(const std::string& peer, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the unexpected messages of `comm`, releasing their allowance.
+  void DropUnexpectedLocked(uint64_t comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const uint64_t max_unexpected_bytes_;
   mutable absl::Mutex mu_;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, PendingRecv*> pending_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<PendingRecv*> claimed_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, std::deque<Unexpected>> unexpected_ ABSL_GUARDED_BY(mu_);
+  // Per peer: payload bytes of unexpected messages kept or being read.
+  absl::flat_hash_map<std::string, uint64_t> held_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
 };

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <string>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -118,6 +119,62 @@ TEST(ReceiveMatcherTest, LostPeerKeepsDeliveredMessagesUntilReconnect) {
   matcher.PeerConnected(kPeer);
   EXPECT_EQ(matcher.Recv(kPeer, Tag{.seq = 2}, {}, absl::Now()).code(),
             absl::StatusCode::kDeadlineExceeded);
+}
+
+// Delivers a whole unexpected (or posted) message of `length` bytes of `fill`.
+void Deliver(ReceiveMatcher& matcher, const std::string& peer, const Tag& tag, size_t length,
+             char fill) {
+  ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(peer, tag, length);
+  if (!delivery.discard()) std::memset(delivery.buffer().data(), fill, length);
+  matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
+}
+
+TEST(ReceiveMatcherTest, UnexpectedBytesPerPeerAreBoundedUntilTheReceiverCatchesUp) {
+  ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
+  Deliver(matcher, kPeer, Tag{.seq = 1}, 600, 'a');
+  // Another peer has its own allowance.
+  Deliver(matcher, "peer-b", Tag{.seq = 1}, 900, 'b');
+  // 600 + 600 > 1000: the second delivery from kPeer waits.
+  auto blocked =
+      std::async(std::launch::async, [&] { Deliver(matcher, kPeer, Tag{.seq = 2}, 600, 'c'); });
+  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  // Taking the first message makes room.
+  std::vector<std::byte> buffer(600);
+  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 1}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(blocked.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 2}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(buffer[599], std::byte{'c'});
+}
+
+TEST(ReceiveMatcherTest, APostedReceiveIsDeliveredEvenWhenThePeersAllowanceIsFull) {
+  ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
+  Deliver(matcher, kPeer, Tag{.seq = 1}, 1000, 'a');
+  std::vector<std::byte> buffer(400);
+  auto receiver = std::async(std::launch::async, [&] {
+    return matcher.Recv(kPeer, Tag{.seq = 2}, buffer, absl::Now() + absl::Seconds(10));
+  });
+  // The receive for seq 2 gets posted; the delivery goes straight into it, past the full allowance.
+  Deliver(matcher, kPeer, Tag{.seq = 2}, 400, 'p');
+  ASSERT_TRUE(receiver.get().ok());
+  EXPECT_EQ(buffer[0], std::byte{'p'});
+}
+
+TEST(ReceiveMatcherTest, AbortingACommunicatorReleasesItsAllowanceAndWakesTheWaiter) {
+  ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
+  Deliver(matcher, kPeer, Tag{.comm = 1, .seq = 1}, 800, 'a');
+  auto blocked = std::async(std::launch::async,
+                            [&] { Deliver(matcher, kPeer, Tag{.comm = 2, .seq = 1}, 800, 'b'); });
+  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  matcher.Abort(1, absl::CancelledError("gone"));
+  EXPECT_EQ(blocked.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  std::vector<std::byte> buffer(800);
+  ASSERT_TRUE(
+      matcher.Recv(kPeer, Tag{.comm = 2, .seq = 1}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  // A single message larger than the bound is admitted once nothing else is held.
+  Deliver(matcher, kPeer, Tag{.comm = 2, .seq = 2}, 5000, 'z');
+  std::vector<std::byte> large(5000);
+  ASSERT_TRUE(
+      matcher.Recv(kPeer, Tag{.comm = 2, .seq = 2}, large, absl::Now() + absl::Seconds(5)).ok());
 }
 
 }  // namespace

@@ -40,8 +40,12 @@ absl::Status ShutDownError() { return absl::UnavailableError("endpoint shut down
 
 class TcpEndpoint final : public Endpoint {
  public:
-  TcpEndpoint(Listener listener, FileDescriptor wake, std::string address)
-      : listener_(std::move(listener)), wake_(std::move(wake)), address_(std::move(address)) {}
+  TcpEndpoint(Listener listener, FileDescriptor wake, std::string address,
+              uint64_t max_unexpected_bytes_per_peer)
+      : listener_(std::move(listener)),
+        wake_(std::move(wake)),
+        address_(std::move(address)),
+        matcher_(max_unexpected_bytes_per_peer) {}
   ~TcpEndpoint() override;
 
   // Starts accepting connections; called once, right after construction.
@@ -516,7 +520,8 @@ absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& optio
   const std::string& host =
       options.advertise_host.empty() ? listen_address.host : options.advertise_host;
   const std::string address = JoinHostPort(host, listener.port);
-  auto endpoint = std::make_unique<TcpEndpoint>(std::move(listener), std::move(wake), address);
+  auto endpoint = std::make_unique<TcpEndpoint>(std::move(listener), std::move(wake), address,
+                                                options.max_unexpected_bytes_per_peer);
   endpoint->Start();
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }
