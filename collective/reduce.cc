@@ -8,8 +8,20 @@
 #include "collective/half.h"
 
 // The kernels are plain loops over __restrict pointers so that the compiler vectorises them
-// (this file is built with -O3; see CMakeLists.txt). Every (type, op) pair is one template
-// instantiation; the switch statements at the bottom pick one per call, outside the loops.
+// (this file is built with -O3; see CMakeLists.txt), for each instruction set (BATON_SIMD_CLONES).
+// Every (type, op) pair is one template instantiation; the switch statements at the bottom pick one
+// per call, outside the loops.
+
+// The loops below are compiled three times on x86-64: for AVX-512 (x86-64-v4), for AVX2 and F16C
+// (x86-64-v3), and for the baseline (SSE2), and the first call picks the best the CPU has
+// (GCC's target_clones). Not under the sanitizers, whose runtimes are not set up yet when the
+// loader resolves the choice.
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define BATON_SIMD_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define BATON_SIMD_CLONES
+#endif
 
 namespace baton::collective {
 namespace {
@@ -93,15 +105,16 @@ struct MaxOp {
 };
 
 template <typename Format, typename Op>
-void ReduceIntoDistinct(typename Format::Storage* __restrict dst,
-                        const typename Format::Storage* __restrict src, size_t count) {
+BATON_SIMD_CLONES void ReduceIntoDistinct(typename Format::Storage* __restrict dst,
+                                          const typename Format::Storage* __restrict src,
+                                          size_t count) {
   for (size_t i = 0; i < count; ++i) {
     dst[i] = Format::Store(Op::Apply(Format::Load(dst[i]), Format::Load(src[i])));
   }
 }
 
 template <typename Format, typename Op>
-void ReduceIntoSelf(typename Format::Storage* data, size_t count) {
+BATON_SIMD_CLONES void ReduceIntoSelf(typename Format::Storage* data, size_t count) {
   for (size_t i = 0; i < count; ++i) {
     const auto x = Format::Load(data[i]);
     data[i] = Format::Store(Op::Apply(x, x));
@@ -125,20 +138,20 @@ void ReduceIntoTyped(void* dst, const void* src, size_t count) {
 constexpr size_t kBlockElements = 1024;
 
 template <typename Format>
-void LoadBlock(typename Format::Acc* __restrict acc, const typename Format::Storage* __restrict src,
-               size_t count) {
+BATON_SIMD_CLONES void LoadBlock(typename Format::Acc* __restrict acc,
+                                 const typename Format::Storage* __restrict src, size_t count) {
   for (size_t i = 0; i < count; ++i) acc[i] = Format::Load(src[i]);
 }
 
 template <typename Format, typename Op>
-void FoldBlock(typename Format::Acc* __restrict acc, const typename Format::Storage* __restrict src,
-               size_t count) {
+BATON_SIMD_CLONES void FoldBlock(typename Format::Acc* __restrict acc,
+                                 const typename Format::Storage* __restrict src, size_t count) {
   for (size_t i = 0; i < count; ++i) acc[i] = Op::Apply(acc[i], Format::Load(src[i]));
 }
 
 template <typename Format>
-void StoreBlock(typename Format::Storage* __restrict dst,
-                const typename Format::Acc* __restrict acc, size_t count) {
+BATON_SIMD_CLONES void StoreBlock(typename Format::Storage* __restrict dst,
+                                  const typename Format::Acc* __restrict acc, size_t count) {
   for (size_t i = 0; i < count; ++i) dst[i] = Format::Store(acc[i]);
 }
 
@@ -157,7 +170,7 @@ void ReduceManyTyped(void* dst, std::span<const void* const> srcs, size_t count)
 }
 
 template <typename Format>
-void DivideTyped(void* data, size_t count, int divisor) {
+BATON_SIMD_CLONES void DivideTyped(void* data, size_t count, int divisor) {
   auto* values = static_cast<typename Format::Storage*>(data);
   using Acc = typename Format::Acc;
   // Integers divide in a 64-bit type of their signedness (a divisor above 127 must not wrap in
