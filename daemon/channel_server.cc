@@ -3,6 +3,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace baton::daemon {
@@ -81,7 +82,10 @@ ChannelServer::ChannelServer(std::unique_ptr<SharedMemory> memory, uint64_t sess
   // Read before the client learns that the channel is served: its first submission may come
   // before the thread runs.
   const uint32_t seen = page_->submitted.load(std::memory_order_acquire);
-  thread_ = std::thread([this, seen] { Serve(seen); });
+  thread_ = std::thread([this, seen] {
+    SetThreadName("baton-channel");
+    Serve(seen);
+  });
 }
 
 ChannelServer::~ChannelServer() {

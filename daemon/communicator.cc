@@ -19,6 +19,7 @@
 #include "collective/tree_all_reduce.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 #include "topology/planner.h"
 
@@ -102,7 +103,10 @@ Communicator::Communicator(Plan plan, int self, transport::Endpoint* endpoint,
   }
   sessions_.resize(local_ranks_.size());
   next_seq_.resize(local_ranks_.size(), 0);
-  executor_ = std::thread([this] { RunExecutor(); });
+  executor_ = std::thread([this] {
+    SetThreadName("baton-executor");
+    RunExecutor();
+  });
 }
 
 Communicator::~Communicator() {

@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "daemon/client_service.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
@@ -168,7 +169,10 @@ class DaemonImpl final : public Daemon {
     NotifySystemd(
         absl::StrCat("READY=1\nMAINPID=", getpid(), "\nSTATUS=serving as node ", self.node_name));
     if (std::optional<absl::Duration> interval = SystemdWatchdogInterval()) {
-      watchdog_ = std::thread([this, period = *interval / 2] { RunWatchdog(period); });
+      watchdog_ = std::thread([this, period = *interval / 2] {
+        SetThreadName("baton-watchdog");
+        RunWatchdog(period);
+      });
     }
     return absl::OkStatus();
   }

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "common/logging.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
 namespace baton::daemon {
@@ -71,7 +72,10 @@ LinkMonitor::~LinkMonitor() {
 
 void LinkMonitor::Start() {
   if (options_.interval <= absl::ZeroDuration()) return;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetThreadName("baton-probes");
+    Loop();
+  });
 }
 
 void LinkMonitor::Loop() {

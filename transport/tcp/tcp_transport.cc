@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 #include "transport/frame.h"
 #include "transport/receive_matcher.h"
@@ -50,7 +51,10 @@ class TcpEndpoint final : public Endpoint {
 
   // Starts accepting connections; called once, right after construction.
   void Start() {
-    listener_thread_ = std::thread([this] { ListenLoop(); });
+    listener_thread_ = std::thread([this] {
+      SetThreadName("baton-accept");
+      ListenLoop();
+    });
   }
 
   std::string address() const override { return address_; }
@@ -179,7 +183,10 @@ void TcpEndpoint::ListenLoop() {
     absl::MutexLock lock(&mu_);
     auto conn = std::make_unique<InConn>(fd);
     InConn* raw = conn.get();
-    conn->thread = std::thread([this, raw] { ReadLoop(raw); });
+    conn->thread = std::thread([this, raw] {
+      SetThreadName("baton-tcp-read");
+      ReadLoop(raw);
+    });
     in_conns_.push_back(std::move(conn));
   }
 }
