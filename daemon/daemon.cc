@@ -90,10 +90,6 @@ class DaemonImpl final : public Daemon {
     transport::TcpOptions tcp;
     tcp.listen_address = config_.data_listen;
     tcp.advertise_host = config_.advertise_host;
-    // Room for the messages that algorithms legitimately send ahead of their receives (a few
-    // chunks per communicator) without letting a slow receiver's backlog grow without bound.
-    tcp.max_unexpected_bytes_per_peer =
-        std::max<uint64_t>(uint64_t{64} << 20, 16 * static_cast<uint64_t>(config_.chunk_bytes));
     BATON_ASSIGN_OR_RETURN(endpoint_, transport::NewTcpEndpoint(tcp));
 
     // grpc.health.v1 on both servers: "" reports SERVING while the daemon serves.

@@ -87,8 +87,10 @@ ReceiveMatcher::Delivery ReceiveMatcher::BeginDelivery(const std::string& peer, 
       auto room = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         if (!BlockingErrorLocked(tag.comm).ok() || pending_.contains(key)) return true;
         auto held = held_.find(peer);
-        return held == held_.end() || held->second == 0 ||
-               held->second + length <= max_unexpected_bytes_;
+        return held == held_.end() ||
+               held->second + length <=
+                   std::max(max_unexpected_bytes_,
+                            kMinUnexpectedMessages * std::max<uint64_t>(length, 1));
       };
       mu_.Await(absl::Condition(&room));
     }

@@ -76,8 +76,11 @@ class ReceiveMatcher {
   // delivery that would exceed it waits in BeginDelivery until the receiver takes messages, the
   // matching receive is posted, or the communicator is aborted or forgotten. For a stream
   // transport that means its reader stops reading, so the sender is held back by the stream's
-  // own flow control instead of the receiver's memory growing. A single message larger than the
-  // bound is admitted once nothing else from that peer is held. 0: no bound.
+  // own flow control instead of the receiver's memory growing. Whatever the bound, a peer may
+  // always have kMinUnexpectedMessages messages of the arriving message's size held, so that an
+  // algorithm sending a few chunks ahead never stalls on its own traffic, whatever chunk size its
+  // communicator uses. 0: no bound.
+  static constexpr uint64_t kMinUnexpectedMessages = 16;
   explicit ReceiveMatcher(uint64_t max_unexpected_bytes = 0)
       : max_unexpected_bytes_(max_unexpected_bytes) {}
   ReceiveMatcher(const ReceiveMatcher&) = delete;

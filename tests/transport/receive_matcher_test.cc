@@ -130,38 +130,44 @@ void Deliver(ReceiveMatcher& matcher, const std::string& peer, const Tag& tag, s
 }
 
 TEST(ReceiveMatcherTest, UnexpectedBytesPerPeerAreBoundedUntilTheReceiverCatchesUp) {
+  // 100-byte messages against a 1000-byte bound: the 16 messages any peer may always have held
+  // (1600 bytes) are the larger allowance.
   ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
-  Deliver(matcher, kPeer, Tag{.seq = 1}, 600, 'a');
+  for (uint64_t seq = 0; seq < 16; ++seq) Deliver(matcher, kPeer, Tag{.seq = seq}, 100, 'a');
   // Another peer has its own allowance.
   Deliver(matcher, "peer-b", Tag{.seq = 1}, 900, 'b');
-  // 600 + 600 > 1000: the second delivery from kPeer waits.
+  // The 17th message from kPeer waits.
   auto blocked =
-      std::async(std::launch::async, [&] { Deliver(matcher, kPeer, Tag{.seq = 2}, 600, 'c'); });
+      std::async(std::launch::async, [&] { Deliver(matcher, kPeer, Tag{.seq = 16}, 100, 'c'); });
   EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
   // Taking the first message makes room.
-  std::vector<std::byte> buffer(600);
-  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 1}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  std::vector<std::byte> buffer(100);
+  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 0}, buffer, absl::Now() + absl::Seconds(5)).ok());
   EXPECT_EQ(blocked.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 2}, buffer, absl::Now() + absl::Seconds(5)).ok());
-  EXPECT_EQ(buffer[599], std::byte{'c'});
+  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 16}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(buffer[99], std::byte{'c'});
 }
 
 TEST(ReceiveMatcherTest, APostedReceiveIsDeliveredEvenWhenThePeersAllowanceIsFull) {
   ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
-  Deliver(matcher, kPeer, Tag{.seq = 1}, 1000, 'a');
-  std::vector<std::byte> buffer(400);
+  for (uint64_t seq = 0; seq < 16; ++seq) Deliver(matcher, kPeer, Tag{.seq = seq}, 100, 'a');
+  std::vector<std::byte> buffer(100);
   auto receiver = std::async(std::launch::async, [&] {
-    return matcher.Recv(kPeer, Tag{.seq = 2}, buffer, absl::Now() + absl::Seconds(10));
+    return matcher.Recv(kPeer, Tag{.seq = 99}, buffer, absl::Now() + absl::Seconds(10));
   });
-  // The receive for seq 2 gets posted; the delivery goes straight into it, past the full allowance.
-  Deliver(matcher, kPeer, Tag{.seq = 2}, 400, 'p');
+  // Once the receive for seq 99 is posted, its message goes straight into it, past the full
+  // allowance. (Until then this delivery waits.)
+  Deliver(matcher, kPeer, Tag{.seq = 99}, 100, 'p');
   ASSERT_TRUE(receiver.get().ok());
   EXPECT_EQ(buffer[0], std::byte{'p'});
 }
 
 TEST(ReceiveMatcherTest, AbortingACommunicatorReleasesItsAllowanceAndWakesTheWaiter) {
   ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
-  Deliver(matcher, kPeer, Tag{.comm = 1, .seq = 1}, 800, 'a');
+  // 16 messages of 800 fill the allowance (16 x 800 is above the bound): the 17th waits.
+  for (uint64_t seq = 0; seq < 16; ++seq) {
+    Deliver(matcher, kPeer, Tag{.comm = 1, .seq = seq}, 800, 'a');
+  }
   auto blocked = std::async(std::launch::async,
                             [&] { Deliver(matcher, kPeer, Tag{.comm = 2, .seq = 1}, 800, 'b'); });
   EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
@@ -170,9 +176,9 @@ TEST(ReceiveMatcherTest, AbortingACommunicatorReleasesItsAllowanceAndWakesTheWai
   std::vector<std::byte> buffer(800);
   ASSERT_TRUE(
       matcher.Recv(kPeer, Tag{.comm = 2, .seq = 1}, buffer, absl::Now() + absl::Seconds(5)).ok());
-  // A single message larger than the bound is admitted once nothing else is held.
-  Deliver(matcher, kPeer, Tag{.comm = 2, .seq = 2}, 5000, 'z');
-  std::vector<std::byte> large(5000);
+  // A message far larger than the bound is admitted: 16 of its size always are.
+  Deliver(matcher, kPeer, Tag{.comm = 2, .seq = 2}, 50000, 'z');
+  std::vector<std::byte> large(50000);
   ASSERT_TRUE(
       matcher.Recv(kPeer, Tag{.comm = 2, .seq = 2}, large, absl::Now() + absl::Seconds(5)).ok());
 }

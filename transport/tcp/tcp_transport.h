@@ -18,9 +18,9 @@ struct TcpOptions {
   std::string listen_address = "127.0.0.1:0";
   // Host that peers should use to reach this endpoint; empty means the listen host.
   std::string advertise_host;
-  // Payload kept per peer for receives not posted yet; beyond it the endpoint stops reading that
-  // peer's connection until the receiver catches up, so TCP holds the sender back
-  // (ReceiveMatcher). 0: no bound.
+  // Payload kept per peer for receives not posted yet (but always room for 16 messages of the
+  // arriving message's size); beyond it the endpoint stops reading that peer's connection until
+  // the receiver catches up, so TCP holds the sender back (ReceiveMatcher). 0: no bound.
   uint64_t max_unexpected_bytes_per_peer = uint64_t{64} << 20;
 };
 
