@@ -227,6 +227,11 @@ class PrometheusMetrics final : public Metrics {
     auto ranks = Family("baton_ranks", "Ranks of local processes in this daemon's communicators.",
                         MetricType::Gauge);
     AddSample(ranks, {Label("local_node", local)}, node.LocalRanks());
+    auto channels = Family("baton_submission_channels",
+                           "Ranks that submit through a shared-memory channel; the other ranks "
+                           "make one gRPC call per operation.",
+                           MetricType::Gauge);
+    AddSample(channels, {Label("local_node", local)}, node.SubmissionChannels());
     auto completed =
         Family("baton_collectives_completed_total",
                "Collective operations completed since the daemon started.", MetricType::Counter);
@@ -235,9 +240,9 @@ class PrometheusMetrics final : public Metrics {
     auto sessions =
         Family("baton_client_sessions", "Client sessions open on this daemon.", MetricType::Gauge);
     AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
-    for (auto* family :
-         {&tx_bytes, &rx_bytes, &tx_messages, &rx_messages, &errors, &retransmits, &up, &rtt,
-          &bandwidth, &probes, &flagged, &peer_up, &communicators, &ranks, &completed, &sessions}) {
+    for (auto* family : {&tx_bytes, &rx_bytes, &tx_messages, &rx_messages, &errors, &retransmits,
+                         &up, &rtt, &bandwidth, &probes, &flagged, &peer_up, &communicators, &ranks,
+                         &channels, &completed, &sessions}) {
       families.push_back(std::move(*family));
     }
   }

@@ -163,6 +163,11 @@ absl::StatusOr<std::vector<collective::AlgorithmCost>> Node::Explain(uint64_t se
   return comm->Predict(kind, count * element);
 }
 
+int Node::SubmissionChannels() {
+  absl::MutexLock lock(&channels_mu_);
+  return static_cast<int>(channels_.size());
+}
+
 int Node::LocalRanks() const {
   int ranks = 0;
   for (const std::shared_ptr<Communicator>& comm : communicators_.List()) {

@@ -106,6 +106,8 @@ class Node {
   void ProbeLinksNow() { monitor_.ProbeOnce(); }
   // Ranks of local processes in this daemon's communicators.
   int LocalRanks() const;
+  // Ranks that submit through a shared-memory channel (the others use the Collective RPC).
+  int SubmissionChannels();
 
   // Collectives completed on this daemon since it started.
   uint64_t collectives_completed() const { return collectives_completed_.load(); }

@@ -115,6 +115,7 @@ TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
         1);
   }
   EXPECT_EQ(samples["baton_ranks{local_node=\"node-0\"}"], 1);
+  EXPECT_EQ(samples["baton_submission_channels{local_node=\"node-0\"}"], 1);
   EXPECT_EQ(samples["baton_communicators{local_node=\"node-0\"}"], 1);
   EXPECT_EQ(samples["baton_build_info{local_node=\"node-0\",version=\"0.1.0\"}"], 1);
   EXPECT_GT(samples["process_resident_memory_bytes{local_node=\"node-0\"}"], 1 << 20);
@@ -173,6 +174,7 @@ TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
   }
   EXPECT_EQ(samples["baton_communicators{local_node=\"node-0\"}"], 0);
   EXPECT_EQ(samples["baton_ranks{local_node=\"node-0\"}"], 0);
+  EXPECT_EQ(samples["baton_submission_channels{local_node=\"node-0\"}"], 0);
 }
 
 TEST(ObservabilityTest, ConfiguredPeersAreProbedWithoutAnyJob) {
