@@ -167,15 +167,24 @@ class ChannelClient {
     // The daemon enforces the timeout; this deadline only guards against a daemon that stopped
     // answering altogether.
     const absl::Time start = absl::Now();
+    absl::Time lost_since = absl::InfiniteFuture();
     absl::Status waited = channel::WaitForChange(
         page_->completed, previous, page_->client_sleeping, spin_.next(),
         absl::Now() + timeout + absl::Seconds(10), [&]() -> absl::Status {
+          // A result published just before the channel closed still counts.
+          if (page_->completed.load() != previous) return absl::OkStatus();
           if (page_->closed.load() != 0) {
             return absl::UnavailableError(
                 "batond closed this rank's submission channel (the daemon is shutting down or "
                 "the communicator was destroyed)");
           }
-          if (session.lost()) return absl::UnavailableError("lost the connection to batond");
+          if (session.lost()) {
+            // A daemon that shuts down ends the sessions first, then fails the operations in
+            // flight and publishes their errors: give it a moment to say why.
+            if (lost_since == absl::InfiniteFuture()) lost_since = absl::Now();
+            if (absl::Now() - lost_since < kLostGrace) return absl::OkStatus();
+            return absl::UnavailableError("lost the connection to batond");
+          }
           return absl::OkStatus();
         });
     spin_.Record(absl::Now() - start);
@@ -197,6 +206,9 @@ class ChannelClient {
 
   const std::unique_ptr<SharedMemory> memory_;
   channel::Layout* const page_;
+  // How long a result may still come after the daemon's session stream ended.
+  static constexpr absl::Duration kLostGrace = absl::Seconds(1);
+
   uint32_t submitted_ = 0;
   channel::AdaptiveSpin spin_{channel::kDefaultSpin};
   absl::Status broken_;

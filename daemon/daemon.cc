@@ -183,6 +183,7 @@ class DaemonImpl final : public Daemon {
     if (node_ != nullptr) {
       node_->AbortAll(absl::UnavailableError(
           absl::StrCat("batond on node ", config_.node_name, " is shutting down")));
+      node_->CloseAllChannels();
     }
     const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(3);
     if (client_server_ != nullptr) client_server_->Shutdown(deadline);

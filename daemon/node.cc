@@ -353,6 +353,10 @@ void Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
   comm->Abort(reason, /*notify_peers=*/false);
 }
 
+void Node::CloseAllChannels() {
+  CloseChannels([](const ChannelServer&) { return true; });
+}
+
 void Node::AbortAll(const absl::Status& reason) {
   communicators_.AbortAll(reason, /*notify_peers=*/true);
 }

@@ -114,6 +114,9 @@ class Node {
 
   // Fails every communicator (shutdown), telling peers.
   void AbortAll(const absl::Status& reason);
+  // Stops serving every submission channel, after the operation each is running (failed by
+  // AbortAll) has published its result (shutdown).
+  void CloseAllChannels();
 
  private:
   // Stops the channels that match (outside the lock: stopping joins their threads).
