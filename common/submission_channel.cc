@@ -74,7 +74,8 @@ void Wake(std::atomic<uint32_t>& word) { FutexWake(word); }
 void WriteResult(OpResult& result, const absl::Status& status, const std::string& algorithm) {
   result.code = static_cast<int32_t>(status.code());
   const size_t message = std::min(status.message().size(), sizeof(result.message));
-  std::memcpy(result.message, status.message().data(), message);
+  // An OK status's message may have no storage at all: memcpy must not see its null pointer.
+  if (message > 0) std::memcpy(result.message, status.message().data(), message);
   result.message_length = static_cast<uint32_t>(message);
   const size_t name = std::min(algorithm.size(), sizeof(result.algorithm));
   std::memcpy(result.algorithm, algorithm.data(), name);
