@@ -164,21 +164,24 @@ bool Communicator::Empty() const {
                       [](const auto& s) { return s.has_value(); });
 }
 
-bool Communicator::Attached(int rank, uint64_t session_id) const {
+absl::Status Communicator::CheckAttached(int rank, uint64_t session_id) const {
   const int index = LocalIndex(rank);
   absl::MutexLock lock(&mu_);
-  return index >= 0 && sessions_[index] == session_id;
+  return CheckAttachedLocked(index, rank, session_id);
+}
+
+absl::Status Communicator::CheckAttachedLocked(int index, int rank, uint64_t session_id) const {
+  if (index >= 0 && sessions_[index] == session_id) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("rank ", rank, " of communicator ",
+                                                  absl::Hex(plan_.comm_tag),
+                                                  " is not attached by this session"));
 }
 
 absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, OpRequest request,
                                                  absl::Time deadline) {
   const int index = LocalIndex(rank);
   absl::MutexLock lock(&mu_);
-  if (index < 0 || sessions_[index] != session_id) {
-    return absl::PermissionDeniedError(absl::StrCat("rank ", rank, " of communicator ",
-                                                    absl::Hex(plan_.comm_tag),
-                                                    " is not attached by this session"));
-  }
+  BATON_RETURN_IF_ERROR(CheckAttachedLocked(index, rank, session_id));
   if (!aborted_.ok()) return aborted_;
   const uint64_t seq = next_seq_[index]++;
   Slot& slot = slots_[seq];

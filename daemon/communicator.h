@@ -103,8 +103,8 @@ class Communicator {
   std::vector<int> DetachSession(uint64_t session_id);
   // True when no rank is attached.
   bool Empty() const;
-  // True when `rank` is attached by `session_id`.
-  bool Attached(int rank, uint64_t session_id) const;
+  // OK when `rank` is attached by `session_id`, else PermissionDenied.
+  absl::Status CheckAttached(int rank, uint64_t session_id) const;
   int self() const { return self_; }
 
   // Runs rank's next operation and waits for it until `deadline`. Returns the algorithm that ran.
@@ -136,6 +136,8 @@ class Communicator {
     std::string algorithm;
   };
 
+  absl::Status CheckAttachedLocked(int index, int rank, uint64_t session_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void RunExecutor();
   // True when operation next_to_run_ has all its parts and no operation is running.
   bool NextIsReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace baton::daemon {
 
@@ -48,6 +49,12 @@ void RegisterOptions(OptionSet& options, Config& config) {
                       "sleeps (0 to 1ms; longer trades CPU for latency)");
 }
 
+absl::Status CheckChunkBytes(int64_t chunk_bytes, absl::string_view where) {
+  if (chunk_bytes >= 4096 && chunk_bytes <= (int64_t{1} << 30)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("chunk_bytes must be between 4096 and 1 GiB, got ", chunk_bytes, " in ", where));
+}
+
 absl::Status FinalizeConfig(Config& config) {
   if (config.node_name.empty()) {
     if (const char* env = std::getenv("NODE_NAME"); env != nullptr && *env != '\0') {
@@ -65,10 +72,7 @@ absl::Status FinalizeConfig(Config& config) {
   if (config.op_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("op_timeout must be positive");
   }
-  if (config.chunk_bytes < 4096 || config.chunk_bytes > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("chunk_bytes must be between 4096 and 1 GiB, got ", config.chunk_bytes));
-  }
+  BATON_RETURN_IF_ERROR(CheckChunkBytes(config.chunk_bytes, "the configuration"));
   if (config.probe_interval < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("probe_interval must not be negative");
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/options.h"
 
@@ -34,6 +35,9 @@ struct Config {
 
 // Registers every Config field on `options`, pointing at `config`.
 void RegisterOptions(OptionSet& options, Config& config);
+
+// InvalidArgument unless 4 KiB <= chunk_bytes <= 1 GiB; `where` names its source in the message.
+absl::Status CheckChunkBytes(int64_t chunk_bytes, absl::string_view where);
 
 // Fills defaults that depend on the environment (node name) and checks values.
 absl::Status FinalizeConfig(Config& config);

@@ -41,11 +41,8 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
         if (index < 0) {
           return absl::InternalError("the communicator's plan does not include this daemon");
         }
-        if (plan.chunk_bytes != 0 &&
-            (plan.chunk_bytes < 4096 || plan.chunk_bytes > (int64_t{1} << 30))) {
-          return absl::InvalidArgumentError(absl::StrCat("the communicator's plan has chunk_bytes ",
-                                                         plan.chunk_bytes,
-                                                         " outside 4096 .. 1 GiB"));
+        if (plan.chunk_bytes != 0) {
+          BATON_RETURN_IF_ERROR(CheckChunkBytes(plan.chunk_bytes, "the communicator's plan"));
         }
         std::vector<Member> members;
         for (const PlanDaemon& daemon : plan.daemons) members.push_back(daemon.member);
@@ -305,11 +302,7 @@ absl::Status Node::OpenChannel(uint64_t session_id, uint64_t comm_tag, int rank,
   if (comm == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(comm_tag)));
   }
-  if (!comm->Attached(rank, session_id)) {
-    return absl::PermissionDeniedError(absl::StrCat("rank ", rank, " of communicator ",
-                                                    absl::Hex(comm_tag),
-                                                    " is not attached by this session"));
-  }
+  BATON_RETURN_IF_ERROR(comm->CheckAttached(rank, session_id));
   BATON_ASSIGN_OR_RETURN(
       std::unique_ptr<ChannelServer> server,
       ChannelServer::Open(
