@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "transport/transport.h"
@@ -38,6 +40,22 @@ class PhaseTimer {
 // An endpoint that forwards to another and adds the time its Send and Recv calls block to
 // stats->transport. One per operation: give it as OpContext::endpoint.
 class TimingEndpoint final : public transport::Endpoint {
+ private:
+  // Adds the time Wait blocks.
+  class TimedRecv final : public transport::PostedRecv {
+   public:
+    TimedRecv(std::unique_ptr<transport::PostedRecv> inner, OpStats* stats)
+        : inner_(std::move(inner)), stats_(stats) {}
+    absl::Status Wait() override {
+      PhaseTimer timer(&stats_->transport);
+      return inner_->Wait();
+    }
+
+   private:
+    const std::unique_ptr<transport::PostedRecv> inner_;
+    OpStats* const stats_;
+  };
+
  public:
   TimingEndpoint(transport::Endpoint* inner, OpStats* stats) : inner_(inner), stats_(stats) {}
 
@@ -47,10 +65,12 @@ class TimingEndpoint final : public transport::Endpoint {
     PhaseTimer timer(&stats_->transport);
     return inner_->Send(peer, tag, data, deadline);
   }
-  absl::Status Recv(const std::string& peer, const transport::Tag& tag, transport::ByteSpan data,
-                    absl::Time deadline) override {
+  std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
+                                                  const transport::Tag& tag,
+                                                  transport::ByteSpan data,
+                                                  absl::Time deadline) override {
     PhaseTimer timer(&stats_->transport);
-    return inner_->Recv(peer, tag, data, deadline);
+    return std::make_unique<TimedRecv>(inner_->PostRecv(peer, tag, data, deadline), stats_);
   }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }

@@ -155,9 +155,30 @@ BATON_SIMD_CLONES void StoreBlock(typename Format::Storage* __restrict dst,
   for (size_t i = 0; i < count; ++i) dst[i] = Format::Store(acc[i]);
 }
 
+// Two sources into a third buffer in one pass (the ring's out-of-place step: own input plus what
+// arrived), without the block accumulators.
+template <typename Format, typename Op>
+BATON_SIMD_CLONES void ReducePairDistinct(typename Format::Storage* __restrict dst,
+                                          const typename Format::Storage* __restrict a,
+                                          const typename Format::Storage* __restrict b,
+                                          size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    dst[i] = Format::Store(Op::Apply(Format::Load(a[i]), Format::Load(b[i])));
+  }
+}
+
 template <typename Format, typename Op>
 void ReduceManyTyped(void* dst, std::span<const void* const> srcs, size_t count) {
   using Storage = typename Format::Storage;
+  if (srcs.size() == 2 && dst != srcs[0] && dst != srcs[1]) {
+    ReducePairDistinct<Format, Op>(static_cast<Storage*>(dst), static_cast<const Storage*>(srcs[0]),
+                                   static_cast<const Storage*>(srcs[1]), count);
+    return;
+  }
+  if (srcs.size() == 2 && dst == srcs[0]) {
+    ReduceIntoTyped<Format, Op>(dst, srcs[1], count);
+    return;
+  }
   typename Format::Acc acc[kBlockElements];
   for (size_t begin = 0; begin < count; begin += kBlockElements) {
     const size_t n = std::min(kBlockElements, count - begin);

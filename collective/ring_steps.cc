@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <memory>
+#include <vector>
 
 #include "collective/op_checks.h"
 #include "collective/reduce.h"
@@ -17,6 +19,8 @@ namespace baton::collective::internal {
 namespace {
 
 constexpr size_t kSendsAhead = 2;
+// Receives posted at once, the one waited for included; also the scratch chunks of a reduction.
+constexpr size_t kRecvWindow = 4;
 
 }  // namespace
 
@@ -33,15 +37,31 @@ RingSteps::RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataTyp
 
 absl::Status RingSteps::Run(std::span<const RingStep> steps,
                             absl::FunctionRef<std::string(size_t)> where) {
-  // Scratch is sized once, for the largest chunk a reducing step receives.
-  size_t needed = 0;
-  for (const RingStep& step : steps) {
-    if (step.reduce) needed = std::max(needed, std::min(chunk_elements_, step.recv.length));
+  // Every receive of the schedule, in the order they are waited for.
+  struct Receive {
+    size_t step;
+    size_t part;
+  };
+  std::vector<Receive> receives;
+  bool reducing = false;
+  size_t needed = 0;  // elements of the largest chunk a reducing step receives
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const size_t chunks = ChunkCount(steps[i].recv.length, chunk_elements_);
+    for (size_t part = 0; part < chunks; ++part) receives.push_back({i, part});
+    if (steps[i].reduce) {
+      reducing = true;
+      needed = std::max(needed, std::min(chunk_elements_, steps[i].recv.length));
+    }
   }
-  if (needed > scratch_elements_) {
-    scratch_ = std::make_unique_for_overwrite<std::byte[]>(needed * element_size_);
-    scratch_elements_ = needed;
+  // Receive r of a reducing step lands in scratch slot r % kRecvWindow, which is free again once
+  // receive r - kRecvWindow has been folded in.
+  if (reducing && needed * kRecvWindow > scratch_elements_) {
+    scratch_ = std::make_unique_for_overwrite<std::byte[]>(needed * kRecvWindow * element_size_);
+    scratch_elements_ = needed * kRecvWindow;
   }
+  auto scratch_slot = [&](size_t r, size_t bytes) {
+    return transport::ByteSpan(scratch_.get() + (r % kRecvWindow) * needed * element_size_, bytes);
+  };
 
   struct Send {
     size_t step;
@@ -73,6 +93,30 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     return absl::OkStatus();
   };
 
+  // Receives posted ahead of the one waited for, so that chunks arriving early go straight to
+  // where they belong. A reducing step's receive may be posted any time (it lands in scratch); a
+  // storing step's only once its step is current and no earlier step's send is still to go out
+  // (the chunk overwrites the buffer, which such a send may still have to read).
+  std::deque<std::unique_ptr<transport::PostedRecv>> posted;
+  size_t next_post = 0;
+  auto post_ahead = [&](size_t current_step) {
+    while (next_post < receives.size() && next_post < received + kRecvWindow) {
+      const Receive& r = receives[next_post];
+      const RingStep& step = steps[r.step];
+      if (!step.reduce &&
+          (r.step != current_step || (!ready.empty() && ready.front().step < r.step))) {
+        return;
+      }
+      const ElementRange chunk = ChunkOf(step.recv, chunk_elements_, r.part);
+      const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
+      const transport::Tag tag{ctx_.comm, ctx_.seq, ctx_.first_step + static_cast<uint32_t>(r.step),
+                               static_cast<uint32_t>(r.part)};
+      posted.push_back(ctx_.endpoint->PostRecv(
+          ring_.prev, tag, step.reduce ? scratch_slot(next_post, own.size()) : own, ctx_.deadline));
+      ++next_post;
+    }
+  };
+
   if (!steps.empty()) queue_all(0);
   for (size_t i = 0; i < steps.size(); ++i) {
     const RingStep& step = steps[i];
@@ -84,17 +128,18 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
       while (!step.reduce && !ready.empty() && ready.front().step < i) {
         BATON_RETURN_IF_ERROR(issue());
       }
+      post_ahead(i);
       while (!ready.empty() && issued < received + kSendsAhead) BATON_RETURN_IF_ERROR(issue());
-      const ElementRange chunk = ChunkOf(step.recv, chunk_elements_, part);
-      const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
-      const transport::ByteSpan into =
-          step.reduce ? transport::ByteSpan(scratch_.get(), own.size()) : own;
-      const transport::Tag tag{ctx_.comm, ctx_.seq, ctx_.first_step + static_cast<uint32_t>(i),
-                               static_cast<uint32_t>(part)};
-      const absl::Status status = ctx_.endpoint->Recv(ring_.prev, tag, into, ctx_.deadline);
+      // This step's receive is posted now: it is within the window, and a storing step's sends of
+      // earlier steps have all gone out above.
+      const absl::Status status = posted.front()->Wait();
+      posted.pop_front();
       if (!status.ok())
         return AnnotateTransportError(status, where(i), "receiving from", ring_.prev);
       if (step.reduce) {
+        const ElementRange chunk = ChunkOf(step.recv, chunk_elements_, part);
+        const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
+        const transport::ByteSpan into = scratch_slot(received, own.size());
         PhaseTimer timer(ReduceSlot(ctx_));
         if (step.own_from_input && input_ != data_) {
           const std::array<const void*, 2> sources = {BytesOf(input_, element_size_, chunk).data(),

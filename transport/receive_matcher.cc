@@ -39,43 +39,87 @@ bool ReceiveMatcher::Delivery::cancelled() const {
   return kind_ == Kind::kPosted && recv_->cancelled.load(std::memory_order_acquire);
 }
 
-absl::Status ReceiveMatcher::Recv(const std::string& peer, const Tag& tag, ByteSpan data,
-                                  absl::Time deadline) {
-  Key key{peer, tag};
+// A posted receive. Until it is done, its PendingRecv is either in the matcher's pending_ (not yet
+// matched) or claimed by a delivery that is writing into its buffer; it must stay alive until
+// neither is the case, which the destructor ensures.
+class ReceiveMatcher::Posted final : public PostedRecv {
+ public:
+  Posted(ReceiveMatcher* matcher, std::string peer, const Tag& tag, ByteSpan data,
+         absl::Time deadline)
+      : matcher_(matcher), key_{std::move(peer), tag} {
+    recv_.comm = tag.comm;
+    recv_.data = data;
+    recv_.deadline = deadline;
+  }
+  ~Posted() override {
+    absl::MutexLock lock(&matcher_->mu_);
+    if (recv_.done) return;
+    if (!recv_.claimed) {
+      matcher_->pending_.erase(key_);
+      return;
+    }
+    recv_.cancelled.store(true, std::memory_order_release);
+    matcher_->mu_.Await(absl::Condition(&recv_.done));
+  }
+
+  absl::Status Wait() override {
+    absl::MutexLock lock(&matcher_->mu_);
+    if (!matcher_->mu_.AwaitWithDeadline(absl::Condition(&recv_.done), recv_.deadline) &&
+        !recv_.claimed) {
+      matcher_->pending_.erase(key_);
+      matcher_->CompleteLocked(&recv_, RecvDeadlineExceeded(key_.peer, key_.tag));
+    }
+    // Claimed: the writer finishes by recv_.deadline (or when cancelled), so this wait is bounded
+    // even though it has no deadline of its own; the buffer must not be released before then.
+    matcher_->mu_.Await(absl::Condition(&recv_.done));
+    return recv_.result;
+  }
+
+ private:
+  friend class ReceiveMatcher;
+  ReceiveMatcher* const matcher_;
+  const Key key_;
+  PendingRecv recv_;
+};
+
+std::unique_ptr<PostedRecv> ReceiveMatcher::Post(const std::string& peer, const Tag& tag,
+                                                 ByteSpan data, absl::Time deadline) {
+  auto posted = std::make_unique<Posted>(this, peer, tag, data, deadline);
+  PendingRecv& recv = posted->recv_;
   Unexpected message;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status error = BlockingErrorLocked(tag.comm); !error.ok()) return error;
-    auto it = unexpected_.find(key);
+    if (absl::Status error = BlockingErrorLocked(tag.comm); !error.ok()) {
+      CompleteLocked(&recv, std::move(error));
+      return posted;
+    }
+    auto it = unexpected_.find(posted->key_);
     if (it == unexpected_.end()) {
       // Messages that arrived before the link was lost are still receivable, hence this order.
-      if (auto lost = lost_.find(peer); lost != lost_.end()) return lost->second;
-      if (pending_.contains(key)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "a receive from peer ", peer, " (", TagToString(tag), ") is already pending"));
+      if (auto lost = lost_.find(peer); lost != lost_.end()) {
+        CompleteLocked(&recv, lost->second);
+      } else if (pending_.contains(posted->key_)) {
+        CompleteLocked(&recv, absl::FailedPreconditionError(
+                                  absl::StrCat("a receive from peer ", peer, " (", TagToString(tag),
+                                               ") is already pending")));
+      } else {
+        pending_.emplace(posted->key_, &recv);
       }
-      PendingRecv recv;
-      recv.comm = tag.comm;
-      recv.data = data;
-      recv.deadline = deadline;
-      pending_.emplace(key, &recv);
-      if (!mu_.AwaitWithDeadline(absl::Condition(&recv.done), deadline) && !recv.claimed) {
-        pending_.erase(key);
-        return RecvDeadlineExceeded(peer, tag);
-      }
-      // Claimed: the writer finishes by recv.deadline (or when cancelled), so this wait is bounded
-      // even though it has no deadline of its own; `data` must not be released before then.
-      mu_.Await(absl::Condition(&recv.done));
-      return recv.result;
+      return posted;
     }
     message = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) unexpected_.erase(it);
     ReleaseLocked(peer, message.length);
   }
-  if (message.length != data.size()) return LengthMismatch(peer, tag, message.length, data.size());
-  if (message.length > 0) std::memcpy(data.data(), message.data.get(), message.length);
-  return absl::OkStatus();
+  // Not shared with anyone yet: completed without the lock.
+  recv.done = true;
+  if (message.length != data.size()) {
+    recv.result = LengthMismatch(peer, tag, message.length, data.size());
+  } else if (message.length > 0) {
+    std::memcpy(data.data(), message.data.get(), message.length);
+  }
+  return posted;
 }
 
 ReceiveMatcher::Delivery ReceiveMatcher::BeginDelivery(const std::string& peer, const Tag& tag,

@@ -88,13 +88,19 @@ class ReceiveMatcher {
   // No Recv may be running and no Delivery outstanding.
   ~ReceiveMatcher() = default;
 
-  // Endpoint::Recv: waits until the message tagged `tag` from `peer` has been written into `data`.
-  // Fails with FailedPrecondition when the lengths differ or another receive for the same peer
-  // and tag is pending, with the abort reason, the peer's lost status (see PeerLost), the shutdown
-  // status, or RecvDeadlineExceeded at `deadline`. While the payload is being written into `data`
-  // the deadline is the writer's to enforce (see Delivery::deadline), so the call never returns
-  // while `data` is still being written.
-  absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data, absl::Time deadline);
+  // Endpoint::PostRecv: posts a receive of the message tagged `tag` from `peer` into `data`. Its
+  // Wait() fails with FailedPrecondition when the lengths differ or another receive for the same
+  // peer and tag is pending, with the abort reason, the peer's lost status (see PeerLost), the
+  // shutdown status, or RecvDeadlineExceeded at `deadline`. While the payload is being written
+  // into `data` the deadline is the writer's to enforce (see Delivery::deadline), so neither Wait
+  // nor the destructor returns while `data` is still being written. A message already kept
+  // unexpected is copied into `data` before this returns.
+  std::unique_ptr<PostedRecv> Post(const std::string& peer, const Tag& tag, ByteSpan data,
+                                   absl::Time deadline);
+  // Endpoint::Recv: Post(...)->Wait().
+  absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data, absl::Time deadline) {
+    return Post(peer, tag, data, deadline)->Wait();
+  }
 
   // Starts delivering a message of `length` payload bytes from `peer`, after waiting for room if
   // it would be kept unexpected beyond the bound (see the constructor). Every Delivery must be
@@ -126,6 +132,7 @@ class ReceiveMatcher {
   absl::flat_hash_map<std::string, LinkStats> RecvLinkStats() const;
 
  private:
+  class Posted;
   struct PendingRecv {
     uint64_t comm = 0;
     ByteSpan data;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -48,6 +49,23 @@ struct LinkStats {
   bool up = false;           // a receive connection from the peer is currently established
 };
 
+// A receive posted with Endpoint::PostRecv; the message is written into its buffer as it arrives,
+// while the poster does other work. Not thread-safe: one thread waits for it.
+class PostedRecv {
+ public:
+  PostedRecv() = default;
+  PostedRecv(const PostedRecv&) = delete;
+  PostedRecv& operator=(const PostedRecv&) = delete;
+  // Withdraws the receive unless it has completed. If its message is being written into the
+  // buffer at that moment, waits for the writer to stop (it checks for cancellation at least
+  // every 20 ms), so the buffer may be reused as soon as this returns.
+  virtual ~PostedRecv() = default;
+
+  // Waits until the message has been written into the buffer or the receive has failed, and
+  // returns what Endpoint::Recv would. Later calls return the same result.
+  virtual absl::Status Wait() = 0;
+};
+
 // One daemon's data-plane endpoint. Peers are named by their endpoint address (what address()
 // returns on the peer). All methods are thread-safe; any number of threads may send and receive
 // concurrently, to the same or different peers.
@@ -66,11 +84,20 @@ class Endpoint {
                             absl::Time deadline) = 0;
 
   // Receives the message tagged `tag` from `peer` into `data`, which must be exactly as long as the
-  // message. Errors: FailedPrecondition when the lengths differ (both are named), Unavailable
-  // naming the peer when its link is lost, DeadlineExceeded naming the peer and tag at `deadline`,
-  // or the abort reason when tag.comm has been aborted.
-  virtual absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data,
-                            absl::Time deadline) = 0;
+  // message. Errors: FailedPrecondition when the lengths differ (both are named) or a receive
+  // with the same peer and tag is already posted, Unavailable naming the peer when its link is
+  // lost, DeadlineExceeded naming the peer and tag at `deadline`, or the abort reason when
+  // tag.comm has been aborted.
+  absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data, absl::Time deadline) {
+    return PostRecv(peer, tag, data, deadline)->Wait();
+  }
+
+  // Posts the receive that Recv would make and returns without waiting: a message that arrives
+  // for a posted receive goes straight into `data` (no copy through an unexpected-message
+  // buffer), so an algorithm posts its receives before the data can arrive. `data` must stay
+  // valid until the returned receive is waited for or destroyed. Never null.
+  virtual std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag,
+                                               ByteSpan data, absl::Time deadline) = 0;
 
   // Fails every pending and future Send and Recv on communicator `comm` with `reason` (which must
   // not be OK), and drops its unexpected messages, until Forget(comm).

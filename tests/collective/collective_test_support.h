@@ -364,9 +364,11 @@ class DyingEndpoint final : public transport::Endpoint {
     if (++sends_ == kill_after_) fabric_->Kill(inner_->address());
     return status;
   }
-  absl::Status Recv(const std::string& peer, const transport::Tag& tag, transport::ByteSpan data,
-                    absl::Time deadline) override {
-    return inner_->Recv(peer, tag, data, deadline);
+  std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
+                                                  const transport::Tag& tag,
+                                                  transport::ByteSpan data,
+                                                  absl::Time deadline) override {
+    return inner_->PostRecv(peer, tag, data, deadline);
   }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }

@@ -568,6 +568,27 @@ TEST_P(KernelTest, ReduceManyMatchesReference) {
   for (size_t i = 0; i < kCount; ++i) ExpectElement(type(), op(), copy, {&inputs[0]}, i);
 }
 
+// Two sources have their own kernels (a third buffer, or the first source as destination); each
+// must agree with the reference, and with the general path (the second source as destination).
+TEST_P(KernelTest, ReduceManyOfTwoMatchesReference) {
+  const auto a = RandomBuffer(type(), kCount);
+  const auto b = RandomBuffer(type(), kCount);
+  std::vector<std::byte> distinct(a.size());
+  const void* srcs[] = {a.data(), b.data()};
+  ReduceMany(type(), op(), distinct.data(), srcs, kCount);
+  for (size_t i = 0; i < kCount; ++i) ExpectElement(type(), op(), distinct, {&a, &b}, i);
+
+  auto into_first = a;
+  const void* first_srcs[] = {into_first.data(), b.data()};
+  ReduceMany(type(), op(), into_first.data(), first_srcs, kCount);
+  EXPECT_EQ(into_first, distinct);
+
+  auto into_second = b;
+  const void* second_srcs[] = {a.data(), into_second.data()};
+  ReduceMany(type(), op(), into_second.data(), second_srcs, kCount);
+  EXPECT_EQ(into_second, distinct);
+}
+
 TEST_P(KernelTest, ZeroCountTouchesNothing) {
   std::vector<std::byte> dst(8, std::byte{0x5A});
   const std::vector<std::byte> src(8, std::byte{0x11});

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,14 @@ ReceiveMatcher::Delivery ClaimPostedReceive(ReceiveMatcher& matcher, const Tag& 
     matcher.FinishDelivery(std::move(delivery), absl::UnavailableError("retry"));
     absl::SleepFor(absl::Milliseconds(1));
   }
+}
+
+// Delivers a whole unexpected (or posted) message of `length` bytes of `fill`.
+void Deliver(ReceiveMatcher& matcher, const std::string& peer, const Tag& tag, size_t length,
+             char fill) {
+  ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(peer, tag, length);
+  if (!delivery.discard()) std::memset(delivery.buffer().data(), fill, length);
+  matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
 }
 
 TEST(ReceiveMatcherTest, UnexpectedMessageIsReceivedLater) {
@@ -81,6 +90,29 @@ TEST(ReceiveMatcherTest, AbortCancelsAClaimedDelivery) {
   EXPECT_EQ(recv.get(), absl::AbortedError("stop"));
 }
 
+TEST(ReceiveMatcherTest, DestroyingAClaimedPostedReceiveCancelsTheWriterAndWaitsForIt) {
+  ReceiveMatcher matcher;
+  std::vector<std::byte> buffer(4);
+  std::unique_ptr<PostedRecv> posted =
+      matcher.Post(kPeer, Tag{.seq = 1}, buffer, absl::Now() + absl::Seconds(30));
+  ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(kPeer, Tag{.seq = 1}, buffer.size());
+  ASSERT_EQ(delivery.buffer().data(), buffer.data());
+  auto destroyed = std::async(std::launch::async, [&] { posted.reset(); });
+  // The destructor marks the delivery cancelled, then must not return while it is writing.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!delivery.cancelled() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(delivery.cancelled());
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(destroyed.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+  std::memset(delivery.buffer().data(), 7, 4);
+  matcher.FinishDelivery(std::move(delivery), absl::CancelledError("writer stopped"));
+  destroyed.get();
+  // Nothing of it is left: the tag can be received again.
+  Deliver(matcher, kPeer, Tag{.seq = 1}, 4, 9);
+  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 1}, buffer, absl::Now()).ok());
+  EXPECT_EQ(buffer, std::vector<std::byte>(4, std::byte{9}));
+}
+
 TEST(ReceiveMatcherTest, SecondPendingReceiveForTheSameMessageIsRefused) {
   ReceiveMatcher matcher;
   std::vector<std::byte> first(1), second(1);
@@ -119,14 +151,6 @@ TEST(ReceiveMatcherTest, LostPeerKeepsDeliveredMessagesUntilReconnect) {
   matcher.PeerConnected(kPeer);
   EXPECT_EQ(matcher.Recv(kPeer, Tag{.seq = 2}, {}, absl::Now()).code(),
             absl::StatusCode::kDeadlineExceeded);
-}
-
-// Delivers a whole unexpected (or posted) message of `length` bytes of `fill`.
-void Deliver(ReceiveMatcher& matcher, const std::string& peer, const Tag& tag, size_t length,
-             char fill) {
-  ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(peer, tag, length);
-  if (!delivery.discard()) std::memset(delivery.buffer().data(), fill, length);
-  matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
 }
 
 TEST(ReceiveMatcherTest, UnexpectedBytesPerPeerAreBoundedUntilTheReceiverCatchesUp) {

@@ -167,6 +167,66 @@ TEST_P(TransportConformanceTest, LargeMessagesPostedBeforeAndAfterArrival) {
   }
 }
 
+TEST_P(TransportConformanceTest, PostedReceivesCompleteInAnyOrder) {
+  MakeEndpoints(2);
+  constexpr int kMessages = 8;
+  constexpr size_t kSize = size_t{1} << 20;
+  std::vector<std::vector<std::byte>> received(kMessages, std::vector<std::byte>(kSize));
+  std::vector<std::unique_ptr<PostedRecv>> posted;
+  for (int i = 0; i < kMessages; ++i) {
+    posted.push_back(ep(1).PostRecv(addr(0), Tag{.comm = 2, .seq = 1, .part = uint32_t(i)},
+                                    received[i], Deadline()));
+  }
+  // A second receive for a posted tag is refused; the first one is unaffected.
+  std::vector<std::byte> twice(kSize);
+  EXPECT_EQ(ep(1).Recv(addr(0), Tag{.comm = 2, .seq = 1, .part = 3}, twice, Deadline()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Sent in reverse order, waited for in order.
+  for (int i = kMessages - 1; i >= 0; --i) {
+    ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 2, .seq = 1, .part = uint32_t(i)},
+                         Pattern(kSize, 100 + i), Deadline()));
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_OK(posted[i]->Wait());
+    EXPECT_OK(posted[i]->Wait());  // the same result again
+    EXPECT_TRUE(received[i] == Pattern(kSize, 100 + i)) << "message " << i;
+  }
+}
+
+TEST_P(TransportConformanceTest, DestroyedPostedReceiveIsWithdrawn) {
+  MakeEndpoints(2);
+  const Tag tag{.comm = 3, .seq = 1};
+  {
+    std::vector<std::byte> abandoned(64, std::byte{0x5A});
+    std::unique_ptr<PostedRecv> posted = ep(1).PostRecv(addr(0), tag, abandoned, Deadline());
+    posted.reset();
+    EXPECT_EQ(abandoned, std::vector<std::byte>(64, std::byte{0x5A}));
+  }
+  // The message now finds no receive and waits for the next one with its tag.
+  const std::vector<std::byte> sent = Pattern(64, 3);
+  ASSERT_OK(ep(0).Send(addr(1), tag, sent, Deadline()));
+  std::vector<std::byte> received(64);
+  ASSERT_OK(ep(1).Recv(addr(0), tag, received, Deadline()));
+  EXPECT_EQ(received, sent);
+}
+
+TEST_P(TransportConformanceTest, PostedReceiveFailsWithTheAbortReasonAndAtItsDeadline) {
+  MakeEndpoints(2);
+  std::vector<std::byte> buffer(16);
+  const absl::Time start = absl::Now();
+  std::unique_ptr<PostedRecv> timed =
+      ep(1).PostRecv(addr(0), Tag{.comm = 4, .seq = 1}, buffer, Deadline(absl::Milliseconds(50)));
+  std::unique_ptr<PostedRecv> aborted =
+      ep(1).PostRecv(addr(0), Tag{.comm = 5, .seq = 1}, buffer, Deadline());
+  const absl::Status reason = absl::AbortedError("rank 2 failed");
+  ep(1).Abort(5, reason);
+  EXPECT_EQ(aborted->Wait(), reason);
+  const absl::Status timeout = timed->Wait();
+  EXPECT_EQ(timeout.code(), absl::StatusCode::kDeadlineExceeded) << timeout;
+  EXPECT_THAT(timeout.message(), HasSubstr(addr(0)));
+  EXPECT_LT(absl::Now() - start, kPrompt);
+}
+
 TEST_P(TransportConformanceTest, ZeroLengthMessages) {
   MakeEndpoints(2);
   auto recv = std::async(std::launch::async,

@@ -26,9 +26,9 @@ class InMemoryEndpoint final : public Endpoint {
   std::string address() const override { return address_; }
   absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                     absl::Time deadline) override;
-  absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data,
-                    absl::Time deadline) override {
-    return matcher_.Recv(peer, tag, data, deadline);
+  std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
+                                       absl::Time deadline) override {
+    return matcher_.Post(peer, tag, data, deadline);
   }
   void Abort(uint64_t comm, const absl::Status& reason) override { matcher_.Abort(comm, reason); }
   void Forget(uint64_t comm) override { matcher_.Forget(comm); }

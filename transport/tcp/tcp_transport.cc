@@ -60,9 +60,9 @@ class TcpEndpoint final : public Endpoint {
   std::string address() const override { return address_; }
   absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                     absl::Time deadline) override;
-  absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data,
-                    absl::Time deadline) override {
-    return matcher_.Recv(peer, tag, data, deadline);
+  std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
+                                       absl::Time deadline) override {
+    return matcher_.Post(peer, tag, data, deadline);
   }
   void Abort(uint64_t comm, const absl::Status& reason) override;
   void Forget(uint64_t comm) override;
