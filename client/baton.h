@@ -37,8 +37,8 @@ struct CallOptions {
 
   absl::Duration timeout = absl::Minutes(10);
   // Forces an algorithm (InvalidArgument if it does not implement the collective). Otherwise
-  // $BATON_ALGO ("ring", "tree", "direct"), if set, applies to the collectives it implements, and
-  // the daemon chooses for the rest. Every rank must make the same choice.
+  // $BATON_ALGO ("ring", "tree", "direct", "doubling"), if set, applies to the collectives it
+  // implements, and the daemon chooses for the rest. Every rank must make the same choice.
   std::optional<Algorithm> algorithm;
 };
 
@@ -131,8 +131,8 @@ class Communicator {
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Split(
       int color, int key, absl::Duration timeout = absl::Minutes(1)) = 0;
 
-  // The algorithm the daemon ran for the last successful operation ("ring", "tree", "direct", or
-  // "local" when every rank is on one daemon).
+  // The algorithm the daemon ran for the last successful operation ("ring", "tree", "direct",
+  // "doubling", or "local" when every rank is on one daemon).
   virtual std::string last_algorithm() const = 0;
 
   // What the daemon's tuner predicts for `collective` with `count` elements of `type` (counted as

@@ -209,9 +209,10 @@ int Bench(int argc, char** argv, bool worker) {
                     "float64, fp8_e4m3, fp8_e5m2");
   options.AddString("redop", &bench.reduce_op, "sum, prod, min, max, avg");
   options.AddInt("root", &bench.root, "-r: root rank of broadcast and reduce");
-  options.AddString("algorithm", &bench.algorithm,
-                    "ring, tree or direct (default: the daemons' choice, \"auto\"); a list such as "
-                    "auto,ring,tree compares them in one run");
+  options.AddString(
+      "algorithm", &bench.algorithm,
+      "ring, tree, direct or doubling (default: the daemons' choice, \"auto\"); a list "
+      "such as auto,ring,tree,doubling compares them in one run");
   options.AddBool("explain", &bench.explain,
                   "add the tuner's predicted time of each algorithm and its choice per size");
   options.AddBool("median", &bench.median,

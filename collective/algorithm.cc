@@ -17,10 +17,11 @@ constexpr std::array<std::pair<Collective, absl::string_view>, 7> kCollectives =
     {Collective::kBarrier, "barrier"},
 }};
 
-constexpr std::array<std::pair<Algorithm, absl::string_view>, 3> kAlgorithms = {{
+constexpr std::array<std::pair<Algorithm, absl::string_view>, 4> kAlgorithms = {{
     {Algorithm::kRing, "ring"},
     {Algorithm::kTree, "tree"},
     {Algorithm::kDirect, "direct"},
+    {Algorithm::kDoubling, "doubling"},
 }};
 
 template <typename Table>
@@ -65,7 +66,8 @@ std::optional<Algorithm> ParseAlgorithm(absl::string_view name) {
 bool IsSupported(Collective collective, Algorithm algorithm) {
   switch (collective) {
     case Collective::kAllReduce:
-      return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree;
+      return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree ||
+             algorithm == Algorithm::kDoubling;
     case Collective::kReduceScatter:
     case Collective::kAllGather:
     case Collective::kBroadcast:

@@ -3,8 +3,8 @@
 // The collectives Baton runs and the algorithm families that implement them, with their names as
 // users, metrics and the daemon's replies write them, and which combinations exist.
 //
-//   collective       ring                           tree                  direct
-//   all_reduce       RingAllReduce                  TreeAllReduce         -
+//   collective       ring                           tree                  direct           doubling
+//   all_reduce       RingAllReduce                  TreeAllReduce         - DoublingAllReduce
 //   reduce_scatter   RingReduceScatter              -                     -
 //   all_gather       RingAllGather                  -                     -
 //   broadcast        RingBroadcast (chain)          -                     -
@@ -29,9 +29,10 @@ enum class Collective {
 };
 
 enum class Algorithm {
-  kRing,    // neighbours on a ring (chains for the rooted collectives)
-  kTree,    // the double binary tree
-  kDirect,  // every participant talks to the peers it needs directly
+  kRing,      // neighbours on a ring (chains for the rooted collectives)
+  kTree,      // the double binary tree
+  kDirect,    // every participant talks to the peers it needs directly
+  kDoubling,  // recursive doubling: log2(size) exchanges of the whole buffer
 };
 
 // "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier";
@@ -39,7 +40,7 @@ enum class Algorithm {
 absl::string_view CollectiveName(Collective collective);
 std::optional<Collective> ParseCollective(absl::string_view name);
 
-// "ring", "tree", "direct"; "unknown" for a value outside the enum.
+// "ring", "tree", "direct", "doubling"; "unknown" for a value outside the enum.
 absl::string_view AlgorithmName(Algorithm algorithm);
 std::optional<Algorithm> ParseAlgorithm(absl::string_view name);
 

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "collective/doubling_all_reduce.h"
 
 namespace baton::collective {
 namespace {
@@ -25,6 +27,14 @@ absl::Duration TreeAllReduce(int daemons, double bytes, double chunk_bytes,
                                 ? kTreeEfficiency
                                 : kTreePipelinedEfficiency;
   return 2 * depth * model.alpha + Seconds(2 * bytes / (model.beta * efficiency));
+}
+
+// Every step exchanges the whole buffer, chunk by chunk, each chunk waiting for the partner's.
+absl::Duration DoublingAllReduce(int daemons, double bytes, double chunk_bytes,
+                                 const LinkModel& model) {
+  const double steps = DoublingSteps(daemons);
+  const double chunks = std::max(1.0, std::ceil(bytes / chunk_bytes));
+  return steps * (chunks * model.alpha + Seconds(bytes / (model.beta * kRingEfficiency)));
 }
 
 std::string HumanDuration(absl::Duration d) {
@@ -48,6 +58,8 @@ std::vector<AlgorithmCost> PredictCosts(Collective collective, int daemons, size
       costs.push_back({Algorithm::kRing, RingAllReduce(daemons, n, model)});
       costs.push_back(
           {Algorithm::kTree, TreeAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)});
+      costs.push_back({Algorithm::kDoubling,
+                       DoublingAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)});
       break;
     case Collective::kAllToAll:
     case Collective::kBarrier:

@@ -8,10 +8,13 @@
 // for D daemons and an n-byte buffer:
 //   ring all-reduce   2(D-1) steps:         2(D-1)·alpha + 2(D-1)/D · n / (beta·kRingEfficiency)
 //   tree all-reduce   up and down, depth d: 2d·alpha + 2n / (beta·e)
+//   doubling          s steps of c chunks:  s·(c·alpha + n / (beta·kRingEfficiency))
 // where d = bit_width(D-1) is the depth of the double binary tree (collective/double_binary_tree.h)
 // and e is kTreeEfficiency while each tree's messages, min(n/2, chunk), stay within
 // kTreeSmallMessageBytes, kTreePipelinedEfficiency beyond (where the tree's single thread of
-// blocking sends stops overlapping transfers). The efficiencies are what this data plane reaches
+// blocking sends stops overlapping transfers); s = DoublingSteps(D) (log2 D, plus 2 when D is not
+// a power of two) and c = ceil(n / chunk), since each step sends the whole buffer one chunk at a
+// time. The efficiencies are what this data plane reaches
 // of the link's bandwidth, measured on 8 hosts in network namespaces (docs/benchmarks.md). The
 // constant overheads of a call (submission, the signature exchange) are the same for every
 // algorithm and left out. Collectives that only one algorithm implements get that one.

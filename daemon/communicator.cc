@@ -10,6 +10,7 @@
 #include "absl/strings/string_view.h"
 #include "collective/direct_all_to_all.h"
 #include "collective/dissemination_barrier.h"
+#include "collective/doubling_all_reduce.h"
 #include "collective/reduce.h"
 #include "collective/ring_all_gather.h"
 #include "collective/ring_all_reduce.h"
@@ -467,6 +468,9 @@ absl::Status Communicator::AllReduceAcross(const collective::OpContext& ctx, Alg
                                            collective::ReduceOp op) const {
   if (algorithm == Algorithm::kTree) {
     return collective::TreeAllReduce(ctx, DaemonParticipants(), tree_links_, data, count, type, op);
+  }
+  if (algorithm == Algorithm::kDoubling) {
+    return collective::DoublingAllReduce(ctx, DaemonParticipants(), data, count, type, op);
   }
   return collective::RingAllReduce(ctx, RingOfDaemons(), data, count, type, op);
 }

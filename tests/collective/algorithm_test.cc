@@ -11,7 +11,8 @@ constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kRedu
                                        Collective::kAllGather, Collective::kBroadcast,
                                        Collective::kReduce,    Collective::kAllToAll,
                                        Collective::kBarrier};
-constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect};
+constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect,
+                                     Algorithm::kDoubling};
 
 TEST(AlgorithmTest, NamesRoundTrip) {
   for (Collective c : kCollectives) EXPECT_EQ(ParseCollective(CollectiveName(c)), c);
@@ -20,6 +21,7 @@ TEST(AlgorithmTest, NamesRoundTrip) {
   EXPECT_EQ(CollectiveName(Collective::kReduceScatter), "reduce_scatter");
   EXPECT_EQ(CollectiveName(Collective::kAllToAll), "all_to_all");
   EXPECT_EQ(AlgorithmName(Algorithm::kTree), "tree");
+  EXPECT_EQ(AlgorithmName(Algorithm::kDoubling), "doubling");
   EXPECT_EQ(CollectiveName(static_cast<Collective>(42)), "unknown");
   EXPECT_EQ(AlgorithmName(static_cast<Algorithm>(42)), "unknown");
   EXPECT_EQ(ParseCollective("allreduce"), std::nullopt);
@@ -36,9 +38,11 @@ TEST(AlgorithmTest, SupportedCombinations) {
     EXPECT_GE(algorithms, 1) << CollectiveName(c) << " has no algorithm";
     supported += algorithms;
   }
-  EXPECT_EQ(supported, 8);
+  EXPECT_EQ(supported, 9);
   EXPECT_TRUE(IsSupported(Collective::kAllReduce, Algorithm::kRing));
   EXPECT_TRUE(IsSupported(Collective::kAllReduce, Algorithm::kTree));
+  EXPECT_TRUE(IsSupported(Collective::kAllReduce, Algorithm::kDoubling));
+  EXPECT_FALSE(IsSupported(Collective::kReduceScatter, Algorithm::kDoubling));
   EXPECT_FALSE(IsSupported(Collective::kAllReduce, Algorithm::kDirect));
   EXPECT_TRUE(IsSupported(Collective::kReduceScatter, Algorithm::kRing));
   EXPECT_FALSE(IsSupported(Collective::kReduceScatter, Algorithm::kTree));

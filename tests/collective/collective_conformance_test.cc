@@ -24,6 +24,7 @@
 #include "collective/direct_all_to_all.h"
 #include "collective/dissemination_barrier.h"
 #include "collective/double_binary_tree.h"
+#include "collective/doubling_all_reduce.h"
 #include "collective/ring_all_gather.h"
 #include "collective/ring_all_reduce.h"
 #include "collective/ring_broadcast.h"
@@ -52,7 +53,7 @@ struct Op {
 std::vector<Op> SupportedOps() {
   std::vector<Op> ops;
   for (int c = 0; c <= static_cast<int>(Collective::kBarrier); ++c) {
-    for (int a = 0; a <= static_cast<int>(Algorithm::kDirect); ++a) {
+    for (int a = 0; a <= static_cast<int>(Algorithm::kDoubling); ++a) {
       const Op op{static_cast<Collective>(c), static_cast<Algorithm>(a)};
       if (IsSupported(op.collective, op.algorithm)) ops.push_back(op);
     }
@@ -83,6 +84,10 @@ absl::Status RunCall(const Call& call, const OpContext& ctx, int rank, int size,
     case Collective::kAllReduce:
       if (call.op.algorithm == Algorithm::kTree) {
         return TreeAllReduce(ctx, participants, data.data(), call.count, call.type, call.reduce);
+      }
+      if (call.op.algorithm == Algorithm::kDoubling) {
+        return DoublingAllReduce(ctx, participants, data.data(), call.count, call.type,
+                                 call.reduce);
       }
       return RingAllReduce(ctx, ring, data.data(), call.count, call.type, call.reduce);
     case Collective::kReduceScatter:
@@ -123,6 +128,23 @@ std::map<int, uint64_t> ExpectedTx(const Call& call, int rank, int size, size_t 
           const uint64_t half = cost(SegmentOf(call.count, 2, t).length);
           if (trees[t].parent != -1) tx[trees[t].parent] += half;
           for (int child : trees[t].children) tx[child] += half;
+        }
+        break;
+      }
+      if (call.op.algorithm == Algorithm::kDoubling) {
+        // The whole buffer to each partner; paired participants hand it over and back.
+        const uint64_t whole = cost(call.count);
+        const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(size)));
+        const int extra = size - p;
+        if (rank < 2 * extra && rank % 2 == 0) {
+          tx[rank + 1] += whole;
+          break;
+        }
+        if (rank < 2 * extra) tx[rank - 1] += whole;
+        const int index = rank < 2 * extra ? rank / 2 : rank - extra;
+        for (int bit = 1; bit < p; bit <<= 1) {
+          const int partner = index ^ bit;
+          tx[partner < extra ? 2 * partner + 1 : partner + extra] += whole;
         }
         break;
       }

@@ -1,5 +1,6 @@
 #include "collective/tuner.h"
 
+#include "collective/doubling_all_reduce.h"
 #include "gtest/gtest.h"
 
 namespace baton::collective {
@@ -14,51 +15,78 @@ TEST(TunerTest, RingCostFollowsTheFormula) {
   const LinkModel model = Measured();
   const std::vector<AlgorithmCost> costs =
       PredictCosts(Collective::kAllReduce, 8, 64 << 20, kChunk, model);
-  ASSERT_EQ(costs.size(), 2u);
-  const AlgorithmCost& ring = costs[0].algorithm == Algorithm::kRing ? costs[0] : costs[1];
+  ASSERT_EQ(costs.size(), 3u);
+  auto cost_of = [&](Algorithm algorithm) {
+    for (const AlgorithmCost& cost : costs) {
+      if (cost.algorithm == algorithm) return absl::ToDoubleSeconds(cost.predicted);
+    }
+    ADD_FAILURE() << "no cost for " << AlgorithmName(algorithm);
+    return 0.0;
+  };
   const double expected = 14 * 125e-6 + 14.0 / 8 * (64 << 20) / (118e6 * kRingEfficiency);
-  const AlgorithmCost& tree = costs[0].algorithm == Algorithm::kTree ? costs[0] : costs[1];
   const double expected_tree = 6 * 125e-6 + 2.0 * (64 << 20) / (118e6 * kTreePipelinedEfficiency);
-  EXPECT_NEAR(absl::ToDoubleSeconds(tree.predicted), expected_tree, 1e-9);
-  EXPECT_NEAR(absl::ToDoubleSeconds(ring.predicted), expected, 1e-9);
+  // 3 steps of 64 chunks.
+  const double expected_doubling = 3 * (64 * 125e-6 + double(64 << 20) / (118e6 * kRingEfficiency));
+  EXPECT_NEAR(cost_of(Algorithm::kRing), expected, 1e-9);
+  EXPECT_NEAR(cost_of(Algorithm::kTree), expected_tree, 1e-9);
+  EXPECT_NEAR(cost_of(Algorithm::kDoubling), expected_doubling, 1e-9);
 }
 
-TEST(TunerTest, TreeForSmallMessagesOnManyDaemonsRingForLargeOnes) {
+TEST(TunerTest, DoublingStepsAddTwoForSizesThatAreNotPowersOfTwo) {
+  EXPECT_EQ(DoublingSteps(1), 0);
+  EXPECT_EQ(DoublingSteps(2), 1);
+  EXPECT_EQ(DoublingSteps(3), 3);
+  EXPECT_EQ(DoublingSteps(4), 2);
+  EXPECT_EQ(DoublingSteps(6), 4);
+  EXPECT_EQ(DoublingSteps(8), 3);
+  EXPECT_EQ(DoublingSteps(9), 5);
+}
+
+TEST(TunerTest, DoublingForSmallMessagesTreeForMidSizesRingForLargeOnes) {
   const LinkModel model = Measured();
-  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 8, kChunk, model), Algorithm::kTree);
-  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 4096, kChunk, model), Algorithm::kTree);
+  // 8 daemons: doubling's 3 latencies against the tree's 6 and the ring's 14, until its three
+  // copies of the buffer on the wire cost more than the latencies it saves.
+  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 8, kChunk, model), Algorithm::kDoubling);
+  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 4096, kChunk, model), Algorithm::kDoubling);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 128 << 10, kChunk, model), Algorithm::kTree);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 1 << 20, kChunk, model), Algorithm::kRing);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 64 << 20, kChunk, model), Algorithm::kRing);
 }
 
 TEST(TunerTest, CrossoverMovesWithLatencyAndBandwidth) {
-  // The largest size (power of two) for which the tree wins.
+  // The largest size (power of two) for which a latency-bound algorithm (the tree or doubling)
+  // beats the ring.
   auto crossover = [](const LinkModel& model) {
-    size_t last_tree = 0;
+    size_t last = 0;
     for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 2) {
-      if (ChooseByCost(Collective::kAllReduce, 16, bytes, kChunk, model) == Algorithm::kTree) {
-        last_tree = bytes;
+      if (ChooseByCost(Collective::kAllReduce, 16, bytes, kChunk, model) != Algorithm::kRing) {
+        last = bytes;
       }
     }
-    return last_tree;
+    return last;
   };
   const size_t base = crossover(Measured());
   EXPECT_GT(base, 0u);
-  // The tree's fewer steps never lose to more latency per message, nor to more bandwidth (which
-  // shrinks the bandwidth terms that favour the ring).
+  // Fewer steps than the ring's never lose to more latency per message, nor to more bandwidth
+  // (which shrinks the bandwidth terms that favour the ring).
   EXPECT_GE(crossover(LinkModel{absl::Microseconds(1250), 118e6}), base);
   EXPECT_GE(crossover(LinkModel{absl::Microseconds(125), 1.18e9}), base);
-  // With enough latency the tree wins even past its small-message regime.
+  // With enough latency they win even past the tree's small-message regime.
   EXPECT_GT(crossover(LinkModel{absl::Milliseconds(50), 118e6}), base);
-  // Near-zero latency leaves only bandwidth terms: the tree wins no sizes it did not win before.
+  // Near-zero latency leaves only bandwidth terms: they win no sizes they did not win before.
   EXPECT_LE(crossover(LinkModel{absl::Nanoseconds(1), 118e6}), base);
 }
 
-TEST(TunerTest, TwoDaemonsAlwaysRing) {
-  // With two daemons the ring has 2 steps and the tree 2 levels: the same latency, and the ring
-  // moves less data.
-  for (size_t bytes = 8; bytes <= (size_t{64} << 20); bytes *= 4) {
+TEST(TunerTest, TwoDaemonsDoublingForOneChunkRingBeyond) {
+  // With two daemons doubling is one exchange of the buffer, the ring two steps of half of it:
+  // the same bytes, but doubling waits once where the ring waits twice. From two chunks on,
+  // doubling waits once per chunk and the ring pipelines.
+  for (size_t bytes = 8; bytes <= kChunk; bytes *= 4) {
+    EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 2, bytes, kChunk, Measured()),
+              Algorithm::kDoubling)
+        << bytes;
+  }
+  for (size_t bytes = 4 * kChunk; bytes <= (size_t{64} << 20); bytes *= 4) {
     EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 2, bytes, kChunk, Measured()), Algorithm::kRing)
         << bytes;
   }

@@ -76,20 +76,22 @@ TEST(DaemonLifecycleTest, HealthReadinessAndMetricsAreServedOverHttp) {
   const std::string metrics = testing::HttpGet(http, "/metrics");
   ASSERT_EQ(metrics.substr(0, 3), "200") << metrics;
   const std::string labels = "{local_node=\"node-0\",peer_node=\"node-1\",transport=\"tcp\"}";
-  // Ring of 2: each daemon sends its 32-byte operation signature, then one 2000-byte half in
-  // reduce-scatter and one in all-gather, each message with a 40-byte frame header.
-  EXPECT_NE(metrics.find("baton_link_transmitted_bytes_total" + labels + " 4152"),
+  // Two daemons, 4000 bytes: the tuner picks doubling. Each daemon sends its 32-byte operation
+  // signature, then its whole 4000-byte buffer to the other, each message with a 40-byte frame
+  // header.
+  EXPECT_NE(metrics.find("baton_link_transmitted_bytes_total" + labels + " 4112"),
             std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("baton_link_transmitted_messages_total" + labels + " 3"),
+  EXPECT_NE(metrics.find("baton_link_transmitted_messages_total" + labels + " 2"),
             std::string::npos)
       << metrics;
   EXPECT_NE(metrics.find("baton_collectives_completed_total{local_node=\"node-0\"} 1"),
             std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("baton_collective_duration_seconds_count{algorithm=\"ring\",local_node="
-                         "\"node-0\",op=\"all_reduce\",outcome=\"ok\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      metrics.find("baton_collective_duration_seconds_count{algorithm=\"doubling\",local_node="
+                   "\"node-0\",op=\"all_reduce\",outcome=\"ok\"} 1"),
+      std::string::npos)
       << metrics;
 }
 
