@@ -99,9 +99,8 @@ class DoublingOperation {
     const std::string& address = participants_.addresses[peer];
     for (size_t part = 0; part < chunks_; ++part) {
       const ElementRange chunk = ChunkOf(ElementRange{0, count_}, chunk_elements_, part);
-      const absl::Status status =
-          ctx_.endpoint->Recv(address, Tag(step, part),
-                              internal::BytesOf(data_, element_size_, chunk), ctx_.deadline);
+      const absl::Status status = ctx_.endpoint->Recv(
+          address, Tag(step, part), internal::BytesOf(data_, element_size_, chunk), ctx_.deadline);
       if (!status.ok()) {
         return internal::AnnotateTransportError(status, Where(step, part), "receiving from",
                                                 address);

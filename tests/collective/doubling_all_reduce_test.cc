@@ -30,8 +30,8 @@ void ExpectMatchesSerialReference(const SweepCase& c) {
   Group group(c.size);
   std::vector<std::vector<std::byte>> buffers = inputs;
   const auto statuses = group.Run(c.Context(), [&](int r, const OpContext& ctx) {
-    return DoublingAllReduce(ctx, test::ParticipantsOf(r, c.size), buffers[r].data(), count,
-                             c.type, c.op);
+    return DoublingAllReduce(ctx, test::ParticipantsOf(r, c.size), buffers[r].data(), count, c.type,
+                             c.op);
   });
   for (int r = 0; r < c.size; ++r) {
     ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
@@ -42,9 +42,7 @@ void ExpectMatchesSerialReference(const SweepCase& c) {
 
 class DoublingAllReduceSweep : public ::testing::TestWithParam<SweepCase> {};
 
-TEST_P(DoublingAllReduceSweep, MatchesSerialReference) {
-  ExpectMatchesSerialReference(GetParam());
-}
+TEST_P(DoublingAllReduceSweep, MatchesSerialReference) { ExpectMatchesSerialReference(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizesCountsTypesOps, DoublingAllReduceSweep,
                          ::testing::ValuesIn(test::SweepCases(
