@@ -72,7 +72,7 @@ class DoublingOperation {
       const transport::ByteSpan received(scratch_.get(), own.size());
       const std::string& address = participants_.addresses[partner];
       std::unique_ptr<transport::PostedRecv> posted =
-          ctx_.endpoint->PostRecv(address, Tag(step, part), received, ctx_.deadline);
+          ctx_.endpoint->PostRecv(address, Tag(step, part), received, ctx_.deadline, nullptr);
       if (send) BATON_RETURN_IF_ERROR(Send(step, part, partner, own));
       if (absl::Status status = posted->Wait(); !status.ok()) {
         return internal::AnnotateTransportError(status, Where(step, part), "receiving from",

@@ -67,10 +67,11 @@ class TimingEndpoint final : public transport::Endpoint {
   }
   std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
                                                   const transport::Tag& tag,
-                                                  transport::ByteSpan data,
-                                                  absl::Time deadline) override {
+                                                  transport::ByteSpan data, absl::Time deadline,
+                                                  ArrivalCallback on_arrival) override {
     PhaseTimer timer(&stats_->transport);
-    return std::make_unique<TimedRecv>(inner_->PostRecv(peer, tag, data, deadline), stats_);
+    return std::make_unique<TimedRecv>(
+        inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival)), stats_);
   }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }

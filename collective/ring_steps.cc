@@ -112,7 +112,8 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
       const transport::Tag tag{ctx_.comm, ctx_.seq, ctx_.first_step + static_cast<uint32_t>(r.step),
                                static_cast<uint32_t>(r.part)};
       posted.push_back(ctx_.endpoint->PostRecv(
-          ring_.prev, tag, step.reduce ? scratch_slot(next_post, own.size()) : own, ctx_.deadline));
+          ring_.prev, tag, step.reduce ? scratch_slot(next_post, own.size()) : own, ctx_.deadline,
+          nullptr));
       ++next_post;
     }
   };

@@ -1,6 +1,7 @@
 #include "daemon/communicator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 
@@ -85,6 +86,18 @@ static_assert(sizeof(Signature) == 32);
 constexpr uint32_t kSignatureStep = 0xFFFFFFFFu;
 
 }  // namespace
+
+// One operation's signature exchange with the ring neighbours, which runs alongside the
+// operation (see StartPeerCheck).
+struct Communicator::PeerCheck {
+  Signature own;
+  Signature theirs;  // written by the transport
+  std::unique_ptr<transport::PostedRecv> recv;
+  // Set by the arrival callback (in the transport's thread): `disagreement` first, then
+  // `arrived` (release), so that `arrived` (acquire) makes `disagreement` readable.
+  absl::Status disagreement;
+  std::atomic<bool> arrived{false};
+};
 
 Communicator::Communicator(Plan plan, int self, transport::Endpoint* endpoint,
                            CommunicatorOptions options, AbortNotifier notify_abort)
@@ -310,12 +323,23 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
           " called ", Describe(first), ", rank ", local_ranks_[i], " called ", Describe(parts[i])));
     }
   }
-  const bool across = plan_.daemons.size() > 1;
-  if (across) {
+  if (plan_.daemons.size() == 1) return RunOperation(seq, parts, stats, algorithm_name);
+  PeerCheck check;
+  {
     collective::PhaseTimer timer(&stats.transport);
-    BATON_RETURN_IF_ERROR(CheckPeersAgree(seq, first));
+    BATON_RETURN_IF_ERROR(StartPeerCheck(seq, first, check));
   }
+  absl::StatusOr<std::string> result = RunOperation(seq, parts, stats, algorithm_name);
+  collective::PhaseTimer timer(&stats.transport);
+  BATON_RETURN_IF_ERROR(FinishPeerCheck(seq, check, result.status()));
+  return result;
+}
 
+absl::StatusOr<std::string> Communicator::RunOperation(uint64_t seq, std::vector<OpRequest>& parts,
+                                                       collective::OpStats& stats,
+                                                       std::string& algorithm_name) {
+  const OpRequest& first = parts.front();
+  const bool across = plan_.daemons.size() > 1;
   collective::TimingEndpoint timed(endpoint_, &stats);
   collective::OpContext ctx;
   ctx.endpoint = &timed;
@@ -656,35 +680,62 @@ bool Communicator::BlockRegular() const {
   return true;
 }
 
-absl::Status Communicator::CheckPeersAgree(uint64_t seq, const OpRequest& mine) const {
+absl::Status Communicator::StartPeerCheck(uint64_t seq, const OpRequest& mine,
+                                          PeerCheck& check) const {
   // Each daemon tells the next one on the ring what its ranks called. If any two daemons
-  // disagree, some neighbouring pair does, and the daemon that sees it aborts the communicator
-  // everywhere with both sides described, instead of reducing mismatched data or hanging.
+  // disagree, some neighbouring pair does, and the daemon that sees it fails the operation (and
+  // so aborts the communicator everywhere) with both sides described, instead of reducing
+  // mismatched data or waiting for messages that never come. The operation does not wait for
+  // the exchange: the signature's arrival is checked as it lands, and a disagreement aborts this
+  // daemon's transport for the communicator at once, so the operation stops wherever it waits.
   const int size = static_cast<int>(plan_.daemons.size());
   const PlanDaemon& next = plan_.daemons[(self_ + 1) % size];
   const PlanDaemon& prev = plan_.daemons[(self_ + size - 1) % size];
   const transport::Tag tag{plan_.comm_tag, seq, kSignatureStep, 0};
   const absl::Time deadline = absl::Now() + options_.op_timeout;
-  Signature own = Signature::Of(mine);
-  Signature theirs;
-  absl::Status status = endpoint_->Send(
+  check.own = Signature::Of(mine);
+  auto arrived = [this, seq, &mine, &prev, &check] {
+    if (!(check.own == check.theirs)) {
+      check.disagreement = absl::FailedPreconditionError(absl::StrCat(
+          "ranks called different collectives as operation ", seq, ": ranks [",
+          absl::StrJoin(prev.ranks, ", "), "] on node ", prev.member.node_name, " called ",
+          Describe(check.theirs.AsRequest()), ", ranks [", absl::StrJoin(local_ranks_, ", "),
+          "] on node ", plan_.daemons[self_].member.node_name, " called ", Describe(mine)));
+      endpoint_->Abort(plan_.comm_tag, check.disagreement);
+    }
+    check.arrived.store(true, std::memory_order_release);
+  };
+  check.recv = endpoint_->PostRecv(
+      prev.member.data_address, tag,
+      transport::ByteSpan(reinterpret_cast<std::byte*>(&check.theirs), sizeof(check.theirs)),
+      deadline, arrived);
+  const absl::Status sent = endpoint_->Send(
       next.member.data_address, tag,
-      transport::ConstByteSpan(reinterpret_cast<const std::byte*>(&own), sizeof(own)), deadline);
-  if (status.ok()) {
-    status = endpoint_->Recv(
-        prev.member.data_address, tag,
-        transport::ByteSpan(reinterpret_cast<std::byte*>(&theirs), sizeof(theirs)), deadline);
+      transport::ConstByteSpan(reinterpret_cast<const std::byte*>(&check.own), sizeof(check.own)),
+      deadline);
+  if (!sent.ok()) {
+    return NamePeers(Annotate(
+        sent, absl::StrCat("operation ", seq, " on node ", plan_.daemons[self_].member.node_name)));
   }
-  if (!status.ok()) {
-    return NamePeers(Annotate(status, absl::StrCat("operation ", seq, " on node ",
-                                                   plan_.daemons[self_].member.node_name)));
+  return absl::OkStatus();
+}
+
+absl::Status Communicator::FinishPeerCheck(uint64_t seq, PeerCheck& check,
+                                           const absl::Status& outcome) const {
+  if (!outcome.ok()) {
+    // A disagreement explains the failure better than whatever it caused; otherwise the
+    // operation's own error stands, without waiting for a signature that may never come.
+    if (check.arrived.load(std::memory_order_acquire) && !check.disagreement.ok()) {
+      return check.disagreement;
+    }
+    return outcome;
   }
-  if (own == theirs) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat(
-      "ranks called different collectives as operation ", seq, ": ranks [",
-      absl::StrJoin(prev.ranks, ", "), "] on node ", prev.member.node_name, " called ",
-      Describe(theirs.AsRequest()), ", ranks [", absl::StrJoin(local_ranks_, ", "), "] on node ",
-      plan_.daemons[self_].member.node_name, " called ", Describe(mine)));
+  const absl::Status received = check.recv->Wait();
+  if (!received.ok()) {
+    return NamePeers(Annotate(received, absl::StrCat("operation ", seq, " on node ",
+                                                     plan_.daemons[self_].member.node_name)));
+  }
+  return check.disagreement;
 }
 
 absl::Status Communicator::NamePeers(const absl::Status& status) const {

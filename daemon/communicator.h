@@ -173,9 +173,17 @@ class Communicator {
   size_t SlabLength(size_t length, size_t unit_bytes) const;
   // Slab k's context: its own range of tag steps (collective::OpContext::first_step).
   static collective::OpContext SlabContext(const collective::OpContext& ctx, size_t slab);
-  // Exchanges the operation's signature with the ring neighbours; FailedPrecondition describing
-  // both sides if they differ.
-  absl::Status CheckPeersAgree(uint64_t seq, const OpRequest& mine) const;
+  // The operation's signature exchange with the ring neighbours, overlapped with the operation:
+  // StartPeerCheck sends this daemon's signature and posts the receive of the previous one's;
+  // FinishPeerCheck, after the operation (whose outcome it is given), waits for that signature
+  // and returns FailedPrecondition describing both sides if they differ. A disagreement also
+  // aborts the communicator's transport the moment it arrives, so a running operation stops.
+  struct PeerCheck;
+  absl::Status StartPeerCheck(uint64_t seq, const OpRequest& mine, PeerCheck& check) const;
+  absl::Status FinishPeerCheck(uint64_t seq, PeerCheck& check, const absl::Status& outcome) const;
+  // Runs an operation whose local ranks agree (Execute's work after the checks).
+  absl::StatusOr<std::string> RunOperation(uint64_t seq, std::vector<OpRequest>& parts,
+                                           collective::OpStats& stats, std::string& algorithm_name);
   // Rewrites data addresses in a transport error into "node (address)" for operators.
   absl::Status NamePeers(const absl::Status& status) const;
   int LocalIndex(int rank) const;

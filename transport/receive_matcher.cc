@@ -83,9 +83,11 @@ class ReceiveMatcher::Posted final : public PostedRecv {
 };
 
 std::unique_ptr<PostedRecv> ReceiveMatcher::Post(const std::string& peer, const Tag& tag,
-                                                 ByteSpan data, absl::Time deadline) {
+                                                 ByteSpan data, absl::Time deadline,
+                                                 Endpoint::ArrivalCallback on_arrival) {
   auto posted = std::make_unique<Posted>(this, peer, tag, data, deadline);
   PendingRecv& recv = posted->recv_;
+  recv.on_arrival = std::move(on_arrival);
   Unexpected message;
   {
     absl::MutexLock lock(&mu_);
@@ -116,9 +118,10 @@ std::unique_ptr<PostedRecv> ReceiveMatcher::Post(const std::string& peer, const 
   recv.done = true;
   if (message.length != data.size()) {
     recv.result = LengthMismatch(peer, tag, message.length, data.size());
-  } else if (message.length > 0) {
-    std::memcpy(data.data(), message.data.get(), message.length);
+    return posted;
   }
+  if (message.length > 0) std::memcpy(data.data(), message.data.get(), message.length);
+  if (recv.on_arrival) std::move(recv.on_arrival)();
   return posted;
 }
 
@@ -175,6 +178,8 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
       return;
     }
     case Delivery::Kind::kPosted: {
+      // Claimed, so the receiver cannot return yet; its callback runs before it may.
+      if (status.ok() && delivery.recv_->on_arrival) std::move(delivery.recv_->on_arrival)();
       absl::MutexLock lock(&mu_);
       if (status.ok()) CountLocked(peer, delivery.length_);
       claimed_.erase(delivery.recv_);
@@ -213,6 +218,7 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
   if (delivery.length_ > 0) {
     std::memcpy(target->data.data(), delivery.storage_.get(), delivery.length_);
   }
+  if (target->on_arrival) std::move(target->on_arrival)();
   absl::MutexLock lock(&mu_);
   claimed_.erase(target);
   CompleteLocked(target, BlockingErrorLocked(tag.comm));

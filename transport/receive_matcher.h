@@ -95,8 +95,11 @@ class ReceiveMatcher {
   // into `data` the deadline is the writer's to enforce (see Delivery::deadline), so neither Wait
   // nor the destructor returns while `data` is still being written. A message already kept
   // unexpected is copied into `data` before this returns.
+  // `on_arrival` as for Endpoint::PostRecv: the thread that completes the write (Post itself,
+  // or the transport in FinishDelivery) runs it before completing the receive.
   std::unique_ptr<PostedRecv> Post(const std::string& peer, const Tag& tag, ByteSpan data,
-                                   absl::Time deadline);
+                                   absl::Time deadline,
+                                   Endpoint::ArrivalCallback on_arrival = nullptr);
   // Endpoint::Recv: Post(...)->Wait().
   absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data, absl::Time deadline) {
     return Post(peer, tag, data, deadline)->Wait();
@@ -141,6 +144,9 @@ class ReceiveMatcher {
     bool done = false;
     absl::Status result;
     std::atomic<bool> cancelled{false};
+    // Run by whoever writes the message, after writing it and before completing the receive;
+    // only the claimant (or Post) touches it.
+    Endpoint::ArrivalCallback on_arrival;
   };
   struct Key {
     std::string peer;

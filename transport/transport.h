@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 
@@ -89,15 +90,22 @@ class Endpoint {
   // lost, DeadlineExceeded naming the peer and tag at `deadline`, or the abort reason when
   // tag.comm has been aborted.
   absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data, absl::Time deadline) {
-    return PostRecv(peer, tag, data, deadline)->Wait();
+    return PostRecv(peer, tag, data, deadline, nullptr)->Wait();
   }
 
   // Posts the receive that Recv would make and returns without waiting: a message that arrives
   // for a posted receive goes straight into `data` (no copy through an unexpected-message
   // buffer), so an algorithm posts its receives before the data can arrive. `data` must stay
   // valid until the returned receive is waited for or destroyed. Never null.
+  //
+  // `on_arrival` (may be null) runs once the whole message is in `data`, before Wait can return
+  // or the destructor finish, in whichever thread delivered it (this one, if the message was
+  // already there), with no lock of the endpoint held: it may call Abort. It does not run when
+  // the receive fails. It lets a caller react to a message while it waits for others.
+  using ArrivalCallback = absl::AnyInvocable<void() &&>;
   virtual std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag,
-                                               ByteSpan data, absl::Time deadline) = 0;
+                                               ByteSpan data, absl::Time deadline,
+                                               ArrivalCallback on_arrival) = 0;
 
   // Fails every pending and future Send and Recv on communicator `comm` with `reason` (which must
   // not be OK), and drops its unexpected messages, until Forget(comm).

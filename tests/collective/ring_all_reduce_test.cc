@@ -507,9 +507,9 @@ class DyingEndpoint final : public Endpoint {
   }
   std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
                                                   const transport::Tag& tag,
-                                                  transport::ByteSpan data,
-                                                  absl::Time deadline) override {
-    return inner_->PostRecv(peer, tag, data, deadline);
+                                                  transport::ByteSpan data, absl::Time deadline,
+                                                  ArrivalCallback on_arrival) override {
+    return inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival));
   }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }

@@ -155,6 +155,62 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
           << status;
     }
   }
+  // Across daemons, calls that both wait to hear from the other first (a broadcast from rank 1,
+  // a reduce to rank 1): only the signature can stop them before their 20 s timeout.
+  {
+    const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+    std::vector<absl::Status> results(2);
+    std::vector<std::thread> ranks;
+    const absl::Time start = absl::Now();
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
+        auto comm = client->Join(id, 2, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        std::vector<float> data(100, 1.0f), out(100);
+        results[rank] =
+            rank == 0 ? (*comm)->Broadcast(data.data(), out.data(), data.size(), DataType::kFloat32,
+                                           1, absl::Seconds(20))
+                      : (*comm)->Reduce(data.data(), out.data(), data.size(), DataType::kFloat32,
+                                        ReduceOp::kSum, 1, absl::Seconds(20));
+      });
+    }
+    for (auto& t : ranks) t.join();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "well before the 20 s timeout";
+    for (const absl::Status& status : results) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+      EXPECT_NE(status.message().find("called different collectives"), std::string::npos) << status;
+    }
+  }
+  // Across three daemons, calls whose messages never meet (a barrier, a small all-reduce that
+  // runs as doubling, a large one that runs as a ring): the disagreement must stop every
+  // operation promptly, not at its 20 s timeout.
+  {
+    TestCluster three(3);
+    ASSERT_TRUE(three.ok());
+    const std::string id = *MustConnect(three.daemons()[0].socket)->CreateCommId();
+    std::vector<absl::Status> results(3);
+    std::vector<std::thread> ranks;
+    const absl::Time start = absl::Now();
+    for (int rank = 0; rank < 3; ++rank) {
+      ranks.emplace_back([&, rank] {
+        std::unique_ptr<Client> client = MustConnect(three.daemons()[rank].socket);
+        auto comm = client->Join(id, 3, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        std::vector<float> data(rank == 2 ? (size_t{4} << 20) : 100, 1.0f);
+        results[rank] =
+            rank == 0 ? (*comm)->Barrier(absl::Seconds(20))
+                      : (*comm)->AllReduce(data.data(), data.data(), data.size(),
+                                           DataType::kFloat32, ReduceOp::kSum, absl::Seconds(20));
+      });
+    }
+    for (auto& t : ranks) t.join();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "well before the 20 s timeout";
+    for (const absl::Status& status : results) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+      EXPECT_NE(status.message().find("called different collectives"), std::string::npos) << status;
+    }
+  }
   // Within one daemon: two local ranks disagree on the count.
   {
     const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();

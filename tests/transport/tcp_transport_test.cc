@@ -133,6 +133,53 @@ bool ClosedWithin(int fd, absl::Duration timeout) {
   return recv(fd, &byte, 1, 0) <= 0;
 }
 
+// Small and large reads in any mix return exactly the stream's bytes, whether they come from the
+// read-ahead, straight from the socket, or both; EOF and deadlines behave as for ReadFull.
+TEST(BufferedReaderTest, ReadsExactlyTheStreamThroughItsReadAhead) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  FileDescriptor reader_fd(fds[0]);
+  FileDescriptor writer_fd(fds[1]);
+  const std::vector<size_t> sizes = {40, 8, 40, 0, 1, 40, 5000, 40, 4095, 3, 4096, 40, 70000, 7};
+  size_t total = 0;
+  for (size_t size : sizes) total += size;
+  std::vector<std::byte> sent(total);
+  for (size_t i = 0; i < total; ++i) sent[i] = static_cast<std::byte>((i * 37 + 11) & 0xff);
+  auto writer = std::async(std::launch::async, [&] {
+    // In uneven pieces, with pauses, so that reads find the socket both full and empty.
+    size_t offset = 0;
+    for (size_t piece = 1; offset < total; piece = piece * 3 + 1) {
+      const size_t n = std::min(piece, total - offset);
+      std::array<iovec, 1> iov{iovec{sent.data() + offset, n}};
+      size_t written = 0;
+      if (!WriteFull(writer_fd.get(), iov, absl::Now() + absl::Seconds(30), &written).ok()) return;
+      offset += n;
+      absl::SleepFor(absl::Microseconds(200));
+    }
+  });
+  BufferedReader reader(reader_fd.get());
+  std::vector<std::byte> received;
+  size_t counted = 0;
+  for (size_t size : sizes) {
+    std::vector<std::byte> part(size);
+    ASSERT_TRUE(reader.Read(part, absl::Now() + absl::Seconds(30), &counted).ok());
+    received.insert(received.end(), part.begin(), part.end());
+  }
+  writer.get();
+  EXPECT_EQ(counted, total);
+  EXPECT_TRUE(received == sent);
+
+  // Nothing more arrives: the deadline ends the read; then EOF is reported as such.
+  std::array<std::byte, 8> more;
+  size_t none = 0;
+  EXPECT_EQ(reader.Read(more, absl::Now() + absl::Milliseconds(30), &none).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  writer_fd.Reset();
+  const absl::Status eof = reader.Read(more, absl::Now() + absl::Seconds(30), &none);
+  EXPECT_EQ(eof.code(), absl::StatusCode::kUnavailable) << eof;
+  EXPECT_EQ(none, 0u);
+}
+
 TEST(TcpTransportTest, AdvertisesTheBoundLoopbackPort) {
   auto endpoint = NewLoopbackEndpoint();
   ASSERT_NE(endpoint, nullptr);

@@ -175,7 +175,7 @@ TEST_P(TransportConformanceTest, PostedReceivesCompleteInAnyOrder) {
   std::vector<std::unique_ptr<PostedRecv>> posted;
   for (int i = 0; i < kMessages; ++i) {
     posted.push_back(ep(1).PostRecv(addr(0), Tag{.comm = 2, .seq = 1, .part = uint32_t(i)},
-                                    received[i], Deadline()));
+                                    received[i], Deadline(), nullptr));
   }
   // A second receive for a posted tag is refused; the first one is unaffected.
   std::vector<std::byte> twice(kSize);
@@ -198,7 +198,8 @@ TEST_P(TransportConformanceTest, DestroyedPostedReceiveIsWithdrawn) {
   const Tag tag{.comm = 3, .seq = 1};
   {
     std::vector<std::byte> abandoned(64, std::byte{0x5A});
-    std::unique_ptr<PostedRecv> posted = ep(1).PostRecv(addr(0), tag, abandoned, Deadline());
+    std::unique_ptr<PostedRecv> posted =
+        ep(1).PostRecv(addr(0), tag, abandoned, Deadline(), nullptr);
     posted.reset();
     EXPECT_EQ(abandoned, std::vector<std::byte>(64, std::byte{0x5A}));
   }
@@ -214,10 +215,10 @@ TEST_P(TransportConformanceTest, PostedReceiveFailsWithTheAbortReasonAndAtItsDea
   MakeEndpoints(2);
   std::vector<std::byte> buffer(16);
   const absl::Time start = absl::Now();
-  std::unique_ptr<PostedRecv> timed =
-      ep(1).PostRecv(addr(0), Tag{.comm = 4, .seq = 1}, buffer, Deadline(absl::Milliseconds(50)));
+  std::unique_ptr<PostedRecv> timed = ep(1).PostRecv(addr(0), Tag{.comm = 4, .seq = 1}, buffer,
+                                                     Deadline(absl::Milliseconds(50)), nullptr);
   std::unique_ptr<PostedRecv> aborted =
-      ep(1).PostRecv(addr(0), Tag{.comm = 5, .seq = 1}, buffer, Deadline());
+      ep(1).PostRecv(addr(0), Tag{.comm = 5, .seq = 1}, buffer, Deadline(), nullptr);
   const absl::Status reason = absl::AbortedError("rank 2 failed");
   ep(1).Abort(5, reason);
   EXPECT_EQ(aborted->Wait(), reason);

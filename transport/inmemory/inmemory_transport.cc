@@ -27,8 +27,8 @@ class InMemoryEndpoint final : public Endpoint {
   absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                     absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
-                                       absl::Time deadline) override {
-    return matcher_.Post(peer, tag, data, deadline);
+                                       absl::Time deadline, ArrivalCallback on_arrival) override {
+    return matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
   }
   void Abort(uint64_t comm, const absl::Status& reason) override { matcher_.Abort(comm, reason); }
   void Forget(uint64_t comm) override { matcher_.Forget(comm); }

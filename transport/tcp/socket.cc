@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -266,6 +267,48 @@ absl::Status ReadFull(int fd, ByteSpan buffer, absl::Time deadline, size_t* read
 absl::Status ReadFull(int fd, ByteSpan buffer, absl::Time deadline,
                       absl::FunctionRef<bool()> cancelled, size_t* read) {
   return ReadFullImpl(fd, buffer, deadline, &cancelled, read);
+}
+
+absl::Status BufferedReader::Read(ByteSpan buffer, absl::Time deadline, size_t* read) {
+  return ReadImpl(buffer, deadline, nullptr, read);
+}
+
+absl::Status BufferedReader::Read(ByteSpan buffer, absl::Time deadline,
+                                  absl::FunctionRef<bool()> cancelled, size_t* read) {
+  return ReadImpl(buffer, deadline, &cancelled, read);
+}
+
+absl::Status BufferedReader::ReadImpl(ByteSpan buffer, absl::Time deadline,
+                                      const absl::FunctionRef<bool()>* cancelled, size_t* read) {
+  const size_t buffered = std::min(end_ - begin_, buffer.size());
+  if (buffered > 0) std::memcpy(buffer.data(), ahead_.data() + begin_, buffered);
+  begin_ += buffered;
+  *read += buffered;
+  buffer = buffer.subspan(buffered);
+  if (buffer.empty()) return absl::OkStatus();
+  begin_ = end_ = 0;
+  if (drained_) {
+    BATON_RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, cancelled, "read"));
+    drained_ = false;
+  }
+  if (buffer.size() >= kCapacity) return ReadFullImpl(fd_, buffer, deadline, cancelled, read);
+  while (end_ < buffer.size()) {
+    const size_t room = kCapacity - end_;
+    const ssize_t n = recv(fd_, ahead_.data() + end_, room, MSG_DONTWAIT);
+    if (n > 0) {
+      end_ += static_cast<size_t>(n);
+      drained_ = static_cast<size_t>(n) < room;
+      continue;
+    }
+    if (n == 0) return absl::UnavailableError("connection closed by the peer");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return BATON_ERRNO_STATUS("recv");
+    BATON_RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, cancelled, "read"));
+  }
+  std::memcpy(buffer.data(), ahead_.data(), buffer.size());
+  begin_ = buffer.size();
+  *read += buffer.size();
+  return absl::OkStatus();
 }
 
 bool PeerHasClosed(int fd) {

@@ -6,6 +6,7 @@
 
 #include <sys/uio.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -81,6 +82,34 @@ absl::Status WriteFull(int fd, std::span<iovec> iov, absl::Time deadline,
 absl::Status ReadFull(int fd, ByteSpan buffer, absl::Time deadline, size_t* read);
 absl::Status ReadFull(int fd, ByteSpan buffer, absl::Time deadline,
                       absl::FunctionRef<bool()> cancelled, size_t* read);
+
+// Reads a stream through a small read-ahead buffer, so that a frame header and the small payload
+// that arrives with it cost one recv, not two, and so that after a recv that found the socket
+// empty the next read waits in poll() at once instead of trying recv first. Reads of at least
+// kCapacity bytes go straight into the caller's buffer after what is buffered, so bulk data is
+// not copied twice. Not thread-safe; one reader per connection.
+class BufferedReader {
+ public:
+  static constexpr size_t kCapacity = 4096;
+  explicit BufferedReader(int fd) : fd_(fd) {}
+  BufferedReader(const BufferedReader&) = delete;
+  BufferedReader& operator=(const BufferedReader&) = delete;
+
+  // As ReadFull.
+  absl::Status Read(ByteSpan buffer, absl::Time deadline, size_t* read);
+  absl::Status Read(ByteSpan buffer, absl::Time deadline, absl::FunctionRef<bool()> cancelled,
+                    size_t* read);
+
+ private:
+  absl::Status ReadImpl(ByteSpan buffer, absl::Time deadline,
+                        const absl::FunctionRef<bool()>* cancelled, size_t* read);
+
+  const int fd_;
+  std::array<std::byte, kCapacity> ahead_;
+  size_t begin_ = 0;  // ahead_[begin_, end_) is read from the socket but not yet consumed
+  size_t end_ = 0;
+  bool drained_ = false;  // the last recv left the socket empty
+};
 
 // True when a connection we only ever write to has been closed or reset by the peer (it is
 // readable, hung up or in error). Never blocks.

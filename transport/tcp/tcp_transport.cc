@@ -61,8 +61,8 @@ class TcpEndpoint final : public Endpoint {
   absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                     absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
-                                       absl::Time deadline) override {
-    return matcher_.Post(peer, tag, data, deadline);
+                                       absl::Time deadline, ArrivalCallback on_arrival) override {
+    return matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
   }
   void Abort(uint64_t comm, const absl::Status& reason) override;
   void Forget(uint64_t comm) override;
@@ -90,9 +90,10 @@ class TcpEndpoint final : public Endpoint {
   void ReadLoop(InConn* conn);
   absl::StatusOr<std::string> ReadHello(int fd);
   // Reads frames until the connection ends; returns why it ended.
-  absl::Status ReadFrames(int fd, const std::string& peer, std::vector<std::byte>& scratch);
-  absl::Status ReadPayload(int fd, const std::string& peer, const FrameHeader& header,
-                           std::vector<std::byte>& scratch);
+  absl::Status ReadFrames(BufferedReader& reader, const std::string& peer,
+                          std::vector<std::byte>& scratch);
+  absl::Status ReadPayload(BufferedReader& reader, const std::string& peer,
+                           const FrameHeader& header, std::vector<std::byte>& scratch);
 
   // The error that stops sending on `comm` now (shut down or aborted), or OK.
   absl::Status SendBlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -224,7 +225,8 @@ void TcpEndpoint::ReadLoop(InConn* conn) {
     matcher_.PeerConnected(*peer);
   }
   std::vector<std::byte> scratch(kDiscardChunkBytes);
-  const absl::Status ended = ReadFrames(fd, *peer, scratch);
+  BufferedReader reader(fd);
+  const absl::Status ended = ReadFrames(reader, *peer, scratch);
   // Tell the peer now; the fd itself is closed when this connection is reaped.
   shutdown(fd, SHUT_RDWR);
   absl::MutexLock lock(&mu_);
@@ -252,12 +254,12 @@ absl::StatusOr<std::string> TcpEndpoint::ReadHello(int fd) {
   return peer;
 }
 
-absl::Status TcpEndpoint::ReadFrames(int fd, const std::string& peer,
+absl::Status TcpEndpoint::ReadFrames(BufferedReader& reader, const std::string& peer,
                                      std::vector<std::byte>& scratch) {
   std::array<std::byte, kFrameHeaderBytes> buffer;
   while (true) {
     size_t read = 0;
-    if (absl::Status status = ReadFull(fd, buffer, absl::InfiniteFuture(), &read); !status.ok()) {
+    if (absl::Status status = reader.Read(buffer, absl::InfiniteFuture(), &read); !status.ok()) {
       // EOF between frames is how a peer goes away; anything else is a broken link.
       if (read > 0 || !absl::IsUnavailable(status)) CountError(peer);
       return status;
@@ -272,12 +274,12 @@ absl::Status TcpEndpoint::ReadFrames(int fd, const std::string& peer,
       CountError(peer);
       return header.status();
     }
-    BATON_RETURN_IF_ERROR(ReadPayload(fd, peer, *header, scratch));
+    BATON_RETURN_IF_ERROR(ReadPayload(reader, peer, *header, scratch));
   }
 }
 
-absl::Status TcpEndpoint::ReadPayload(int fd, const std::string& peer, const FrameHeader& header,
-                                      std::vector<std::byte>& scratch) {
+absl::Status TcpEndpoint::ReadPayload(BufferedReader& reader, const std::string& peer,
+                                      const FrameHeader& header, std::vector<std::byte>& scratch) {
   uint64_t left = header.payload_bytes;
   // Consumes the rest of a payload nobody wants, to keep the stream in step.
   auto drain = [&]() -> absl::Status {
@@ -285,7 +287,7 @@ absl::Status TcpEndpoint::ReadPayload(int fd, const std::string& peer, const Fra
       const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
       size_t read = 0;
       BATON_RETURN_IF_ERROR(
-          ReadFull(fd, ByteSpan(scratch.data(), chunk), absl::InfiniteFuture(), &read));
+          reader.Read(ByteSpan(scratch.data(), chunk), absl::InfiniteFuture(), &read));
       left -= chunk;
     }
     return absl::OkStatus();
@@ -301,9 +303,8 @@ absl::Status TcpEndpoint::ReadPayload(int fd, const std::string& peer, const Fra
   // Straight into the receiver's buffer when a receive is posted; the delivery says how long the
   // receiver is willing to wait and whether it has been aborted meanwhile.
   size_t read = 0;
-  const absl::Status status = ReadFull(
-      fd, delivery.buffer(), delivery.deadline(), [&delivery] { return delivery.cancelled(); },
-      &read);
+  const absl::Status status = reader.Read(
+      delivery.buffer(), delivery.deadline(), [&delivery] { return delivery.cancelled(); }, &read);
   left -= read;
   if (status.ok()) {
     matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
