@@ -2,6 +2,7 @@
 // each implementation with several endpoints in one process.
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <future>
@@ -226,6 +227,45 @@ TEST_P(TransportConformanceTest, PostedReceiveFailsWithTheAbortReasonAndAtItsDea
   EXPECT_EQ(timeout.code(), absl::StatusCode::kDeadlineExceeded) << timeout;
   EXPECT_THAT(timeout.message(), HasSubstr(addr(0)));
   EXPECT_LT(absl::Now() - start, kPrompt);
+}
+
+TEST_P(TransportConformanceTest, ArrivalCallbackRunsOnceTheMessageIsInTheBuffer) {
+  MakeEndpoints(2);
+  const std::vector<std::byte> sent = Pattern(4096, 9);
+  // Posted before the message arrives, and after (the message already waiting).
+  for (bool early : {true, false}) {
+    SCOPED_TRACE(early ? "posted before arrival" : "posted after arrival");
+    const Tag tag{.comm = 9, .seq = early ? 1u : 2u};
+    if (!early) {
+      ASSERT_OK(ep(0).Send(addr(1), tag, sent, Deadline()));
+      LetReceiverPost();  // lets the message arrive first (either order is correct)
+    }
+    std::vector<std::byte> received(sent.size());
+    std::atomic<int> calls{0};
+    std::vector<std::byte> seen;
+    std::unique_ptr<PostedRecv> posted = ep(1).PostRecv(addr(0), tag, received, Deadline(), [&] {
+      seen = received;  // the whole message is there already
+      ++calls;
+    });
+    if (early) ASSERT_OK(ep(0).Send(addr(1), tag, sent, Deadline()));
+    ASSERT_OK(posted->Wait());
+    EXPECT_EQ(calls.load(), 1);
+    EXPECT_TRUE(seen == sent);
+  }
+  // A receive that fails never calls it; one that calls Abort from it stops the communicator.
+  std::vector<std::byte> buffer(16);
+  std::atomic<int> calls{0};
+  std::unique_ptr<PostedRecv> timed_out = ep(1).PostRecv(
+      addr(0), Tag{.comm = 10}, buffer, Deadline(absl::Milliseconds(20)), [&] { ++calls; });
+  EXPECT_EQ(timed_out->Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(calls.load(), 0);
+  const absl::Status reason = absl::FailedPreconditionError("they disagree");
+  std::unique_ptr<PostedRecv> signal = ep(1).PostRecv(addr(0), Tag{.comm = 11, .seq = 1}, buffer,
+                                                      Deadline(), [&] { ep(1).Abort(11, reason); });
+  std::unique_ptr<PostedRecv> stopped =
+      ep(1).PostRecv(addr(0), Tag{.comm = 11, .seq = 2}, buffer, Deadline(), nullptr);
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 11, .seq = 1}, Pattern(16, 1), Deadline()));
+  EXPECT_EQ(stopped->Wait(), reason);
 }
 
 TEST_P(TransportConformanceTest, ZeroLengthMessages) {
