@@ -1,11 +1,15 @@
 #include "collective/ring_all_reduce.h"
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
+#include "collective/reduce.h"
 #include "collective/ring_steps.h"
 #include "collective/segments.h"
 #include "common/status_macros.h"
@@ -25,16 +29,24 @@ absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, void* data, s
 
 absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, const void* send, void* recv,
                            size_t count, DataType type, ReduceOp op) {
+  const std::array<const void*, 1> inputs = {send};
+  return RingAllReduce(ctx, ring, inputs, recv, count, type, op);
+}
+
+absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring,
+                           std::span<const void* const> inputs, void* recv, size_t count,
+                           DataType type, ReduceOp op) {
   constexpr absl::string_view kWhat = "ring all-reduce";
   BATON_RETURN_IF_ERROR(internal::CheckRank(kWhat, ring.rank, ring.size));
   BATON_RETURN_IF_ERROR(internal::CheckElements(kWhat, type, count));
   BATON_RETURN_IF_ERROR(internal::CheckReduceOp(kWhat, op));
   if (count == 0) return absl::OkStatus();
-  if (send == nullptr || recv == nullptr) {
+  if (recv == nullptr || inputs.empty() ||
+      std::find(inputs.begin(), inputs.end(), nullptr) != inputs.end()) {
     return absl::InvalidArgumentError("ring all-reduce: needs a buffer");
   }
   if (ring.size == 1) {
-    if (send != recv) std::memcpy(recv, send, count * DataTypeSize(type));
+    ReduceMany(type, op, recv, inputs, count);  // a copy for one input other than recv
     return absl::OkStatus();
   }
   BATON_RETURN_IF_ERROR(internal::CheckRingLinks(kWhat, ctx, ring));
@@ -45,8 +57,9 @@ absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, const void* s
   const int r = ring.rank;
   const int steps = n - 1;
   // Reduce-scatter, then all-gather: step s sends segment r - s, which step s - 1 received. Out
-  // of place, the first step sends this rank's own input, and each reducing step combines its
-  // own input with what arrives; every segment of recv is written by a later step.
+  // of place, the first step sends this rank's own input (the reduction of its inputs), and each
+  // reducing step combines its own inputs with what arrives; every segment of recv is written by
+  // a later step.
   std::vector<internal::RingStep> schedule;
   for (int s = 0; s < steps; ++s) {
     schedule.push_back({SegmentOf(count, n, r - s), SegmentOf(count, n, r - s - 1),
@@ -56,7 +69,7 @@ absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, const void* s
     schedule.push_back(
         {SegmentOf(count, n, r + 1 - s), SegmentOf(count, n, r - s), /*reduce=*/false});
   }
-  internal::RingSteps ring_steps(ctx, ring, recv, type, op, send);
+  internal::RingSteps ring_steps(ctx, ring, recv, type, op, inputs);
   BATON_RETURN_IF_ERROR(ring_steps.Run(schedule, [&](size_t i) {
     const int s = static_cast<int>(i) % steps;
     return absl::StrCat("ring all-reduce rank ", r, "/", n, ", ",

@@ -14,6 +14,7 @@
 // Tags: steps 0 .. size-2 (reduce-scatter) and size-1 .. 2*size-3 (all-gather), part = chunk.
 
 #include <cstddef>
+#include <span>
 
 #include "absl/status/status.h"
 #include "collective/data_type.h"
@@ -37,5 +38,13 @@ absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, void* data, s
 // copying send to recv first. Same traffic, tags and errors as the in-place form.
 absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring, const void* send, void* recv,
                            size_t count, DataType type, ReduceOp op);
+
+// The same with several inputs that stand for this participant together (a daemon's local ranks):
+// the result is op over every participant's every input, written to `recv`. Each input element is
+// read once, as the ring needs it, so the inputs are never reduced into a buffer first. One input
+// may be `recv` itself; the others must not overlap it. Same traffic, tags and errors.
+absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring,
+                           std::span<const void* const> inputs, void* recv, size_t count,
+                           DataType type, ReduceOp op);
 
 }  // namespace baton::collective

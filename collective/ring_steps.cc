@@ -25,15 +25,24 @@ constexpr size_t kRecvWindow = 4;
 }  // namespace
 
 RingSteps::RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataType type, ReduceOp op,
-                     const void* input)
+                     std::span<const void* const> inputs)
     : ctx_(ctx),
       ring_(ring),
       data_(data),
-      input_(input == nullptr ? data : input),
+      inputs_(inputs.empty() ? std::vector<const void*>{data}
+                             : std::vector<const void*>(inputs.begin(), inputs.end())),
       type_(type),
       op_(op),
       element_size_(DataTypeSize(type)),
       chunk_elements_(ChunkElements(ctx.chunk_bytes, type)) {}
+
+std::vector<const void*> RingSteps::InputsOf(const ElementRange& chunk, const void* extra) const {
+  std::vector<const void*> sources;
+  sources.reserve(inputs_.size() + 1);
+  for (const void* input : inputs_) sources.push_back(BytesOf(input, element_size_, chunk).data());
+  if (extra != nullptr) sources.push_back(extra);
+  return sources;
+}
 
 absl::Status RingSteps::Run(std::span<const RingStep> steps,
                             absl::FunctionRef<std::string(size_t)> where) {
@@ -80,9 +89,17 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     ready.pop_front();
     ++issued;
     const RingStep& step = steps[next.step];
+    const ElementRange chunk = ChunkOf(step.send, chunk_elements_, next.part);
+    if (step.send_from_input && inputs_.size() > 1) {
+      // Several inputs: their reduction is what goes out; it is built in the buffer, which no
+      // step has written there yet.
+      PhaseTimer timer(ReduceSlot(ctx_));
+      ReduceMany(type_, op_, BytesOf(data_, element_size_, chunk).data(), InputsOf(chunk, nullptr),
+                 chunk.length);
+    }
     const transport::ConstByteSpan bytes =
-        BytesOf(step.send_from_input ? input_ : data_, element_size_,
-                ChunkOf(step.send, chunk_elements_, next.part));
+        BytesOf(step.send_from_input && inputs_.size() == 1 ? inputs_.front() : data_,
+                element_size_, chunk);
     const transport::Tag tag{ctx_.comm, ctx_.seq,
                              ctx_.first_step + static_cast<uint32_t>(next.step),
                              static_cast<uint32_t>(next.part)};
@@ -142,10 +159,8 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
         const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
         const transport::ByteSpan into = scratch_slot(received, own.size());
         PhaseTimer timer(ReduceSlot(ctx_));
-        if (step.own_from_input && input_ != data_) {
-          const std::array<const void*, 2> sources = {BytesOf(input_, element_size_, chunk).data(),
-                                                      into.data()};
-          ReduceMany(type_, op_, own.data(), sources, chunk.length);
+        if (step.own_from_input && !(inputs_.size() == 1 && inputs_.front() == data_)) {
+          ReduceMany(type_, op_, own.data(), InputsOf(chunk, into.data()), chunk.length);
         } else {
           ReduceInto(type_, op_, own.data(), into.data(), chunk.length);
         }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -24,9 +25,10 @@ struct RingStep {
   ElementRange send;    // sent to ring.next
   ElementRange recv;    // received from ring.prev
   bool reduce = false;  // fold what arrives into the buffer (op(own, received)); else store it
-  // With an input buffer (an out-of-place operation), these read it instead of the buffer: the
-  // data sent, and the own operand of a reducing step (whose result still goes to the buffer).
-  // They let a schedule read each input element once instead of copying the input first.
+  // With input buffers (an out-of-place operation, or several local inputs), these read them
+  // instead of the buffer: the data sent (the inputs' reduction, when there are several), and the
+  // own operands of a reducing step (whose result still goes to the buffer). They let a schedule
+  // read each input element once instead of reducing or copying the inputs into the buffer first.
   bool send_from_input = false;
   bool own_from_input = false;
 };
@@ -34,10 +36,12 @@ struct RingStep {
 class RingSteps {
  public:
   // `data` holds the operation's elements of `type` (a known type); `op` is used by reducing
-  // steps only. `input` (may be null, or equal to `data`) is what steps marked *_from_input read
-  // instead of `data`. ctx, ring, data and input must outlive this object.
+  // steps and by several inputs. `inputs` (may be empty: `data` itself; one may be `data`; the
+  // others must not overlap it) is what steps marked *_from_input read instead of `data`: their
+  // element-wise reduction stands for this participant's contribution. ctx, ring, data and the
+  // inputs must outlive this object.
   RingSteps(const OpContext& ctx, const Ring& ring, void* data, DataType type, ReduceOp op,
-            const void* input = nullptr);
+            std::span<const void* const> inputs = {});
 
   // Runs `steps` in order. Step i sends its `send` range to ring.next and receives its `recv`
   // range from ring.prev, each cut into chunks of ChunkElements(ctx.chunk_bytes, type) tagged
@@ -53,8 +57,11 @@ class RingSteps {
  private:
   const OpContext& ctx_;
   const Ring& ring_;
+  // A step's *_from_input operands for `chunk`: the inputs' bytes, then `extra` if not null.
+  std::vector<const void*> InputsOf(const ElementRange& chunk, const void* extra) const;
+
   void* const data_;
-  const void* const input_;
+  const std::vector<const void*> inputs_;  // never empty: {data_} when none were given
   const DataType type_;
   const ReduceOp op_;
   const size_t element_size_;

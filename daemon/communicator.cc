@@ -360,18 +360,28 @@ absl::StatusOr<std::string> Communicator::RunOperation(uint64_t seq, std::vector
   switch (first.kind) {
     case Collective::kAllReduce: {
       // Reduce the local inputs into the first local rank's output, across daemons, then copy.
-      // With a single local rank the ring reads its input itself: no copy into the output first.
+      // The ring reads the local inputs itself, as it needs them, with no pass over them first,
+      // unless an input partly overlaps the output (then the ring would overwrite input it has
+      // yet to read).
       std::byte* result = parts.front().recv;
-      const bool ring_reads_input = across && parts.size() == 1 && algorithm == Algorithm::kRing;
       std::vector<const void*> sources;
-      for (const OpRequest& part : parts) sources.push_back(part.send);
+      bool inputs_apart = true;
+      for (const OpRequest& part : parts) {
+        sources.push_back(part.send);
+        const auto in = reinterpret_cast<uintptr_t>(part.send);
+        const auto out = reinterpret_cast<uintptr_t>(result);
+        const bool same = in == out;
+        const bool apart = in + bytes <= out || out + bytes <= in;
+        inputs_apart = inputs_apart && (same || apart);
+      }
+      const bool ring_reads_input = across && algorithm == Algorithm::kRing && inputs_apart;
       if (bytes > 0 && !ring_reads_input) {
         collective::PhaseTimer timer(&stats.reduce);
         collective::ReduceMany(first.type, first.op, result, sources, count);
       }
       if (ring_reads_input) {
-        status = collective::RingAllReduce(ctx, RingOfDaemons(), first.send, result, count,
-                                           first.type, first.op);
+        status = collective::RingAllReduce(ctx, RingOfDaemons(), sources, result, count, first.type,
+                                           first.op);
       } else if (across) {
         status = AllReduceAcross(ctx, algorithm, result, count, first.type, first.op);
       }

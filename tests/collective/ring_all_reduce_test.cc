@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collective/data_type.h"
@@ -347,6 +348,62 @@ INSTANTIATE_TEST_SUITE_P(WorldSizesCountsTypesOps, RingAllReduceSweep,
 INSTANTIATE_TEST_SUITE_P(WorldSizesCountsSomeTypesOps, RingAllReduceOutOfPlaceSweep,
                          ::testing::ValuesIn(OutOfPlaceCases()),
                          [](const auto& info) { return info.param.Name(); });
+
+// Several inputs per participant (a daemon's local ranks): the result is the reduction of every
+// input of every participant; the first input may be the output itself (an in-place rank).
+TEST(RingAllReduceTest, SeveralInputsPerParticipantMatchTheSerialReference) {
+  for (int size : {1, 2, 3, 5}) {
+    for (int k : {2, 3}) {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{4}, size_t{1001}, size_t{70001}}) {
+        for (DataType type : {DataType::kFloat32, DataType::kInt8}) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+            for (bool in_place : {false, true}) {
+              SCOPED_TRACE(absl::StrCat("size ", size, " inputs ", k, " count ", count, " ",
+                                        DataTypeName(type), " ", ReduceOpName(op),
+                                        in_place ? " in place" : ""));
+              std::vector<std::vector<std::byte>> all;
+              for (int i = 0; i < size * k; ++i) all.push_back(Input(type, op, size * k, i, count));
+              const std::vector<std::vector<std::byte>> original = all;
+              const std::vector<std::byte> expected = SerialReference(all, count, type, op);
+              std::vector<std::vector<std::byte>> outputs(
+                  size, std::vector<std::byte>(count * DataTypeSize(type), std::byte{0xA5}));
+              if (in_place) {
+                for (int r = 0; r < size; ++r) outputs[r] = all[r * k];
+              }
+              Group group(size);
+              OpContext ctx;
+              ctx.comm = 0xC0FFEE;
+              ctx.seq = 3;
+              ctx.deadline = absl::Now() + absl::Seconds(60);
+              ctx.chunk_bytes = count > 1001 ? (size_t{16} << 10) + 5 : 7 * DataTypeSize(type) + 1;
+              std::vector<absl::Status> statuses(size);
+              std::vector<std::thread> threads;
+              for (int r = 0; r < size; ++r) {
+                threads.emplace_back([&, r, ctx]() mutable {
+                  ctx.endpoint = group.endpoint(r);
+                  std::vector<const void*> inputs;
+                  for (int j = 0; j < k; ++j) inputs.push_back(all[r * k + j].data());
+                  if (in_place) inputs[0] = outputs[r].data();
+                  statuses[r] = RingAllReduce(ctx, Group::RingOf(r, size), inputs,
+                                              outputs[r].data(), count, type, op);
+                });
+              }
+              for (std::thread& t : threads) t.join();
+              for (int r = 0; r < size; ++r) {
+                ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+                const int64_t diff = FirstDifference(outputs[r], expected, DataTypeSize(type));
+                EXPECT_EQ(diff, -1) << "rank " << r << " differs at element " << diff;
+                for (int j = in_place ? 1 : 0; j < k; ++j) {
+                  EXPECT_EQ(all[r * k + j], original[r * k + j]) << "input " << j << " written";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
 
 // ---- Specific behaviour ----
 
