@@ -37,8 +37,9 @@ struct CallOptions {
 
   absl::Duration timeout = absl::Minutes(10);
   // Forces an algorithm (InvalidArgument if it does not implement the collective). Otherwise
-  // $BATON_ALGO ("ring", "tree", "direct", "doubling"), if set, applies to the collectives it
-  // implements, and the daemon chooses for the rest. Every rank must make the same choice.
+  // $BATON_ALGO ("ring", "tree", "direct", "doubling", "halving_doubling"), if set, applies to the
+  // collectives it implements, and the daemon chooses for the rest. Every rank must make the same
+  // choice.
   std::optional<Algorithm> algorithm;
 };
 
@@ -132,7 +133,7 @@ class Communicator {
       int color, int key, absl::Duration timeout = absl::Minutes(1)) = 0;
 
   // The algorithm the daemon ran for the last successful operation ("ring", "tree", "direct",
-  // "doubling", or "local" when every rank is on one daemon).
+  // "doubling", "halving_doubling", or "local" when every rank is on one daemon).
   virtual std::string last_algorithm() const = 0;
 
   // What the daemon's tuner predicts for `collective` with `count` elements of `type` (counted as

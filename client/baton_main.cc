@@ -211,8 +211,8 @@ int Bench(int argc, char** argv, bool worker) {
   options.AddInt("root", &bench.root, "-r: root rank of broadcast and reduce");
   options.AddString(
       "algorithm", &bench.algorithm,
-      "ring, tree, direct or doubling (default: the daemons' choice, \"auto\"); a list "
-      "such as auto,ring,tree,doubling compares them in one run");
+      "ring, tree, direct, doubling or halving_doubling (default: the daemons' choice, "
+      "\"auto\"); a list such as auto,ring,tree,doubling compares them in one run");
   options.AddBool("explain", &bench.explain,
                   "add the tuner's predicted time of each algorithm and its choice per size");
   options.AddBool("median", &bench.median,

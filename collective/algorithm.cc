@@ -17,11 +17,12 @@ constexpr std::array<std::pair<Collective, absl::string_view>, 7> kCollectives =
     {Collective::kBarrier, "barrier"},
 }};
 
-constexpr std::array<std::pair<Algorithm, absl::string_view>, 4> kAlgorithms = {{
+constexpr std::array<std::pair<Algorithm, absl::string_view>, 5> kAlgorithms = {{
     {Algorithm::kRing, "ring"},
     {Algorithm::kTree, "tree"},
     {Algorithm::kDirect, "direct"},
     {Algorithm::kDoubling, "doubling"},
+    {Algorithm::kHalvingDoubling, "halving_doubling"},
 }};
 
 template <typename Table>
@@ -67,7 +68,7 @@ bool IsSupported(Collective collective, Algorithm algorithm) {
   switch (collective) {
     case Collective::kAllReduce:
       return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree ||
-             algorithm == Algorithm::kDoubling;
+             algorithm == Algorithm::kDoubling || algorithm == Algorithm::kHalvingDoubling;
     case Collective::kReduceScatter:
     case Collective::kAllGather:
     case Collective::kBroadcast:

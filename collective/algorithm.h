@@ -29,10 +29,11 @@ enum class Collective {
 };
 
 enum class Algorithm {
-  kRing,      // neighbours on a ring (chains for the rooted collectives)
-  kTree,      // the double binary tree
-  kDirect,    // every participant talks to the peers it needs directly
-  kDoubling,  // recursive doubling: log2(size) exchanges of the whole buffer
+  kRing,             // neighbours on a ring (chains for the rooted collectives)
+  kTree,             // the double binary tree
+  kDirect,           // every participant talks to the peers it needs directly
+  kDoubling,         // recursive doubling: log2(size) exchanges of the whole buffer
+  kHalvingDoubling,  // recursive halving then doubling: 2 log2(size) exchanges of shrinking parts
 };
 
 // "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier";
@@ -40,7 +41,7 @@ enum class Algorithm {
 absl::string_view CollectiveName(Collective collective);
 std::optional<Collective> ParseCollective(absl::string_view name);
 
-// "ring", "tree", "direct", "doubling"; "unknown" for a value outside the enum.
+// "ring", "tree", "direct", "doubling", "halving_doubling"; "unknown" for a value outside the enum.
 absl::string_view AlgorithmName(Algorithm algorithm);
 std::optional<Algorithm> ParseAlgorithm(absl::string_view name);
 

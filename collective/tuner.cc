@@ -37,6 +37,28 @@ absl::Duration DoublingAllReduce(int daemons, double bytes, double chunk_bytes,
   return steps * (chunks * model.alpha + Seconds(bytes / (model.beta * kRingEfficiency)));
 }
 
+// Halving moves half, a quarter, ... of the buffer, doubling the same back; each step chunk by
+// chunk, each chunk waiting for the partner's. Pairs (a size that is not a power of two) hand the
+// whole buffer over and back.
+absl::Duration HalvingDoublingAllReduce(int daemons, double bytes, double chunk_bytes,
+                                        const LinkModel& model) {
+  const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(daemons)));
+  absl::Duration total;
+  auto step = [&](double step_bytes) {
+    const double chunks = std::max(1.0, std::ceil(step_bytes / chunk_bytes));
+    total += chunks * model.alpha + Seconds(step_bytes / (model.beta * kRingEfficiency));
+  };
+  for (int part = 2; part <= p; part *= 2) {
+    step(bytes / part);  // halving
+    step(bytes / part);  // doubling
+  }
+  if (p != daemons) {
+    step(bytes);
+    step(bytes);
+  }
+  return total;
+}
+
 std::string HumanDuration(absl::Duration d) {
   const double us = absl::ToDoubleMicroseconds(d);
   if (us < 1000) return absl::StrFormat("%.0f us", us);
@@ -60,6 +82,9 @@ std::vector<AlgorithmCost> PredictCosts(Collective collective, int daemons, size
           {Algorithm::kTree, TreeAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)});
       costs.push_back({Algorithm::kDoubling,
                        DoublingAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)});
+      costs.push_back(
+          {Algorithm::kHalvingDoubling,
+           HalvingDoublingAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)});
       break;
     case Collective::kAllToAll:
     case Collective::kBarrier:

@@ -9,15 +9,18 @@
 //   ring all-reduce   2(D-1) steps:         2(D-1)·alpha + 2(D-1)/D · n / (beta·kRingEfficiency)
 //   tree all-reduce   up and down, depth d: 2d·alpha + 2n / (beta·e)
 //   doubling          s steps of c chunks:  s·(c·alpha + n / (beta·kRingEfficiency))
+//   halving-doubling  for each level j = 1..log2 p: 2·(c_j·alpha + n/2^j / (beta·kRingEfficiency)),
+//                     plus 2·(c·alpha + n / (beta·kRingEfficiency)) when D is not a power of two
 // where d = bit_width(D-1) is the depth of the double binary tree (collective/double_binary_tree.h)
 // and e is kTreeEfficiency while each tree's messages, min(n/2, chunk), stay within
 // kTreeSmallMessageBytes, kTreePipelinedEfficiency beyond (where the tree's single thread of
 // blocking sends stops overlapping transfers); s = DoublingSteps(D) (log2 D, plus 2 when D is not
 // a power of two) and c = ceil(n / chunk), since each step sends the whole buffer one chunk at a
-// time. The efficiencies are what this data plane reaches
-// of the link's bandwidth, measured on 8 hosts in network namespaces (docs/benchmarks.md). The
-// constant overheads of a call (submission, the signature exchange) are the same for every
-// algorithm and left out. Collectives that only one algorithm implements get that one.
+// time; for halving-doubling p is the largest power of two <= D and c_j = ceil(n/2^j / chunk). The
+// efficiencies are what this data plane reaches of the link's bandwidth, measured on 8 hosts in
+// network namespaces (docs/benchmarks.md). The constant overheads of a call (submission, the
+// signature exchange) are the same for every algorithm and left out. Collectives that only one
+// algorithm implements get that one.
 
 #include <cstddef>
 #include <string>

@@ -12,6 +12,7 @@
 #include "collective/direct_all_to_all.h"
 #include "collective/dissemination_barrier.h"
 #include "collective/doubling_all_reduce.h"
+#include "collective/halving_doubling_all_reduce.h"
 #include "collective/reduce.h"
 #include "collective/ring_all_gather.h"
 #include "collective/ring_all_reduce.h"
@@ -505,6 +506,9 @@ absl::Status Communicator::AllReduceAcross(const collective::OpContext& ctx, Alg
   }
   if (algorithm == Algorithm::kDoubling) {
     return collective::DoublingAllReduce(ctx, DaemonParticipants(), data, count, type, op);
+  }
+  if (algorithm == Algorithm::kHalvingDoubling) {
+    return collective::HalvingDoublingAllReduce(ctx, DaemonParticipants(), data, count, type, op);
   }
   return collective::RingAllReduce(ctx, RingOfDaemons(), data, count, type, op);
 }

@@ -54,8 +54,7 @@ struct OpRequest {
 // What an operation cost, reported once it completes (successfully or not).
 struct OpRecord {
   collective::Collective kind = collective::Collective::kAllReduce;
-  std::string algorithm;  // "ring", "tree", "direct", "doubling", "local"; empty if it failed
-                          // before choosing
+  std::string algorithm;  // an algorithm's name or "local"; empty if it failed before choosing
   absl::Duration total;   // from the last local rank's submission to completion
   bool ok = false;
   absl::Duration transport;  // of `total`, blocked on sends and receives to other daemons

@@ -12,7 +12,7 @@ constexpr Collective kCollectives[] = {Collective::kAllReduce, Collective::kRedu
                                        Collective::kReduce,    Collective::kAllToAll,
                                        Collective::kBarrier};
 constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kDirect,
-                                     Algorithm::kDoubling};
+                                     Algorithm::kDoubling, Algorithm::kHalvingDoubling};
 
 TEST(AlgorithmTest, NamesRoundTrip) {
   for (Collective c : kCollectives) EXPECT_EQ(ParseCollective(CollectiveName(c)), c);
@@ -22,6 +22,7 @@ TEST(AlgorithmTest, NamesRoundTrip) {
   EXPECT_EQ(CollectiveName(Collective::kAllToAll), "all_to_all");
   EXPECT_EQ(AlgorithmName(Algorithm::kTree), "tree");
   EXPECT_EQ(AlgorithmName(Algorithm::kDoubling), "doubling");
+  EXPECT_EQ(AlgorithmName(Algorithm::kHalvingDoubling), "halving_doubling");
   EXPECT_EQ(CollectiveName(static_cast<Collective>(42)), "unknown");
   EXPECT_EQ(AlgorithmName(static_cast<Algorithm>(42)), "unknown");
   EXPECT_EQ(ParseCollective("allreduce"), std::nullopt);
@@ -38,10 +39,11 @@ TEST(AlgorithmTest, SupportedCombinations) {
     EXPECT_GE(algorithms, 1) << CollectiveName(c) << " has no algorithm";
     supported += algorithms;
   }
-  EXPECT_EQ(supported, 9);
+  EXPECT_EQ(supported, 10);
   EXPECT_TRUE(IsSupported(Collective::kAllReduce, Algorithm::kRing));
   EXPECT_TRUE(IsSupported(Collective::kAllReduce, Algorithm::kTree));
   EXPECT_TRUE(IsSupported(Collective::kAllReduce, Algorithm::kDoubling));
+  EXPECT_TRUE(IsSupported(Collective::kAllReduce, Algorithm::kHalvingDoubling));
   EXPECT_FALSE(IsSupported(Collective::kReduceScatter, Algorithm::kDoubling));
   EXPECT_FALSE(IsSupported(Collective::kAllReduce, Algorithm::kDirect));
   EXPECT_TRUE(IsSupported(Collective::kReduceScatter, Algorithm::kRing));

@@ -25,6 +25,7 @@
 #include "collective/dissemination_barrier.h"
 #include "collective/double_binary_tree.h"
 #include "collective/doubling_all_reduce.h"
+#include "collective/halving_doubling_all_reduce.h"
 #include "collective/ring_all_gather.h"
 #include "collective/ring_all_reduce.h"
 #include "collective/ring_broadcast.h"
@@ -53,7 +54,7 @@ struct Op {
 std::vector<Op> SupportedOps() {
   std::vector<Op> ops;
   for (int c = 0; c <= static_cast<int>(Collective::kBarrier); ++c) {
-    for (int a = 0; a <= static_cast<int>(Algorithm::kDoubling); ++a) {
+    for (int a = 0; a <= static_cast<int>(Algorithm::kHalvingDoubling); ++a) {
       const Op op{static_cast<Collective>(c), static_cast<Algorithm>(a)};
       if (IsSupported(op.collective, op.algorithm)) ops.push_back(op);
     }
@@ -88,6 +89,10 @@ absl::Status RunCall(const Call& call, const OpContext& ctx, int rank, int size,
       if (call.op.algorithm == Algorithm::kDoubling) {
         return DoublingAllReduce(ctx, participants, data.data(), call.count, call.type,
                                  call.reduce);
+      }
+      if (call.op.algorithm == Algorithm::kHalvingDoubling) {
+        return HalvingDoublingAllReduce(ctx, participants, data.data(), call.count, call.type,
+                                        call.reduce);
       }
       return RingAllReduce(ctx, ring, data.data(), call.count, call.type, call.reduce);
     case Collective::kReduceScatter:
@@ -128,6 +133,31 @@ std::map<int, uint64_t> ExpectedTx(const Call& call, int rank, int size, size_t 
           const uint64_t half = cost(SegmentOf(call.count, 2, t).length);
           if (trees[t].parent != -1) tx[trees[t].parent] += half;
           for (int child : trees[t].children) tx[child] += half;
+        }
+        break;
+      }
+      if (call.op.algorithm == Algorithm::kHalvingDoubling) {
+        // Halving sends the half this participant gives away, doubling the block it holds: the
+        // same ranges, in reverse. Paired participants hand the whole buffer over and back.
+        const uint64_t whole = cost(call.count);
+        const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(size)));
+        const int extra = size - p;
+        if (rank < 2 * extra && rank % 2 == 0) {
+          tx[rank + 1] += whole;
+          break;
+        }
+        if (rank < 2 * extra) tx[rank - 1] += whole;
+        const int index = rank < 2 * extra ? rank / 2 : rank - extra;
+        size_t begin = 0, length = call.count;
+        for (int mask = p / 2; mask >= 1; mask /= 2) {
+          const int partner_index = index ^ mask;
+          const int partner = partner_index < extra ? 2 * partner_index + 1 : partner_index + extra;
+          const size_t first = (length + 1) / 2;
+          const bool keep_first = (index & mask) == 0;
+          const size_t kept = keep_first ? first : length - first;
+          tx[partner] += cost(length - kept) + cost(kept);  // give away now, send back later
+          if (!keep_first) begin += first;
+          length = kept;
         }
         break;
       }

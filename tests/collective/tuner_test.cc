@@ -15,7 +15,7 @@ TEST(TunerTest, RingCostFollowsTheFormula) {
   const LinkModel model = Measured();
   const std::vector<AlgorithmCost> costs =
       PredictCosts(Collective::kAllReduce, 8, 64 << 20, kChunk, model);
-  ASSERT_EQ(costs.size(), 3u);
+  ASSERT_EQ(costs.size(), 4u);
   auto cost_of = [&](Algorithm algorithm) {
     for (const AlgorithmCost& cost : costs) {
       if (cost.algorithm == algorithm) return absl::ToDoubleSeconds(cost.predicted);
@@ -30,6 +30,13 @@ TEST(TunerTest, RingCostFollowsTheFormula) {
   EXPECT_NEAR(cost_of(Algorithm::kRing), expected, 1e-9);
   EXPECT_NEAR(cost_of(Algorithm::kTree), expected_tree, 1e-9);
   EXPECT_NEAR(cost_of(Algorithm::kDoubling), expected_doubling, 1e-9);
+  // Levels of 32, 16 and 8 MiB, each twice: 32, 16 and 8 chunks.
+  double expected_halving = 0;
+  for (int part : {2, 4, 8}) {
+    const double bytes = double(64 << 20) / part;
+    expected_halving += 2 * (bytes / kChunk * 125e-6 + bytes / (118e6 * kRingEfficiency));
+  }
+  EXPECT_NEAR(cost_of(Algorithm::kHalvingDoubling), expected_halving, 1e-9);
 }
 
 TEST(TunerTest, DoublingStepsAddTwoForSizesThatAreNotPowersOfTwo) {
@@ -42,14 +49,18 @@ TEST(TunerTest, DoublingStepsAddTwoForSizesThatAreNotPowersOfTwo) {
   EXPECT_EQ(DoublingSteps(9), 5);
 }
 
-TEST(TunerTest, DoublingForSmallMessagesTreeForMidSizesRingForLargeOnes) {
+TEST(TunerTest, DoublingForSmallMessagesHalvingDoublingForMidSizesRingForLargeOnes) {
   const LinkModel model = Measured();
-  // 8 daemons: doubling's 3 latencies against the tree's 6 and the ring's 14, until its three
-  // copies of the buffer on the wire cost more than the latencies it saves.
+  // 8 daemons: doubling's 3 latencies against halving-doubling's and the tree's 6 and the ring's
+  // 14, until its three copies of the buffer on the wire cost more than the latencies it saves;
+  // then halving-doubling (the ring's bytes in 6 latencies), until its chunks, which wait for
+  // each other, cost more than the ring's pipeline.
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 8, kChunk, model), Algorithm::kDoubling);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 4096, kChunk, model), Algorithm::kDoubling);
-  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 128 << 10, kChunk, model), Algorithm::kTree);
-  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 1 << 20, kChunk, model), Algorithm::kRing);
+  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 128 << 10, kChunk, model),
+            Algorithm::kHalvingDoubling);
+  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 1 << 20, kChunk, model),
+            Algorithm::kHalvingDoubling);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 64 << 20, kChunk, model), Algorithm::kRing);
 }
 

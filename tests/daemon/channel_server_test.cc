@@ -127,7 +127,7 @@ TEST_F(ChannelServerTest, ValuesOutsideTheEnumerationsFailWithoutRunning) {
   for (const Case& c : {Case{&channel::OpDescriptor::kind, 7, "unknown collective 7"},
                         Case{&channel::OpDescriptor::data_type, 99, "unknown data type 99"},
                         Case{&channel::OpDescriptor::reduce_op, 5, "unknown reduce op 5"},
-                        Case{&channel::OpDescriptor::algorithm, 5, "unknown algorithm 4"}}) {
+                        Case{&channel::OpDescriptor::algorithm, 6, "unknown algorithm 5"}}) {
     channel::OpDescriptor op = AllReduce(4);
     op.*c.field = c.value;
     absl::StatusOr<std::string> ran = Submit(op);

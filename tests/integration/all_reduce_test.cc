@@ -202,7 +202,8 @@ TEST(ChunkAgreementTest, DaemonsConfiguredWithDifferentChunksUseTheRootsChunk) {
         ASSERT_TRUE(comm.ok()) << comm.status();
         std::vector<float> data(kCount);
         for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(rank + (i & 255));
-        for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDoubling}) {
+        for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDoubling,
+                                    Algorithm::kHalvingDoubling}) {
           std::vector<float> result = data;
           CallOptions options(absl::Seconds(20));
           options.algorithm = algorithm;

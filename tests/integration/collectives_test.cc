@@ -64,7 +64,8 @@ const std::vector<size_t> kCounts = {0, 1, 5, 1001, 70000};
 
 TEST_P(CollectivesTest, AllReduceWithEveryAlgorithm) {
   RunRanks([](int rank, Communicator& comm) {
-    for (Algorithm algorithm : {Algorithm::kRing, Algorithm::kTree, Algorithm::kDoubling}) {
+    for (Algorithm algorithm :
+         {Algorithm::kRing, Algorithm::kTree, Algorithm::kDoubling, Algorithm::kHalvingDoubling}) {
       for (size_t count : kCounts) {
         std::vector<float> data(count);
         for (size_t i = 0; i < count; ++i) data[i] = In(rank, i);
