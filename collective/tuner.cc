@@ -29,12 +29,19 @@ absl::Duration TreeAllReduce(int daemons, double bytes, double chunk_bytes,
   return 2 * depth * model.alpha + Seconds(2 * bytes / (model.beta * efficiency));
 }
 
+// What doubling and halving-doubling reach of the link with messages of `message` bytes.
+double ExchangeEfficiency(double message) {
+  return message <= static_cast<double>(kTreeSmallMessageBytes) ? kRingEfficiency
+                                                                : kExchangeLargeEfficiency;
+}
+
 // Every step exchanges the whole buffer, chunk by chunk, each chunk waiting for the partner's.
 absl::Duration DoublingAllReduce(int daemons, double bytes, double chunk_bytes,
                                  const LinkModel& model) {
   const double steps = DoublingSteps(daemons);
   const double chunks = std::max(1.0, std::ceil(bytes / chunk_bytes));
-  return steps * (chunks * model.alpha + Seconds(bytes / (model.beta * kRingEfficiency)));
+  return steps * (chunks * model.alpha +
+                  Seconds(bytes / (model.beta * ExchangeEfficiency(bytes / chunks))));
 }
 
 // Halving moves half, a quarter, ... of the buffer, doubling the same back; each step chunk by
@@ -46,7 +53,8 @@ absl::Duration HalvingDoublingAllReduce(int daemons, double bytes, double chunk_
   absl::Duration total;
   auto step = [&](double step_bytes) {
     const double chunks = std::max(1.0, std::ceil(step_bytes / chunk_bytes));
-    total += chunks * model.alpha + Seconds(step_bytes / (model.beta * kRingEfficiency));
+    total += chunks * model.alpha +
+             Seconds(step_bytes / (model.beta * ExchangeEfficiency(step_bytes / chunks)));
   };
   for (int part = 2; part <= p; part *= 2) {
     step(bytes / part);  // halving

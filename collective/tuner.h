@@ -8,15 +8,19 @@
 // for D daemons and an n-byte buffer:
 //   ring all-reduce   2(D-1) steps:         2(D-1)·alpha + 2(D-1)/D · n / (beta·kRingEfficiency)
 //   tree all-reduce   up and down, depth d: 2d·alpha + 2n / (beta·e)
-//   doubling          s steps of c chunks:  s·(c·alpha + n / (beta·kRingEfficiency))
-//   halving-doubling  for each level j = 1..log2 p: 2·(c_j·alpha + n/2^j / (beta·kRingEfficiency)),
-//                     plus 2·(c·alpha + n / (beta·kRingEfficiency)) when D is not a power of two
+//   doubling          s steps of c chunks:  s·(c·alpha + n / (beta·x))
+//   halving-doubling  for each level j = 1..log2 p: 2·(c_j·alpha + n/2^j / (beta·x)),
+//                     plus 2·(c·alpha + n / (beta·x)) when D is not a power of two
 // where d = bit_width(D-1) is the depth of the double binary tree (collective/double_binary_tree.h)
 // and e is kTreeEfficiency while each tree's messages, min(n/2, chunk), stay within
 // kTreeSmallMessageBytes, kTreePipelinedEfficiency beyond (where the tree's single thread of
 // blocking sends stops overlapping transfers); s = DoublingSteps(D) (log2 D, plus 2 when D is not
 // a power of two) and c = ceil(n / chunk), since each step sends the whole buffer one chunk at a
-// time; for halving-doubling p is the largest power of two <= D and c_j = ceil(n/2^j / chunk). The
+// time; for halving-doubling p is the largest power of two <= D and c_j = ceil(n/2^j / chunk). x is
+// kRingEfficiency while a step's messages stay within kTreeSmallMessageBytes and
+// kExchangeLargeEfficiency beyond: an exchange waits for each chunk before the next and does not
+// overlap its reductions with transfers, as the ring does (8 hosts at 1 Gbit/s: halving-doubling
+// took 1.13–1.21 times the ring's time from 2 to 8 MiB). The
 // efficiencies are what this data plane reaches of the link's bandwidth, measured on 8 hosts in
 // network namespaces (docs/benchmarks.md). The constant overheads of a call (submission, the
 // signature exchange) are the same for every algorithm and left out. Collectives that only one
@@ -35,6 +39,7 @@ inline constexpr double kRingEfficiency = 0.9;
 inline constexpr double kTreeEfficiency = 1.0;
 inline constexpr double kTreePipelinedEfficiency = 0.3;
 inline constexpr size_t kTreeSmallMessageBytes = size_t{64} << 10;
+inline constexpr double kExchangeLargeEfficiency = 0.8;
 
 // The links of one communicator, as measured.
 struct LinkModel {

@@ -25,8 +25,9 @@ TEST(TunerTest, RingCostFollowsTheFormula) {
   };
   const double expected = 14 * 125e-6 + 14.0 / 8 * (64 << 20) / (118e6 * kRingEfficiency);
   const double expected_tree = 6 * 125e-6 + 2.0 * (64 << 20) / (118e6 * kTreePipelinedEfficiency);
-  // 3 steps of 64 chunks.
-  const double expected_doubling = 3 * (64 * 125e-6 + double(64 << 20) / (118e6 * kRingEfficiency));
+  // 3 steps of 64 chunks, each beyond kTreeSmallMessageBytes.
+  const double expected_doubling =
+      3 * (64 * 125e-6 + double(64 << 20) / (118e6 * kExchangeLargeEfficiency));
   EXPECT_NEAR(cost_of(Algorithm::kRing), expected, 1e-9);
   EXPECT_NEAR(cost_of(Algorithm::kTree), expected_tree, 1e-9);
   EXPECT_NEAR(cost_of(Algorithm::kDoubling), expected_doubling, 1e-9);
@@ -34,7 +35,7 @@ TEST(TunerTest, RingCostFollowsTheFormula) {
   double expected_halving = 0;
   for (int part : {2, 4, 8}) {
     const double bytes = double(64 << 20) / part;
-    expected_halving += 2 * (bytes / kChunk * 125e-6 + bytes / (118e6 * kRingEfficiency));
+    expected_halving += 2 * (bytes / kChunk * 125e-6 + bytes / (118e6 * kExchangeLargeEfficiency));
   }
   EXPECT_NEAR(cost_of(Algorithm::kHalvingDoubling), expected_halving, 1e-9);
 }
@@ -53,14 +54,15 @@ TEST(TunerTest, DoublingForSmallMessagesHalvingDoublingForMidSizesRingForLargeOn
   const LinkModel model = Measured();
   // 8 daemons: doubling's 3 latencies against halving-doubling's and the tree's 6 and the ring's
   // 14, until its three copies of the buffer on the wire cost more than the latencies it saves;
-  // then halving-doubling (the ring's bytes in 6 latencies), until its chunks, which wait for
-  // each other, cost more than the ring's pipeline.
+  // then halving-doubling (the ring's bytes in 6 latencies), until its large messages, which do
+  // not pipeline, cost more than the ring's extra latencies.
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 8, kChunk, model), Algorithm::kDoubling);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 4096, kChunk, model), Algorithm::kDoubling);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 128 << 10, kChunk, model),
             Algorithm::kHalvingDoubling);
-  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 1 << 20, kChunk, model),
+  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 512 << 10, kChunk, model),
             Algorithm::kHalvingDoubling);
+  EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 1 << 20, kChunk, model), Algorithm::kRing);
   EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 8, 64 << 20, kChunk, model), Algorithm::kRing);
 }
 
@@ -88,16 +90,16 @@ TEST(TunerTest, CrossoverMovesWithLatencyAndBandwidth) {
   EXPECT_LE(crossover(LinkModel{absl::Nanoseconds(1), 118e6}), base);
 }
 
-TEST(TunerTest, TwoDaemonsDoublingForOneChunkRingBeyond) {
+TEST(TunerTest, TwoDaemonsDoublingForSmallMessagesRingBeyond) {
   // With two daemons doubling is one exchange of the buffer, the ring two steps of half of it:
-  // the same bytes, but doubling waits once where the ring waits twice. From two chunks on,
-  // doubling waits once per chunk and the ring pipelines.
-  for (size_t bytes = 8; bytes <= kChunk; bytes *= 4) {
+  // the same bytes, but doubling waits once where the ring waits twice. Beyond
+  // kTreeSmallMessageBytes the exchange reaches less of the link than the ring's pipeline.
+  for (size_t bytes = 8; bytes <= kTreeSmallMessageBytes; bytes *= 4) {
     EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 2, bytes, kChunk, Measured()),
               Algorithm::kDoubling)
         << bytes;
   }
-  for (size_t bytes = 4 * kChunk; bytes <= (size_t{64} << 20); bytes *= 4) {
+  for (size_t bytes = 4 * kTreeSmallMessageBytes; bytes <= (size_t{64} << 20); bytes *= 4) {
     EXPECT_EQ(ChooseByCost(Collective::kAllReduce, 2, bytes, kChunk, Measured()), Algorithm::kRing)
         << bytes;
   }
