@@ -22,19 +22,13 @@ absl::Status DoublingAllReduce(const OpContext& ctx, const Participants& partici
   const internal::Pairing pairing(participants.size(), participants.rank);
   internal::PairwiseExchange exchange(kWhat, ctx, participants, data, count, type, op);
   const ElementRange whole = exchange.whole();
-  const uint32_t last_step = 1 + static_cast<uint32_t>(pairing.levels());
-  const int rank = participants.rank;
-  if (pairing.handed_over()) {
-    BATON_RETURN_IF_ERROR(exchange.Send(0, rank + 1, whole));
-    return exchange.Recv(last_step, rank + 1, whole);
-  }
-  if (pairing.holds_pair()) BATON_RETURN_IF_ERROR(exchange.Fold(0, rank - 1, whole, {}));
-  for (int k = 0; k < pairing.levels(); ++k) {
-    const int partner = pairing.Participant(pairing.index() ^ (1 << k));
-    BATON_RETURN_IF_ERROR(exchange.Fold(1 + static_cast<uint32_t>(k), partner, whole, whole));
-  }
-  if (pairing.holds_pair()) return exchange.Send(last_step, rank - 1, whole);
-  return absl::OkStatus();
+  return exchange.RunPaired(pairing, 1 + static_cast<uint32_t>(pairing.levels()), [&] {
+    for (int k = 0; k < pairing.levels(); ++k) {
+      const int partner = pairing.Participant(pairing.index() ^ (1 << k));
+      BATON_RETURN_IF_ERROR(exchange.Fold(1 + static_cast<uint32_t>(k), partner, whole, whole));
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace baton::collective

@@ -15,45 +15,37 @@ absl::Status HalvingDoublingAllReduce(const OpContext& ctx, const Participants& 
   if (!work) return absl::OkStatus();
   const internal::Pairing pairing(participants.size(), participants.rank);
   internal::PairwiseExchange exchange(kWhat, ctx, participants, data, count, type, op);
-  const ElementRange whole = exchange.whole();
   const int levels = pairing.levels();
-  const uint32_t last_step = 1 + 2 * static_cast<uint32_t>(levels);
-  const int rank = participants.rank;
-  if (pairing.handed_over()) {
-    BATON_RETURN_IF_ERROR(exchange.Send(0, rank + 1, whole));
-    return exchange.Recv(last_step, rank + 1, whole);
-  }
-  if (pairing.holds_pair()) BATON_RETURN_IF_ERROR(exchange.Fold(0, rank - 1, whole, {}));
-  const int index = pairing.index();
-
-  // Halving: ranges[k] is this participant's range before step k. The participant whose bit is
-  // clear keeps the first ceil(r/2) elements.
-  std::vector<ElementRange> ranges = {whole};
-  for (int k = 0; k < levels; ++k) {
-    const int mask = pairing.p >> (k + 1);
-    const ElementRange range = ranges.back();
-    const ElementRange first{range.begin, (range.length + 1) / 2};
-    const ElementRange second{first.begin + first.length, range.length - first.length};
-    const bool keep_first = (index & mask) == 0;
-    BATON_RETURN_IF_ERROR(exchange.Fold(1 + static_cast<uint32_t>(k),
-                                        pairing.Participant(index ^ mask),
-                                        keep_first ? first : second, keep_first ? second : first));
-    ranges.push_back(keep_first ? first : second);
-  }
-  // Doubling: retrace the steps, swapping the block held for the partner's.
-  for (int k = levels - 1; k >= 0; --k) {
-    const int mask = pairing.p >> (k + 1);
-    const ElementRange mine = ranges[k + 1];
-    const ElementRange parent = ranges[k];
-    const ElementRange theirs =
-        mine.begin == parent.begin
-            ? ElementRange{mine.begin + mine.length, parent.length - mine.length}
-            : ElementRange{parent.begin, parent.length - mine.length};
-    BATON_RETURN_IF_ERROR(exchange.Swap(1 + static_cast<uint32_t>(levels + (levels - 1 - k)),
-                                        pairing.Participant(index ^ mask), mine, theirs));
-  }
-  if (pairing.holds_pair()) return exchange.Send(last_step, rank - 1, whole);
-  return absl::OkStatus();
+  return exchange.RunPaired(pairing, 1 + 2 * static_cast<uint32_t>(levels), [&]() -> absl::Status {
+    const int index = pairing.index();
+    // Halving: ranges[k] is this participant's range before step k. The participant whose bit is
+    // clear keeps the first ceil(r/2) elements.
+    std::vector<ElementRange> ranges = {exchange.whole()};
+    for (int k = 0; k < levels; ++k) {
+      const int mask = pairing.p >> (k + 1);
+      const ElementRange range = ranges.back();
+      const ElementRange first{range.begin, (range.length + 1) / 2};
+      const ElementRange second{first.begin + first.length, range.length - first.length};
+      const bool keep_first = (index & mask) == 0;
+      BATON_RETURN_IF_ERROR(
+          exchange.Fold(1 + static_cast<uint32_t>(k), pairing.Participant(index ^ mask),
+                        keep_first ? first : second, keep_first ? second : first));
+      ranges.push_back(keep_first ? first : second);
+    }
+    // Doubling: retrace the steps, swapping the block held for the partner's.
+    for (int k = levels - 1; k >= 0; --k) {
+      const int mask = pairing.p >> (k + 1);
+      const ElementRange mine = ranges[k + 1];
+      const ElementRange parent = ranges[k];
+      const ElementRange theirs =
+          mine.begin == parent.begin
+              ? ElementRange{mine.begin + mine.length, parent.length - mine.length}
+              : ElementRange{parent.begin, parent.length - mine.length};
+      BATON_RETURN_IF_ERROR(exchange.Swap(1 + static_cast<uint32_t>(levels + (levels - 1 - k)),
+                                          pairing.Participant(index ^ mask), mine, theirs));
+    }
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace baton::collective

@@ -44,6 +44,19 @@ PairwiseExchange::PairwiseExchange(absl::string_view what, const OpContext& ctx,
       element_size_(DataTypeSize(type)),
       chunk_elements_(ChunkElements(ctx.chunk_bytes, type)) {}
 
+absl::Status PairwiseExchange::RunPaired(const Pairing& pairing, uint32_t last_step,
+                                         absl::FunctionRef<absl::Status()> exchanges) {
+  const int rank = participants_.rank;
+  if (pairing.handed_over()) {
+    BATON_RETURN_IF_ERROR(Send(0, rank + 1, whole()));
+    return Recv(last_step, rank + 1, whole());
+  }
+  if (pairing.holds_pair()) BATON_RETURN_IF_ERROR(Fold(0, rank - 1, whole(), {}));
+  BATON_RETURN_IF_ERROR(exchanges());
+  if (pairing.holds_pair()) return Send(last_step, rank - 1, whole());
+  return absl::OkStatus();
+}
+
 absl::Status PairwiseExchange::Fold(uint32_t step, int partner, const ElementRange& keep,
                                     const ElementRange& give) {
   return Exchange(step, partner, keep, /*fold=*/true, give);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -61,6 +62,13 @@ class PairwiseExchange {
                     const ElementRange& theirs);
   absl::Status Send(uint32_t step, int peer, const ElementRange& range);
   absl::Status Recv(uint32_t step, int peer, const ElementRange& range);
+
+  // Runs `exchanges` (the steps among the p) inside the pairing: a participant that hands its
+  // buffer over sends it (step 0) and receives the result (`last_step`) without running them; one
+  // that holds a pair folds its partner's buffer in first (step 0) and sends the result back
+  // (`last_step`) after them.
+  absl::Status RunPaired(const Pairing& pairing, uint32_t last_step,
+                         absl::FunctionRef<absl::Status()> exchanges);
 
   ElementRange whole() const { return ElementRange{0, count_}; }
 

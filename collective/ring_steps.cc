@@ -1,7 +1,6 @@
 #include "collective/ring_steps.h"
 
 #include <algorithm>
-#include <array>
 #include <deque>
 #include <memory>
 #include <vector>
@@ -72,6 +71,11 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     return transport::ByteSpan(scratch_.get() + (r % kRecvWindow) * needed * element_size_, bytes);
   };
 
+  auto tag_of = [&](size_t step, size_t part) {
+    return transport::Tag{ctx_.comm, ctx_.seq, ctx_.first_step + static_cast<uint32_t>(step),
+                          static_cast<uint32_t>(part)};
+  };
+
   struct Send {
     size_t step;
     size_t part;
@@ -100,10 +104,8 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     const transport::ConstByteSpan bytes =
         BytesOf(step.send_from_input && inputs_.size() == 1 ? inputs_.front() : data_,
                 element_size_, chunk);
-    const transport::Tag tag{ctx_.comm, ctx_.seq,
-                             ctx_.first_step + static_cast<uint32_t>(next.step),
-                             static_cast<uint32_t>(next.part)};
-    const absl::Status status = ctx_.endpoint->Send(ring_.next, tag, bytes, ctx_.deadline);
+    const absl::Status status =
+        ctx_.endpoint->Send(ring_.next, tag_of(next.step, next.part), bytes, ctx_.deadline);
     if (!status.ok()) {
       return AnnotateTransportError(status, where(next.step), "sending to", ring_.next);
     }
@@ -126,11 +128,9 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
       }
       const ElementRange chunk = ChunkOf(step.recv, chunk_elements_, r.part);
       const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
-      const transport::Tag tag{ctx_.comm, ctx_.seq, ctx_.first_step + static_cast<uint32_t>(r.step),
-                               static_cast<uint32_t>(r.part)};
       posted.push_back(ctx_.endpoint->PostRecv(
-          ring_.prev, tag, step.reduce ? scratch_slot(next_post, own.size()) : own, ctx_.deadline,
-          nullptr));
+          ring_.prev, tag_of(r.step, r.part),
+          step.reduce ? scratch_slot(next_post, own.size()) : own, ctx_.deadline, nullptr));
       ++next_post;
     }
   };

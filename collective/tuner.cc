@@ -29,41 +29,31 @@ absl::Duration TreeAllReduce(int daemons, double bytes, double chunk_bytes,
   return 2 * depth * model.alpha + Seconds(2 * bytes / (model.beta * efficiency));
 }
 
-// What doubling and halving-doubling reach of the link with messages of `message` bytes.
-double ExchangeEfficiency(double message) {
-  return message <= static_cast<double>(kTreeSmallMessageBytes) ? kRingEfficiency
-                                                                : kExchangeLargeEfficiency;
+// One step of doubling or halving-doubling: `step_bytes` each way, chunk by chunk, each chunk
+// waiting for the partner's, at what these exchanges reach of the link with messages of that size.
+absl::Duration ExchangeStep(double step_bytes, double chunk_bytes, const LinkModel& model) {
+  const double chunks = std::max(1.0, std::ceil(step_bytes / chunk_bytes));
+  const double efficiency = step_bytes / chunks <= static_cast<double>(kTreeSmallMessageBytes)
+                                ? kRingEfficiency
+                                : kExchangeLargeEfficiency;
+  return chunks * model.alpha + Seconds(step_bytes / (model.beta * efficiency));
 }
 
-// Every step exchanges the whole buffer, chunk by chunk, each chunk waiting for the partner's.
+// Every step exchanges the whole buffer.
 absl::Duration DoublingAllReduce(int daemons, double bytes, double chunk_bytes,
                                  const LinkModel& model) {
-  const double steps = DoublingSteps(daemons);
-  const double chunks = std::max(1.0, std::ceil(bytes / chunk_bytes));
-  return steps * (chunks * model.alpha +
-                  Seconds(bytes / (model.beta * ExchangeEfficiency(bytes / chunks))));
+  return DoublingSteps(daemons) * ExchangeStep(bytes, chunk_bytes, model);
 }
 
-// Halving moves half, a quarter, ... of the buffer, doubling the same back; each step chunk by
-// chunk, each chunk waiting for the partner's. Pairs (a size that is not a power of two) hand the
-// whole buffer over and back.
+// Halving moves half, a quarter, ... of the buffer, doubling the same back. Pairs (a size that is
+// not a power of two) hand the whole buffer over and back.
 absl::Duration HalvingDoublingAllReduce(int daemons, double bytes, double chunk_bytes,
                                         const LinkModel& model) {
   const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(daemons)));
   absl::Duration total;
-  auto step = [&](double step_bytes) {
-    const double chunks = std::max(1.0, std::ceil(step_bytes / chunk_bytes));
-    total += chunks * model.alpha +
-             Seconds(step_bytes / (model.beta * ExchangeEfficiency(step_bytes / chunks)));
-  };
-  for (int part = 2; part <= p; part *= 2) {
-    step(bytes / part);  // halving
-    step(bytes / part);  // doubling
-  }
-  if (p != daemons) {
-    step(bytes);
-    step(bytes);
-  }
+  for (int part = 2; part <= p; part *= 2)
+    total += 2 * ExchangeStep(bytes / part, chunk_bytes, model);
+  if (p != daemons) total += 2 * ExchangeStep(bytes, chunk_bytes, model);
   return total;
 }
 

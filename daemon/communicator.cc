@@ -727,10 +727,7 @@ absl::Status Communicator::StartPeerCheck(uint64_t seq, const OpRequest& mine,
       next.member.data_address, tag,
       transport::ConstByteSpan(reinterpret_cast<const std::byte*>(&check.own), sizeof(check.own)),
       deadline);
-  if (!sent.ok()) {
-    return NamePeers(Annotate(
-        sent, absl::StrCat("operation ", seq, " on node ", plan_.daemons[self_].member.node_name)));
-  }
+  if (!sent.ok()) return PeerCheckError(seq, sent);
   return absl::OkStatus();
 }
 
@@ -745,11 +742,13 @@ absl::Status Communicator::FinishPeerCheck(uint64_t seq, PeerCheck& check,
     return outcome;
   }
   const absl::Status received = check.recv->Wait();
-  if (!received.ok()) {
-    return NamePeers(Annotate(received, absl::StrCat("operation ", seq, " on node ",
-                                                     plan_.daemons[self_].member.node_name)));
-  }
+  if (!received.ok()) return PeerCheckError(seq, received);
   return check.disagreement;
+}
+
+absl::Status Communicator::PeerCheckError(uint64_t seq, const absl::Status& status) const {
+  return NamePeers(Annotate(
+      status, absl::StrCat("operation ", seq, " on node ", plan_.daemons[self_].member.node_name)));
 }
 
 absl::Status Communicator::NamePeers(const absl::Status& status) const {

@@ -183,6 +183,8 @@ class Communicator {
   // Runs an operation whose local ranks agree (Execute's work after the checks).
   absl::StatusOr<std::string> RunOperation(uint64_t seq, std::vector<OpRequest>& parts,
                                            collective::OpStats& stats, std::string& algorithm_name);
+  // A transport error of the signature exchange, annotated with the operation and this node.
+  absl::Status PeerCheckError(uint64_t seq, const absl::Status& status) const;
   // Rewrites data addresses in a transport error into "node (address)" for operators.
   absl::Status NamePeers(const absl::Status& status) const;
   int LocalIndex(int rank) const;

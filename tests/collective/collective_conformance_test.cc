@@ -136,45 +136,32 @@ std::map<int, uint64_t> ExpectedTx(const Call& call, int rank, int size, size_t 
         }
         break;
       }
-      if (call.op.algorithm == Algorithm::kHalvingDoubling) {
+      if (call.op.algorithm == Algorithm::kDoubling ||
+          call.op.algorithm == Algorithm::kHalvingDoubling) {
+        // Paired participants hand the whole buffer over and back.
+        const uint64_t whole = cost(call.count);
+        const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(size)));
+        const int extra = size - p;
+        if (rank < 2 * extra && rank % 2 == 0) {
+          tx[rank + 1] += whole;
+          break;
+        }
+        if (rank < 2 * extra) tx[rank - 1] += whole;
+        const int index = rank < 2 * extra ? rank / 2 : rank - extra;
+        auto participant = [extra](int i) { return i < extra ? 2 * i + 1 : i + extra; };
+        if (call.op.algorithm == Algorithm::kDoubling) {
+          // The whole buffer to each partner.
+          for (int bit = 1; bit < p; bit <<= 1) tx[participant(index ^ bit)] += whole;
+          break;
+        }
         // Halving sends the half this participant gives away, doubling the block it holds: the
-        // same ranges, in reverse. Paired participants hand the whole buffer over and back.
-        const uint64_t whole = cost(call.count);
-        const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(size)));
-        const int extra = size - p;
-        if (rank < 2 * extra && rank % 2 == 0) {
-          tx[rank + 1] += whole;
-          break;
-        }
-        if (rank < 2 * extra) tx[rank - 1] += whole;
-        const int index = rank < 2 * extra ? rank / 2 : rank - extra;
-        size_t begin = 0, length = call.count;
+        // same ranges, in reverse.
+        size_t length = call.count;
         for (int mask = p / 2; mask >= 1; mask /= 2) {
-          const int partner_index = index ^ mask;
-          const int partner = partner_index < extra ? 2 * partner_index + 1 : partner_index + extra;
           const size_t first = (length + 1) / 2;
-          const bool keep_first = (index & mask) == 0;
-          const size_t kept = keep_first ? first : length - first;
-          tx[partner] += cost(length - kept) + cost(kept);  // give away now, send back later
-          if (!keep_first) begin += first;
+          const size_t kept = (index & mask) == 0 ? first : length - first;
+          tx[participant(index ^ mask)] += cost(length - kept) + cost(kept);
           length = kept;
-        }
-        break;
-      }
-      if (call.op.algorithm == Algorithm::kDoubling) {
-        // The whole buffer to each partner; paired participants hand it over and back.
-        const uint64_t whole = cost(call.count);
-        const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(size)));
-        const int extra = size - p;
-        if (rank < 2 * extra && rank % 2 == 0) {
-          tx[rank + 1] += whole;
-          break;
-        }
-        if (rank < 2 * extra) tx[rank - 1] += whole;
-        const int index = rank < 2 * extra ? rank / 2 : rank - extra;
-        for (int bit = 1; bit < p; bit <<= 1) {
-          const int partner = index ^ bit;
-          tx[partner < extra ? 2 * partner + 1 : partner + extra] += whole;
         }
         break;
       }
