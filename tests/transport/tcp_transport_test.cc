@@ -317,6 +317,89 @@ TEST(TcpTransportTest, SendNoticesAClosedConnectionAndThenReconnects) {
   EXPECT_EQ(ReadHeader(conn.get()).type, FrameType::kHello);
 }
 
+// True when a frame (or anything else) arrives on `fd` within `timeout`.
+bool ReadableWithin(int fd, absl::Duration timeout) {
+  pollfd pfd{fd, POLLIN, 0};
+  return poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1;
+}
+
+ConstByteSpan Bytes(const std::string& text) {
+  return std::as_bytes(std::span(text.data(), text.size()));
+}
+
+std::string RecvString(Endpoint& endpoint, const std::string& peer, const Tag& tag, size_t size) {
+  std::string text(size, '\0');
+  const absl::Status status = endpoint.Recv(
+      peer, tag, std::as_writable_bytes(std::span(text.data(), text.size())), Deadline());
+  EXPECT_TRUE(status.ok()) << status;
+  return text;
+}
+
+// A connection carries frames both ways: the peer answers on the connection we opened, and we
+// answer on the one it opened, without connecting to it.
+TEST(TcpTransportTest, FramesFlowBothWaysOnOneConnection) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  RawListener peer = BindLoopback(/*listening=*/true);
+  ASSERT_TRUE(endpoint->Send(peer.address, Tag{.seq = 1}, Bytes("ping"), Deadline()).ok());
+  FileDescriptor ours = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+  ASSERT_TRUE(ours.valid());
+  EXPECT_EQ(ReadHeader(ours.get()).type, FrameType::kHello);
+  ReadString(ours.get(), endpoint->address().size());
+  EXPECT_EQ(ReadHeader(ours.get()).tag, Tag{.seq = 1});
+  EXPECT_EQ(ReadString(ours.get(), 4), "ping");
+  WriteFrame(ours.get(), FrameHeader{FrameType::kData, Tag{.seq = 2}, 4}, Bytes("pong"));
+  EXPECT_EQ(RecvString(*endpoint, peer.address, Tag{.seq = 2}, 4), "pong");
+
+  RawListener other = BindLoopback(/*listening=*/true);
+  FileDescriptor theirs = RawConnect(endpoint->address());
+  WriteHello(theirs.get(), other.address);
+  WriteFrame(theirs.get(), FrameHeader{FrameType::kData, Tag{.seq = 3}, 2}, Bytes("hi"));
+  EXPECT_EQ(RecvString(*endpoint, other.address, Tag{.seq = 3}, 2), "hi");
+  ASSERT_TRUE(endpoint->Send(other.address, Tag{.seq = 4}, Bytes("back"), Deadline()).ok());
+  EXPECT_EQ(ReadHeader(theirs.get()).tag, Tag{.seq = 4});
+  EXPECT_EQ(ReadString(theirs.get(), 4), "back");
+  EXPECT_FALSE(AcceptWithin(other.fd.get(), absl::Milliseconds(200)).valid());
+}
+
+// When both ends have connected to each other, both send on the connection opened by the end
+// whose address sorts first, so that each one's acknowledgements ride on the other's data. The
+// endpoint's advertised host puts its address before or after the peer's ("127.0.0.1:port").
+class ConnectionChoiceTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ConnectionChoiceTest, BothEndsUseTheConnectionOfTheLowerAddress) {
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
+      NewTcpEndpoint(Options("127.0.0.1:0", GetParam()));
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  RawListener peer = BindLoopback(/*listening=*/true);
+  ASSERT_TRUE((*endpoint)->Send(peer.address, Tag{.seq = 1}, Bytes("a"), Deadline()).ok());
+  FileDescriptor ours = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+  ASSERT_TRUE(ours.valid());
+  ReadHeader(ours.get());
+  ReadString(ours.get(), (*endpoint)->address().size());
+  ReadHeader(ours.get());
+  ReadString(ours.get(), 1);
+  FileDescriptor theirs = RawConnect((*endpoint)->address());
+  WriteHello(theirs.get(), peer.address);
+  // Once this arrives the endpoint has read the hello and may send on `theirs`.
+  WriteFrame(theirs.get(), FrameHeader{FrameType::kData, Tag{.seq = 2}, 1}, Bytes("b"));
+  EXPECT_EQ(RecvString(**endpoint, peer.address, Tag{.seq = 2}, 1), "b");
+
+  for (uint64_t seq = 3; seq < 6; ++seq) {
+    ASSERT_TRUE((*endpoint)->Send(peer.address, Tag{.seq = seq}, Bytes("c"), Deadline()).ok());
+    const bool endpoint_first = (*endpoint)->address() < peer.address;
+    const int expected = endpoint_first ? ours.get() : theirs.get();
+    const int unused = endpoint_first ? theirs.get() : ours.get();
+    ASSERT_TRUE(ReadableWithin(expected, absl::Seconds(10))) << "the frame went elsewhere";
+    EXPECT_EQ(ReadHeader(expected).tag, Tag{.seq = seq});
+    EXPECT_EQ(ReadString(expected, 1), "c");
+    EXPECT_FALSE(ReadableWithin(unused, absl::Milliseconds(50)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EndpointAddressSortsFirstOrLast, ConnectionChoiceTest,
+                         ::testing::Values("0-sorts-first", "z-sorts-last"));
+
 TEST(TcpTransportTest, SendToAPeerThatDoesNotReadEndsAtTheDeadlineOrOnAbort) {
   auto endpoint = NewLoopbackEndpoint();
   ASSERT_NE(endpoint, nullptr);

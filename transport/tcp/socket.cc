@@ -57,12 +57,6 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline,
   }
 }
 
-void SetNoDelay(int fd) {
-  const int one = 1;
-  // Best effort: without it the transport is slower, not wrong.
-  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
 // One non-blocking connect attempt to one resolved address, bounded by `deadline`.
 absl::StatusOr<FileDescriptor> ConnectOnce(const addrinfo& ai, absl::Time deadline,
                                            const absl::FunctionRef<bool()>* cancelled) {
@@ -311,9 +305,15 @@ absl::Status BufferedReader::ReadImpl(ByteSpan buffer, absl::Time deadline,
   return absl::OkStatus();
 }
 
+void SetNoDelay(int fd) {
+  const int one = 1;
+  // Best effort: without it the transport is slower, not wrong.
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
 bool PeerHasClosed(int fd) {
-  pollfd pfd{fd, POLLIN | POLLRDHUP, 0};
-  return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  pollfd pfd{fd, POLLRDHUP, 0};
+  return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 uint64_t TcpRetransmits(int fd) {

@@ -111,8 +111,13 @@ class BufferedReader {
   bool drained_ = false;  // the last recv left the socket empty
 };
 
-// True when a connection we only ever write to has been closed or reset by the peer (it is
-// readable, hung up or in error). Never blocks.
+// Turns off Nagle's algorithm, so that a small frame leaves at once instead of waiting for the
+// acknowledgement of the previous one (which the receiver may delay by up to 40 ms). Every
+// connection that carries frames needs it, in both directions. Best effort.
+void SetNoDelay(int fd);
+
+// True when the peer has closed or reset the connection (it shut down its sending side, hung up
+// or the connection is in error); data waiting to be read does not count. Never blocks.
 bool PeerHasClosed(int fd);
 
 // Segments the kernel has retransmitted on this TCP connection (TCP_INFO); 0 if unavailable.

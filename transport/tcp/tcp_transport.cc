@@ -29,8 +29,8 @@
 namespace baton::transport {
 namespace {
 
-// Outgoing connections per peer. The receive side already treats a peer as connected while any
-// of its streams is up, so raising this only changes how Send picks a stream.
+// Connections per peer that Sends use. The receive side already treats a peer as connected while
+// any connection with it is up, so raising this only changes how Send picks a stream.
 constexpr size_t kStreamsPerPeer = 1;
 // How long an accepted connection may take to introduce itself.
 constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
@@ -69,25 +69,30 @@ class TcpEndpoint final : public Endpoint {
   std::vector<LinkStats> Stats() const override;
 
  private:
-  // One outgoing connection. `connecting` and `busy` are guarded by mu_; `fd` is set under mu_
-  // before `connecting` turns false and is then only used by the Send that holds `busy` (and
-  // shut down, never closed, by the destructor).
-  struct OutStream {
+  // One TCP connection with a peer, whichever side opened it. Frames flow both ways: its reader
+  // thread reads what the peer sends, and Sends to the peer write to it, one at a time. Carrying
+  // both directions on one connection lets TCP's acknowledgements ride on data going the other
+  // way: with a connection per direction, every small message cost a second packet, a bare
+  // acknowledgement, which is as expensive to move through the kernel as the message itself.
+  // `fd` is set under mu_ before `connecting` turns false; from then on it is written by the Send
+  // that holds `busy`, read by the reader thread, and shut down, never closed, by others.
+  struct Conn {
     FileDescriptor fd;
-    bool connecting = true;
-    bool busy = true;  // a new stream is reserved by the Send that connects it
-  };
-  // One accepted connection and the thread that reads it. `finished` is guarded by mu_.
-  struct InConn {
-    explicit InConn(int socket) : fd(socket) {}
-    FileDescriptor fd;
-    std::thread thread;
-    bool finished = false;
+    std::string peer;   // known at once when we connect; from the hello when we accept
+    bool ours = false;  // we connected (rather than accepted) it
+    std::thread reader;
+    // Guarded by mu_.
+    bool connecting = false;  // being connected by the Send that reserved it (no fd yet)
+    bool busy = false;        // a Send is writing to it
+    bool finished = false;    // its reader has ended and its thread only has to return
   };
 
   void ListenLoop();
   void ReapFinishedReaders() ABSL_LOCKS_EXCLUDED(mu_);
-  void ReadLoop(InConn* conn);
+  // Counts an established connection with its peer and starts its reader.
+  void StartReaderLocked(const std::shared_ptr<Conn>& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads one connection until it ends; an accepted one first has to introduce its peer.
+  void ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted);
   absl::StatusOr<std::string> ReadHello(int fd);
   // Reads frames until the connection ends; returns why it ended.
   absl::Status ReadFrames(BufferedReader& reader, const std::string& peer,
@@ -98,15 +103,15 @@ class TcpEndpoint final : public Endpoint {
   // The error that stops sending on `comm` now (shut down or aborted), or OK.
   absl::Status SendBlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool SendCancelled(uint64_t comm) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Reserves an idle stream to `peer` (connecting one if there are fewer than kStreamsPerPeer).
-  absl::StatusOr<std::shared_ptr<OutStream>> AcquireStream(const std::string& peer, const Tag& tag,
-                                                           absl::Time deadline)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Reserves an idle connection to `peer` (connecting one if there are fewer than
+  // kStreamsPerPeer).
+  absl::StatusOr<std::shared_ptr<Conn>> AcquireStream(const std::string& peer, const Tag& tag,
+                                                      absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<FileDescriptor> ConnectAndIntroduce(const std::string& peer, uint64_t comm,
                                                      absl::Time deadline);
   // Returns a stream after a Send; a broken one is dropped so that the next Send reconnects.
-  void ReleaseStream(const std::string& peer, const std::shared_ptr<OutStream>& stream,
-                     bool healthy) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream, bool healthy)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void CountSendLocked(const std::string& peer, uint64_t length, bool ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountError(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
@@ -122,11 +127,12 @@ class TcpEndpoint final : public Endpoint {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   // The send side's copy of the abort reasons (the receive side's live in matcher_).
   absl::flat_hash_map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<OutStream>>> out_
-      ABSL_GUARDED_BY(mu_);
-  std::list<std::unique_ptr<InConn>> in_conns_ ABSL_GUARDED_BY(mu_);
-  // Established, introduced incoming connections per peer address.
-  absl::flat_hash_map<std::string, int> inbound_streams_ ABSL_GUARDED_BY(mu_);
+  // The connections Sends to each peer use: those we opened and those the peer opened.
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<Conn>>> out_ ABSL_GUARDED_BY(mu_);
+  // Every connection with a reader thread, until the thread is joined.
+  std::list<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
+  // Established connections per peer address (accepted ones once introduced).
+  absl::flat_hash_map<std::string, int> connections_ ABSL_GUARDED_BY(mu_);
   // tx counters and errors; rx counters and `up` come from matcher_.
   absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
 };
@@ -142,20 +148,16 @@ TcpEndpoint::~TcpEndpoint() {
     spdlog::error("tcp endpoint {}: cannot wake the listener: errno {}", address_, errno);
   }
   if (listener_thread_.joinable()) listener_thread_.join();
-  // No connection is accepted any more. shutdown() wakes every reader with EOF and tells every
-  // peer we send to that we are gone; the fds are closed when their owners go away.
-  std::list<std::unique_ptr<InConn>> conns;
+  // No connection is accepted any more, and none is established (Sends fail once shutting_down_
+  // is set). shutdown() wakes every reader with EOF and tells every peer that we are gone; the
+  // fds are closed when their last owner lets go.
+  std::list<std::shared_ptr<Conn>> conns;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& conn : in_conns_) shutdown(conn->fd.get(), SHUT_RDWR);
-    for (const auto& [peer, streams] : out_) {
-      for (const auto& stream : streams) {
-        if (!stream->connecting) shutdown(stream->fd.get(), SHUT_RDWR);
-      }
-    }
-    conns.swap(in_conns_);
+    for (const auto& conn : conns_) shutdown(conn->fd.get(), SHUT_RDWR);
+    conns.swap(conns_);
   }
-  for (const auto& conn : conns) conn->thread.join();
+  for (const auto& conn : conns) conn->reader.join();
 }
 
 void TcpEndpoint::ListenLoop() {
@@ -181,60 +183,75 @@ void TcpEndpoint::ListenLoop() {
       continue;
     }
     ReapFinishedReaders();
+    auto conn = std::make_shared<Conn>();
+    conn->fd = FileDescriptor(fd);
+    SetNoDelay(fd);  // frames go back to the peer on this connection too
     absl::MutexLock lock(&mu_);
-    auto conn = std::make_unique<InConn>(fd);
-    InConn* raw = conn.get();
-    conn->thread = std::thread([this, raw] {
+    conn->reader = std::thread([this, conn] {
       SetThreadName("baton-tcp-read");
-      ReadLoop(raw);
+      ReadLoop(conn, /*accepted=*/true);
     });
-    in_conns_.push_back(std::move(conn));
+    conns_.push_back(std::move(conn));
   }
 }
 
 void TcpEndpoint::ReapFinishedReaders() {
-  std::list<std::unique_ptr<InConn>> finished;
+  std::list<std::shared_ptr<Conn>> finished;
   {
     absl::MutexLock lock(&mu_);
-    for (auto it = in_conns_.begin(); it != in_conns_.end();) {
+    for (auto it = conns_.begin(); it != conns_.end();) {
       auto next = std::next(it);
-      if ((*it)->finished) finished.splice(finished.end(), in_conns_, it);
+      if ((*it)->finished) finished.splice(finished.end(), conns_, it);
       it = next;
     }
   }
   // Their threads have nothing left to do but return.
-  for (const auto& conn : finished) conn->thread.join();
+  for (const auto& conn : finished) conn->reader.join();
 }
 
-void TcpEndpoint::ReadLoop(InConn* conn) {
+void TcpEndpoint::StartReaderLocked(const std::shared_ptr<Conn>& conn) {
+  ++connections_[conn->peer];
+  matcher_.PeerConnected(conn->peer);
+  conn->reader = std::thread([this, conn] {
+    SetThreadName("baton-tcp-read");
+    ReadLoop(conn, /*accepted=*/false);
+  });
+  conns_.push_back(conn);
+}
+
+void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
   const int fd = conn->fd.get();
-  absl::StatusOr<std::string> peer = ReadHello(fd);
-  if (!peer.ok()) {
-    shutdown(fd, SHUT_RDWR);
+  if (accepted) {
+    absl::StatusOr<std::string> peer = ReadHello(fd);
     absl::MutexLock lock(&mu_);
-    if (!shutting_down_) {
-      spdlog::error("tcp endpoint {}: dropping a connection without a valid hello: {}", address_,
-                    peer.status().ToString());
+    if (!peer.ok()) {
+      shutdown(fd, SHUT_RDWR);
+      if (!shutting_down_) {
+        spdlog::error("tcp endpoint {}: dropping a connection without a valid hello: {}", address_,
+                      peer.status().ToString());
+      }
+      conn->finished = true;
+      return;
     }
-    conn->finished = true;
-    return;
+    conn->peer = *std::move(peer);
+    ++connections_[conn->peer];
+    matcher_.PeerConnected(conn->peer);
+    // Sends to the peer may use it from now on.
+    out_[conn->peer].push_back(conn);
   }
-  {
-    absl::MutexLock lock(&mu_);
-    ++inbound_streams_[*peer];
-    matcher_.PeerConnected(*peer);
-  }
+  const std::string& peer = conn->peer;  // immutable from here on
   std::vector<std::byte> scratch(kDiscardChunkBytes);
   BufferedReader reader(fd);
-  const absl::Status ended = ReadFrames(reader, *peer, scratch);
-  // Tell the peer now; the fd itself is closed when this connection is reaped.
+  const absl::Status ended = ReadFrames(reader, peer, scratch);
+  // Tell the peer now, and make the next Send on this connection notice (PeerHasClosed); the fd
+  // itself is closed when the connection's last owner lets go.
   shutdown(fd, SHUT_RDWR);
   absl::MutexLock lock(&mu_);
   // Under mu_, so that a reconnection's PeerConnected cannot be overtaken by this PeerLost.
-  if (--inbound_streams_[*peer] == 0) {
-    inbound_streams_.erase(*peer);
-    matcher_.PeerLost(*peer, absl::UnavailableError(absl::StrCat("lost connection from peer ",
-                                                                 *peer, ": ", ended.message())));
+  if (--connections_[peer] == 0) {
+    connections_.erase(peer);
+    matcher_.PeerLost(peer, absl::UnavailableError(absl::StrCat("lost connection from peer ", peer,
+                                                                ": ", ended.message())));
   }
   conn->finished = true;
 }
@@ -333,11 +350,17 @@ absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByt
         absl::StrCat("message of ", data.size(), " bytes to peer ", peer, " (", TagToString(tag),
                      ") exceeds the frame limit of ", kMaxFramePayloadBytes, " bytes"));
   }
-  BATON_ASSIGN_OR_RETURN(std::shared_ptr<OutStream> stream, AcquireStream(peer, tag, deadline));
+  BATON_ASSIGN_OR_RETURN(std::shared_ptr<Conn> stream, AcquireStream(peer, tag, deadline));
   const int fd = stream->fd.get();
-  if (PeerHasClosed(fd)) {
-    // The peer went away since our last send; what we sent last may not have arrived, so this is
-    // an error rather than a silent reconnect. The next Send connects afresh.
+  bool closed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    closed = stream->finished;
+  }
+  if (closed || PeerHasClosed(fd)) {
+    // The peer went away since our last send (its reader saw the end, or the peer has shut the
+    // connection down); what we sent last may not have arrived, so this is an error rather than
+    // a silent reconnect. The next Send connects afresh.
     ReleaseStream(peer, stream, /*healthy=*/false);
     CountError(peer);
     return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
@@ -370,9 +393,9 @@ absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByt
                                              TagToString(tag), "): ", status.message()));
 }
 
-absl::StatusOr<std::shared_ptr<TcpEndpoint::OutStream>> TcpEndpoint::AcquireStream(
+absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
     const std::string& peer, const Tag& tag, absl::Time deadline) {
-  std::shared_ptr<OutStream> stream;
+  std::shared_ptr<Conn> stream;
   {
     absl::MutexLock lock(&mu_);
     auto ready = [this, &peer, &tag]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -387,18 +410,32 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::OutStream>> TcpEndpoint::AcquireStre
                                                       ") timed out waiting for a free connection"));
     }
     BATON_RETURN_IF_ERROR(SendBlockingErrorLocked(tag.comm));
-    std::vector<std::shared_ptr<OutStream>>& streams = out_[peer];
+    std::vector<std::shared_ptr<Conn>>& streams = out_[peer];
+    // When both sides connected to each other at once, both must send on the same connection for
+    // the acknowledgements to ride on data: the one opened by the endpoint whose address sorts
+    // first.
+    const bool prefer_ours = address_ < peer;
+    std::shared_ptr<Conn> idle;
     for (const auto& candidate : streams) {
-      if (!candidate->busy) {
-        candidate->busy = true;
-        return candidate;
-      }
+      if (candidate->busy) continue;
+      if (idle == nullptr || candidate->ours == prefer_ours) idle = candidate;
+      if (candidate->ours == prefer_ours) break;
     }
-    stream = std::make_shared<OutStream>();  // busy and connecting: other Sends wait for it
+    if (idle != nullptr) {
+      idle->busy = true;
+      return idle;
+    }
+    stream = std::make_shared<Conn>();  // busy and connecting: other Sends wait for it
+    stream->peer = peer;
+    stream->ours = true;
+    stream->connecting = true;
+    stream->busy = true;
     streams.push_back(stream);
   }
+  ReapFinishedReaders();
   absl::StatusOr<FileDescriptor> fd = ConnectAndIntroduce(peer, tag.comm, deadline);
   absl::MutexLock lock(&mu_);
+  if (fd.ok() && shutting_down_) fd = ShutDownError();  // too late to start a reader
   if (!fd.ok()) {
     auto it = out_.find(peer);
     if (it != out_.end()) {
@@ -413,6 +450,7 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::OutStream>> TcpEndpoint::AcquireStre
   }
   stream->fd = *std::move(fd);
   stream->connecting = false;
+  StartReaderLocked(stream);
   return stream;
 }
 
@@ -431,7 +469,7 @@ absl::StatusOr<FileDescriptor> TcpEndpoint::ConnectAndIntroduce(const std::strin
   return fd;
 }
 
-void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<OutStream>& stream,
+void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream,
                                 bool healthy) {
   absl::MutexLock lock(&mu_);
   stream->busy = false;

@@ -1,8 +1,9 @@
 #pragma once
 
-// The TCP transport between daemons. Each endpoint listens on one port; a sender opens its own
-// connection(s) to each peer it sends to, and introduces itself with its listen address, so that
-// every received message is attributed to the sender's endpoint address.
+// The TCP transport between daemons. Each endpoint listens on one port. Whichever of two endpoints
+// sends first connects to the other and introduces itself with its listen address, so that every
+// message received on the connection is attributed to the sender's endpoint address; from then on
+// frames flow both ways on that connection.
 
 #include <memory>
 #include <string>
