@@ -50,6 +50,7 @@ class TimingEndpoint final : public transport::Endpoint {
       PhaseTimer timer(&stats_->transport);
       return inner_->Wait();
     }
+    bool Test() override { return inner_->Test(); }
 
    private:
     const std::unique_ptr<transport::PostedRecv> inner_;

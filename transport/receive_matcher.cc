@@ -75,6 +75,11 @@ class ReceiveMatcher::Posted final : public PostedRecv {
     return recv_.result;
   }
 
+  bool Test() override {
+    absl::MutexLock lock(&matcher_->mu_);
+    return recv_.done;
+  }
+
  private:
   friend class ReceiveMatcher;
   ReceiveMatcher* const matcher_;
@@ -127,6 +132,19 @@ std::unique_ptr<PostedRecv> ReceiveMatcher::Post(const std::string& peer, const 
 
 ReceiveMatcher::Delivery ReceiveMatcher::BeginDelivery(const std::string& peer, const Tag& tag,
                                                        uint64_t length) {
+  return *StartDelivery(peer, tag, length, /*wait_for_room=*/true);
+}
+
+std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::TryBeginDelivery(const std::string& peer,
+                                                                         const Tag& tag,
+                                                                         uint64_t length) {
+  return StartDelivery(peer, tag, length, /*wait_for_room=*/false);
+}
+
+std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std::string& peer,
+                                                                      const Tag& tag,
+                                                                      uint64_t length,
+                                                                      bool wait_for_room) {
   {
     absl::MutexLock lock(&mu_);
     Key key{peer, tag};
@@ -139,6 +157,7 @@ ReceiveMatcher::Delivery ReceiveMatcher::BeginDelivery(const std::string& peer, 
                    std::max(max_unexpected_bytes_,
                             kMinUnexpectedMessages * std::max<uint64_t>(length, 1));
       };
+      if (!wait_for_room && !room()) return std::nullopt;
       mu_.Await(absl::Condition(&room));
     }
     if (!BlockingErrorLocked(tag.comm).ok())

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -109,6 +110,10 @@ class ReceiveMatcher {
   // it would be kept unexpected beyond the bound (see the constructor). Every Delivery must be
   // passed to FinishDelivery exactly once.
   Delivery BeginDelivery(const std::string& peer, const Tag& tag, uint64_t length);
+  // BeginDelivery, except that it returns nullopt instead of waiting for room: for a transport
+  // thread that must not block on a receiver, because the receiver may be itself.
+  std::optional<Delivery> TryBeginDelivery(const std::string& peer, const Tag& tag,
+                                           uint64_t length);
   // Completes a delivery. `status` is OK when the whole payload was written to buffer() (or
   // consumed, for discard()); otherwise the posted receive fails with `status` and an unexpected
   // message is dropped. Counts the message in the peer's rx counters
@@ -162,6 +167,8 @@ class ReceiveMatcher {
     uint64_t length = 0;
   };
 
+  std::optional<Delivery> StartDelivery(const std::string& peer, const Tag& tag, uint64_t length,
+                                        bool wait_for_room) ABSL_LOCKS_EXCLUDED(mu_);
   void CompleteLocked(PendingRecv* recv, absl::Status result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The error that prevents receiving on `comm` now (shut down or aborted), or OK.
   absl::Status BlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);

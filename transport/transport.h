@@ -65,6 +65,9 @@ class PostedRecv {
   // Waits until the message has been written into the buffer or the receive has failed, and
   // returns what Endpoint::Recv would. Later calls return the same result.
   virtual absl::Status Wait() = 0;
+
+  // True once Wait would return without blocking (as MPI_Test). Never blocks.
+  virtual bool Test() = 0;
 };
 
 // One daemon's data-plane endpoint. Peers are named by their endpoint address (what address()

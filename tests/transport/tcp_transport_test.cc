@@ -397,6 +397,61 @@ TEST_P(ConnectionChoiceTest, BothEndsUseTheConnectionOfTheLowerAddress) {
   }
 }
 
+// A thread waiting for a small message reads the connection itself; whatever else it meets
+// there reaches its own receiver, and a frame too large for it to read is left to the
+// connection's reader thread, whichever of the two gets to it first.
+TEST(TcpTransportTest, AWaitingReceiverReadsForItselfAndLeavesLargeFramesToTheReader) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  RawListener peer = BindLoopback(/*listening=*/true);
+  FileDescriptor raw = RawConnect(endpoint->address());
+  WriteHello(raw.get(), peer.address);
+  WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, 1}, Bytes("x"));
+  EXPECT_EQ(RecvString(*endpoint, peer.address, Tag{.seq = 1}, 1), "x");
+
+  for (int round = 0; round < 20; ++round) {
+    const uint64_t seq = 10 + 4 * round;
+    std::string big(size_t{1} << 20, static_cast<char>('a' + round % 26));
+    auto small = std::async(std::launch::async, [&] {
+      return RecvString(*endpoint, peer.address, Tag{.seq = seq + 2}, 5);
+    });
+    auto medium = std::async(std::launch::async, [&] {
+      return RecvString(*endpoint, peer.address, Tag{.seq = seq + 1}, 3);
+    });
+    WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = seq}, big.size()}, Bytes(big));
+    WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = seq + 1}, 3}, Bytes("mid"));
+    WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = seq + 2}, 5}, Bytes("small"));
+    EXPECT_EQ(small.get(), "small");
+    EXPECT_EQ(medium.get(), "mid");
+    EXPECT_EQ(RecvString(*endpoint, peer.address, Tag{.seq = seq}, big.size()), big);
+  }
+}
+
+// With two connections to the same peer, a message that comes over the one the waiting thread
+// is not reading still completes its receive.
+TEST_P(ConnectionChoiceTest, AReceiveCompletesOverEitherConnection) {
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
+      NewTcpEndpoint(Options("127.0.0.1:0", GetParam()));
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  RawListener peer = BindLoopback(/*listening=*/true);
+  ASSERT_TRUE((*endpoint)->Send(peer.address, Tag{.seq = 1}, Bytes("a"), Deadline()).ok());
+  FileDescriptor ours = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+  ASSERT_TRUE(ours.valid());
+  FileDescriptor theirs = RawConnect((*endpoint)->address());
+  WriteHello(theirs.get(), peer.address);
+  WriteFrame(theirs.get(), FrameHeader{FrameType::kData, Tag{.seq = 2}, 1}, Bytes("b"));
+  EXPECT_EQ(RecvString(**endpoint, peer.address, Tag{.seq = 2}, 1), "b");
+  for (uint64_t seq = 3; seq < 9; ++seq) {
+    auto received = std::async(std::launch::async, [&] {
+      return RecvString(**endpoint, peer.address, Tag{.seq = seq}, 1);
+    });
+    absl::SleepFor(absl::Milliseconds(2));  // let the receiver start waiting; correct either way
+    WriteFrame(seq % 2 == 0 ? ours.get() : theirs.get(),
+               FrameHeader{FrameType::kData, Tag{.seq = seq}, 1}, Bytes("c"));
+    EXPECT_EQ(received.get(), "c");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(EndpointAddressSortsFirstOrLast, ConnectionChoiceTest,
                          ::testing::Values("0-sorts-first", "z-sorts-last"));
 

@@ -229,6 +229,60 @@ TEST_P(TransportConformanceTest, PostedReceiveFailsWithTheAbortReasonAndAtItsDea
   EXPECT_LT(absl::Now() - start, kPrompt);
 }
 
+// Test() says whether Wait would block, and never blocks itself.
+TEST_P(TransportConformanceTest, TestTellsWhetherWaitWouldBlock) {
+  MakeEndpoints(2);
+  std::vector<std::byte> buffer(32);
+  std::unique_ptr<PostedRecv> posted =
+      ep(1).PostRecv(addr(0), Tag{.comm = 6, .seq = 1}, buffer, Deadline(), nullptr);
+  EXPECT_FALSE(posted->Test());
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 6, .seq = 1}, Pattern(32, 6), Deadline()));
+  const absl::Time give_up = Deadline(kPrompt);
+  while (!posted->Test() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(posted->Test());
+  ASSERT_OK(posted->Wait());
+  EXPECT_EQ(buffer, Pattern(32, 6));
+  std::unique_ptr<PostedRecv> aborted =
+      ep(1).PostRecv(addr(0), Tag{.comm = 7, .seq = 1}, buffer, Deadline(), nullptr);
+  EXPECT_FALSE(aborted->Test());
+  ep(1).Abort(7, absl::AbortedError("stop"));
+  EXPECT_TRUE(aborted->Test());
+  EXPECT_EQ(aborted->Wait(), absl::AbortedError("stop"));
+}
+
+// Once the peers have talked, a receive that is already being waited for (and that a transport
+// may be reading for in the waiting thread) still ends promptly on Abort and at its deadline.
+TEST_P(TransportConformanceTest, WaitedReceiveEndsOnAbortAndAtItsDeadlineOnAnActiveLink) {
+  MakeEndpoints(2);
+  std::vector<std::byte> buffer(8);
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 8, .seq = 1}, Pattern(8, 1), Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 8, .seq = 1}, buffer, Deadline()));
+  ASSERT_OK(ep(1).Send(addr(0), Tag{.comm = 8, .seq = 2}, Pattern(8, 2), Deadline()));
+  ASSERT_OK(ep(0).Recv(addr(1), Tag{.comm = 8, .seq = 2}, buffer, Deadline()));
+  for (int round = 0; round < 3; ++round) {
+    auto waited = std::async(std::launch::async, [&] {
+      std::vector<std::byte> mine(8);
+      return ep(1).Recv(addr(0), Tag{.comm = 9, .seq = uint64_t(round)}, mine, Deadline());
+    });
+    absl::SleepFor(absl::Milliseconds(30));  // let it wait; correct either way
+    const absl::Time abort_time = absl::Now();
+    ep(1).Abort(9, absl::AbortedError("job cancelled"));
+    EXPECT_EQ(waited.get(), absl::AbortedError("job cancelled"));
+    EXPECT_LT(absl::Now() - abort_time, kPrompt);
+    ep(1).Forget(9);
+  }
+  const absl::Time start = absl::Now();
+  std::vector<std::byte> late(8);
+  const absl::Status timeout =
+      ep(1).Recv(addr(0), Tag{.comm = 8, .seq = 3}, late, Deadline(absl::Milliseconds(100)));
+  EXPECT_EQ(timeout.code(), absl::StatusCode::kDeadlineExceeded) << timeout;
+  EXPECT_LT(absl::Now() - start, kPrompt);
+  // The link still works afterwards.
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 8, .seq = 4}, Pattern(8, 4), Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 8, .seq = 4}, buffer, Deadline()));
+  EXPECT_EQ(buffer, Pattern(8, 4));
+}
+
 TEST_P(TransportConformanceTest, ArrivalCallbackRunsOnceTheMessageIsInTheBuffer) {
   MakeEndpoints(2);
   const std::vector<std::byte> sent = Pattern(4096, 9);

@@ -311,11 +311,6 @@ void SetNoDelay(int fd) {
   (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-bool PeerHasClosed(int fd) {
-  pollfd pfd{fd, POLLRDHUP, 0};
-  return poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-}
-
 uint64_t TcpRetransmits(int fd) {
   tcp_info info{};
   socklen_t length = sizeof(info);

@@ -99,6 +99,10 @@ class BufferedReader {
   absl::Status Read(ByteSpan buffer, absl::Time deadline, size_t* read);
   absl::Status Read(ByteSpan buffer, absl::Time deadline, absl::FunctionRef<bool()> cancelled,
                     size_t* read);
+  // True when bytes read from the socket are waiting to be consumed.
+  bool buffered() const { return end_ > begin_; }
+  // The caller's own poll() found the socket readable: the next read need not poll again.
+  void NoteReadable() { drained_ = false; }
 
  private:
   absl::Status ReadImpl(ByteSpan buffer, absl::Time deadline,
@@ -115,10 +119,6 @@ class BufferedReader {
 // acknowledgement of the previous one (which the receiver may delay by up to 40 ms). Every
 // connection that carries frames needs it, in both directions. Best effort.
 void SetNoDelay(int fd);
-
-// True when the peer has closed or reset the connection (it shut down its sending side, hung up
-// or the connection is in error); data waiting to be read does not count. Never blocks.
-bool PeerHasClosed(int fd);
 
 // Segments the kernel has retransmitted on this TCP connection (TCP_INFO); 0 if unavailable.
 uint64_t TcpRetransmits(int fd);

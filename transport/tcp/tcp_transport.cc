@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <list>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -36,6 +38,34 @@ constexpr size_t kStreamsPerPeer = 1;
 constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
 // Payload bytes that nobody wants are read into a scratch buffer of this size.
 constexpr size_t kDiscardChunkBytes = 64 * 1024;
+// A receive of at most this many bytes is read by the thread that waits for it (see
+// TcpEndpoint::ReadForReceive); larger ones are left to the connection's reader thread, which
+// reads them while the waiting thread sends, so that both directions of bulk data keep moving.
+constexpr size_t kReadForReceiveMaxBytes = 64 * 1024;
+// After the last waiting thread stops reading a connection, its reader thread leaves it alone
+// this long before it reads again: a run of small operations then never hands the connection
+// back and forth, and frames nobody waits for are read at most this late.
+constexpr absl::Duration kReaderLinger = absl::Milliseconds(1);
+// A thread reading for its receive looks at least this often whether the receive has failed
+// (aborted, peer lost, shut down) or its message came over another connection.
+constexpr absl::Duration kReadForReceiveSlice = absl::Milliseconds(20);
+
+// This thread's eventfd, for being told that the receive it reads for has completed elsewhere;
+// -1 if none could be made.
+int ThreadEvent() {
+  thread_local const FileDescriptor event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  return event.get();
+}
+
+void Signal(int event) {
+  const uint64_t one = 1;
+  (void)!write(event, &one, sizeof(one));  // a full counter is as good as a signal
+}
+
+void Drain(int event) {
+  uint64_t count = 0;
+  (void)!read(event, &count, sizeof(count));
+}
 
 absl::Status ShutDownError() { return absl::UnavailableError("endpoint shut down"); }
 
@@ -61,9 +91,7 @@ class TcpEndpoint final : public Endpoint {
   absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                     absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
-                                       absl::Time deadline, ArrivalCallback on_arrival) override {
-    return matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
-  }
+                                       absl::Time deadline, ArrivalCallback on_arrival) override;
   void Abort(uint64_t comm, const absl::Status& reason) override;
   void Forget(uint64_t comm) override;
   std::vector<LinkStats> Stats() const override;
@@ -85,20 +113,55 @@ class TcpEndpoint final : public Endpoint {
     bool connecting = false;  // being connected by the Send that reserved it (no fd yet)
     bool busy = false;        // a Send is writing to it
     bool finished = false;    // its reader has ended and its thread only has to return
+
+    // The read side. Frames are read by one thread at a time, the one that holds `reading`: the
+    // reader thread, or a thread waiting for a small receive from the peer, which reads for
+    // itself (ReadForReceive) and so is woken by the kernel once instead of by the reader.
+    absl::Mutex read_mu;
+    bool reading ABSL_GUARDED_BY(read_mu) = false;
+    int readers_waiting ABSL_GUARDED_BY(read_mu) = 0;  // threads reading for their receive
+    absl::Time last_read_for_receive ABSL_GUARDED_BY(read_mu) = absl::InfinitePast();
+    bool reader_polling ABSL_GUARDED_BY(read_mu) = false;  // the reader thread waits in poll()
+    absl::Status ended ABSL_GUARDED_BY(read_mu);           // why the connection ended, once it has
+    FileDescriptor kick;  // eventfd that takes the reader out of poll()
+    // Only the thread that holds `reading` touches these.
+    std::optional<BufferedReader> in;    // set with fd
+    std::optional<FrameHeader> pending;  // a frame header read but left for the reader thread
+    std::vector<std::byte> scratch;
   };
+  class Recv;
+  enum class FrameRead { kDone, kLeftToReader };
 
   void ListenLoop();
   void ReapFinishedReaders() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets up the read side of a connection whose fd is set, before anyone reads it.
+  static void PrepareReadSide(Conn& conn) {
+    conn.kick = FileDescriptor(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    conn.in.emplace(conn.fd.get());
+    conn.scratch.resize(kDiscardChunkBytes);
+  }
   // Counts an established connection with its peer and starts its reader.
   void StartReaderLocked(const std::shared_ptr<Conn>& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads one connection until it ends; an accepted one first has to introduce its peer.
   void ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted);
   absl::StatusOr<std::string> ReadHello(int fd);
-  // Reads frames until the connection ends; returns why it ended.
-  absl::Status ReadFrames(BufferedReader& reader, const std::string& peer,
-                          std::vector<std::byte>& scratch);
-  absl::Status ReadPayload(BufferedReader& reader, const std::string& peer,
-                           const FrameHeader& header, std::vector<std::byte>& scratch);
+  // The reader thread's turn to read: waits while threads read for their receives (and
+  // kReaderLinger after), then takes `reading`. False once the connection has ended.
+  bool TakeReaderTurn(Conn& conn);
+  // Reads one frame (or what `pending` left of one) and delivers it. With `for_receive` (a
+  // thread reading for its own receive) it does not wait on room for unexpected messages, nor
+  // read a payload over kReadForReceiveMaxBytes: such a frame is left to the reader thread. Only
+  // the delivery into a posted receive may wait past `limit` (until that receive's deadline); a
+  // frame that stays half-sent past both ends the connection as broken, since the stream can no
+  // longer be kept in step. An error ends the connection.
+  absl::StatusOr<FrameRead> ReadFrame(Conn& conn, bool for_receive, absl::Time limit);
+  absl::Status ReadPayload(Conn& conn, const FrameHeader& header, ReceiveMatcher::Delivery delivery,
+                           absl::Time limit);
+  // Called by a thread about to wait for `recv`: reads the peer's connection itself until the
+  // receive completes, fails or reaches its deadline, or the connection is not ours to read.
+  void ReadForReceive(Recv& recv);
+  // The connection `peer` sends on (see AcquireStream), if one is established.
+  std::shared_ptr<Conn> ConnFrom(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The error that stops sending on `comm` now (shut down or aborted), or OK.
   absl::Status SendBlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -157,6 +220,11 @@ TcpEndpoint::~TcpEndpoint() {
     for (const auto& conn : conns_) shutdown(conn->fd.get(), SHUT_RDWR);
     conns.swap(conns_);
   }
+  // A reader thread may be waiting for its turn rather than in poll().
+  for (const auto& conn : conns) {
+    absl::MutexLock lock(&conn->read_mu);
+    if (conn->ended.ok()) conn->ended = ShutDownError();
+  }
   for (const auto& conn : conns) conn->reader.join();
 }
 
@@ -186,6 +254,7 @@ void TcpEndpoint::ListenLoop() {
     auto conn = std::make_shared<Conn>();
     conn->fd = FileDescriptor(fd);
     SetNoDelay(fd);  // frames go back to the peer on this connection too
+    PrepareReadSide(*conn);
     absl::MutexLock lock(&mu_);
     conn->reader = std::thread([this, conn] {
       SetThreadName("baton-tcp-read");
@@ -240,12 +309,40 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
     out_[conn->peer].push_back(conn);
   }
   const std::string& peer = conn->peer;  // immutable from here on
-  std::vector<std::byte> scratch(kDiscardChunkBytes);
-  BufferedReader reader(fd);
-  const absl::Status ended = ReadFrames(reader, peer, scratch);
-  // Tell the peer now, and make the next Send on this connection notice (PeerHasClosed); the fd
+  while (TakeReaderTurn(*conn)) {
+    bool kicked = false;
+    if (!conn->pending.has_value() && !conn->in->buffered()) {
+      std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{conn->kick.get(), POLLIN, 0}};
+      const int n = poll(fds.data(), conn->kick.valid() ? 2 : 1, -1);
+      kicked = n > 0 && fds[1].revents != 0;
+      if (kicked) Drain(conn->kick.get());
+      if (n > 0 && fds[0].revents != 0) conn->in->NoteReadable();
+      {
+        absl::MutexLock lock(&conn->read_mu);
+        conn->reader_polling = false;
+      }
+      if (n < 0 && errno != EINTR) {
+        // Cannot happen with valid fds; read anyway, which reports what is wrong.
+        spdlog::warn("tcp endpoint {}: poll on the connection from peer {} failed: errno {}",
+                     address_, peer, errno);
+      }
+      kicked = kicked || n == 0 || (n < 0 && errno == EINTR);
+    }
+    absl::StatusOr<FrameRead> frame =
+        kicked ? FrameRead::kDone : ReadFrame(*conn, /*for_receive=*/false, absl::InfiniteFuture());
+    absl::MutexLock lock(&conn->read_mu);
+    conn->reader_polling = false;
+    conn->reading = false;
+    if (!frame.ok() && conn->ended.ok()) conn->ended = frame.status();
+  }
+  // Tell the peer now, and make the next Send on this connection notice (`finished`); the fd
   // itself is closed when the connection's last owner lets go.
   shutdown(fd, SHUT_RDWR);
+  absl::Status ended;
+  {
+    absl::MutexLock lock(&conn->read_mu);
+    ended = conn->ended;
+  }
   absl::MutexLock lock(&mu_);
   // Under mu_, so that a reconnection's PeerConnected cannot be overtaken by this PeerLost.
   if (--connections_[peer] == 0) {
@@ -256,61 +353,86 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
   conn->finished = true;
 }
 
-absl::StatusOr<std::string> TcpEndpoint::ReadHello(int fd) {
-  const absl::Time deadline = absl::Now() + kHelloTimeout;
-  std::array<std::byte, kFrameHeaderBytes> buffer;
-  size_t read = 0;
-  BATON_RETURN_IF_ERROR(ReadFull(fd, buffer, deadline, &read));
-  BATON_ASSIGN_OR_RETURN(const FrameHeader header, DecodeFrameHeader(buffer));
-  if (header.type != FrameType::kHello || header.payload_bytes == 0) {
-    return absl::DataLossError("the first frame is not a hello with the sender's address");
+bool TcpEndpoint::TakeReaderTurn(Conn& conn) {
+  absl::MutexLock lock(&conn.read_mu);
+  auto free = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn.read_mu) {
+    return !conn.ended.ok() || (!conn.reading && conn.readers_waiting == 0);
+  };
+  auto has_ended = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn.read_mu) { return !conn.ended.ok(); };
+  while (true) {
+    conn.read_mu.Await(absl::Condition(&free));
+    if (!conn.ended.ok()) return false;
+    const absl::Duration idle = absl::Now() - conn.last_read_for_receive;
+    if (idle >= kReaderLinger) break;
+    conn.read_mu.AwaitWithTimeout(absl::Condition(&has_ended), kReaderLinger - idle);
   }
-  std::string peer(header.payload_bytes, '\0');
-  BATON_RETURN_IF_ERROR(
-      ReadFull(fd, std::as_writable_bytes(std::span(peer.data(), peer.size())), deadline, &read));
-  return peer;
+  conn.reading = true;
+  conn.reader_polling = !conn.pending.has_value() && !conn.in->buffered();
+  return true;
 }
 
-absl::Status TcpEndpoint::ReadFrames(BufferedReader& reader, const std::string& peer,
-                                     std::vector<std::byte>& scratch) {
-  std::array<std::byte, kFrameHeaderBytes> buffer;
-  while (true) {
+absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool for_receive,
+                                                              absl::Time limit) {
+  const std::string& peer = conn.peer;
+  FrameHeader header;
+  if (conn.pending.has_value()) {
+    header = *conn.pending;
+    conn.pending.reset();
+  } else {
+    std::array<std::byte, kFrameHeaderBytes> buffer;
     size_t read = 0;
-    if (absl::Status status = reader.Read(buffer, absl::InfiniteFuture(), &read); !status.ok()) {
+    if (absl::Status status = conn.in->Read(buffer, limit, &read); !status.ok()) {
+      if (for_receive && read == 0 && absl::IsDeadlineExceeded(status)) {
+        return FrameRead::kLeftToReader;  // nothing consumed: the stream is still in step
+      }
       // EOF between frames is how a peer goes away; anything else is a broken link.
       if (read > 0 || !absl::IsUnavailable(status)) CountError(peer);
       return status;
     }
-    absl::StatusOr<FrameHeader> header = DecodeFrameHeader(buffer);
-    if (header.ok() && header->type != FrameType::kData) {
-      header = absl::DataLossError("unexpected hello frame on an introduced connection");
+    absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(buffer);
+    if (decoded.ok() && decoded->type != FrameType::kData) {
+      decoded = absl::DataLossError("unexpected hello frame on an introduced connection");
     }
-    if (!header.ok()) {
+    if (!decoded.ok()) {
       spdlog::error("tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
-                    header.status().ToString());
+                    decoded.status().ToString());
       CountError(peer);
-      return header.status();
+      return decoded.status();
     }
-    BATON_RETURN_IF_ERROR(ReadPayload(reader, peer, *header, scratch));
+    header = *decoded;
   }
+  if (!for_receive) {
+    BATON_RETURN_IF_ERROR(ReadPayload(
+        conn, header, matcher_.BeginDelivery(peer, header.tag, header.payload_bytes), limit));
+    return FrameRead::kDone;
+  }
+  std::optional<ReceiveMatcher::Delivery> delivery;
+  if (header.payload_bytes <= kReadForReceiveMaxBytes) {
+    delivery = matcher_.TryBeginDelivery(peer, header.tag, header.payload_bytes);
+  }
+  if (!delivery.has_value()) {
+    conn.pending = header;
+    return FrameRead::kLeftToReader;
+  }
+  BATON_RETURN_IF_ERROR(ReadPayload(conn, header, *std::move(delivery), limit));
+  return FrameRead::kDone;
 }
 
-absl::Status TcpEndpoint::ReadPayload(BufferedReader& reader, const std::string& peer,
-                                      const FrameHeader& header, std::vector<std::byte>& scratch) {
+absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
+                                      ReceiveMatcher::Delivery delivery, absl::Time limit) {
+  const std::string& peer = conn.peer;
   uint64_t left = header.payload_bytes;
   // Consumes the rest of a payload nobody wants, to keep the stream in step.
   auto drain = [&]() -> absl::Status {
     while (left > 0) {
-      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left, scratch.size()));
+      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left, conn.scratch.size()));
       size_t read = 0;
-      BATON_RETURN_IF_ERROR(
-          reader.Read(ByteSpan(scratch.data(), chunk), absl::InfiniteFuture(), &read));
+      BATON_RETURN_IF_ERROR(conn.in->Read(ByteSpan(conn.scratch.data(), chunk), limit, &read));
       left -= chunk;
     }
     return absl::OkStatus();
   };
 
-  ReceiveMatcher::Delivery delivery = matcher_.BeginDelivery(peer, header.tag, left);
   if (delivery.discard()) {
     const absl::Status status = drain();
     matcher_.FinishDelivery(std::move(delivery), status);
@@ -320,8 +442,11 @@ absl::Status TcpEndpoint::ReadPayload(BufferedReader& reader, const std::string&
   // Straight into the receiver's buffer when a receive is posted; the delivery says how long the
   // receiver is willing to wait and whether it has been aborted meanwhile.
   size_t read = 0;
-  const absl::Status status = reader.Read(
-      delivery.buffer(), delivery.deadline(), [&delivery] { return delivery.cancelled(); }, &read);
+  // A posted receive's own deadline bounds the read into its buffer; `limit` bounds the rest.
+  const absl::Time deadline =
+      delivery.deadline() == absl::InfiniteFuture() ? limit : delivery.deadline();
+  const absl::Status status = conn.in->Read(
+      delivery.buffer(), deadline, [&delivery] { return delivery.cancelled(); }, &read);
   left -= read;
   if (status.ok()) {
     matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
@@ -343,6 +468,141 @@ absl::Status TcpEndpoint::ReadPayload(BufferedReader& reader, const std::string&
   return status;
 }
 
+// A receive posted on the TCP endpoint. A small one is read by the thread that waits for it
+// (ReadForReceive), which is told through its eventfd when the message arrives over another
+// connection instead.
+class TcpEndpoint::Recv final : public PostedRecv {
+ public:
+  Recv(TcpEndpoint* endpoint, std::string peer, absl::Time deadline, bool read_for_receive)
+      : endpoint_(endpoint),
+        peer_(std::move(peer)),
+        deadline_(deadline),
+        read_for_receive_(read_for_receive) {}
+
+  absl::Status Wait() override {
+    if (read_for_receive_ && !inner_->Test()) endpoint_->ReadForReceive(*this);
+    return inner_->Wait();
+  }
+  bool Test() override { return inner_->Test(); }
+
+ private:
+  friend class TcpEndpoint;
+  // Runs in the delivering thread once the message is in place.
+  void Arrived() {
+    const int event = event_.load(std::memory_order_acquire);
+    if (event >= 0 && event != ThreadEvent()) Signal(event);
+  }
+
+  TcpEndpoint* const endpoint_;
+  const std::string peer_;
+  const absl::Time deadline_;
+  const bool read_for_receive_;
+  std::atomic<int> event_{-1};  // the eventfd of the thread reading for this receive
+  // The matcher's. Declared last, so destroyed first: its destructor may wait for a writer whose
+  // arrival callback still uses event_.
+  std::unique_ptr<PostedRecv> inner_;
+};
+
+std::unique_ptr<PostedRecv> TcpEndpoint::PostRecv(const std::string& peer, const Tag& tag,
+                                                  ByteSpan data, absl::Time deadline,
+                                                  ArrivalCallback on_arrival) {
+  const bool read_for_receive = data.size() <= kReadForReceiveMaxBytes;
+  if (!read_for_receive) return matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
+  auto recv = std::make_unique<Recv>(this, peer, deadline, read_for_receive);
+  recv->inner_ = matcher_.Post(peer, tag, data, deadline,
+                               [recv = recv.get(), on_arrival = std::move(on_arrival)]() mutable {
+                                 if (on_arrival) std::move(on_arrival)();
+                                 recv->Arrived();
+                               });
+  return recv;
+}
+
+std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::ConnFrom(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  auto it = out_.find(peer);
+  if (it == out_.end()) return nullptr;
+  const bool prefer_ours = address_ < peer;
+  std::shared_ptr<Conn> found;
+  for (const auto& conn : it->second) {
+    if (conn->connecting || conn->finished || !conn->kick.valid()) continue;
+    if (found == nullptr || conn->ours == prefer_ours) found = conn;
+  }
+  return found;
+}
+
+void TcpEndpoint::ReadForReceive(Recv& recv) {
+  const std::shared_ptr<Conn> conn = ConnFrom(recv.peer_);
+  const int event = ThreadEvent();
+  if (conn == nullptr || event < 0) return;
+  recv.event_.store(event, std::memory_order_release);
+  bool mine = false;
+  {
+    absl::MutexLock lock(&conn->read_mu);
+    ++conn->readers_waiting;
+    if (conn->reader_polling) Signal(conn->kick.get());
+    auto free = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn->read_mu) {
+      return !conn->reading || !conn->ended.ok();
+    };
+    // Whoever reads now may be delivering this very receive; look at it now and then.
+    while (!free() && absl::Now() < recv.deadline_ && !recv.inner_->Test()) {
+      conn->read_mu.AwaitWithTimeout(absl::Condition(&free), kReadForReceiveSlice);
+    }
+    mine = !conn->reading && conn->ended.ok();
+    if (mine) {
+      conn->reading = true;
+    } else {
+      --conn->readers_waiting;
+      conn->last_read_for_receive = absl::Now();
+    }
+  }
+  if (mine) {
+    absl::Status ended;
+    const int fd = conn->fd.get();
+    while (!recv.inner_->Test()) {
+      const absl::Time now = absl::Now();
+      if (now >= recv.deadline_) break;
+      if (!conn->pending.has_value() && !conn->in->buffered()) {
+        std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{event, POLLIN, 0}};
+        const absl::Duration wait = std::min(kReadForReceiveSlice, recv.deadline_ - now);
+        const int n = poll(
+            fds.data(), fds.size(),
+            static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
+        if (n < 0 && errno != EINTR) break;  // leave it to the reader thread
+        if (fds[1].revents != 0) Drain(event);
+        if (n <= 0 || fds[0].revents == 0) continue;
+        conn->in->NoteReadable();
+      }
+      absl::StatusOr<FrameRead> frame = ReadFrame(*conn, /*for_receive=*/true, recv.deadline_);
+      if (!frame.ok()) {
+        ended = frame.status();
+        break;
+      }
+      if (*frame == FrameRead::kLeftToReader) break;
+    }
+    absl::MutexLock lock(&conn->read_mu);
+    conn->reading = false;
+    --conn->readers_waiting;
+    conn->last_read_for_receive = absl::Now();
+    if (!ended.ok() && conn->ended.ok()) conn->ended = ended;
+  }
+  recv.event_.store(-1, std::memory_order_release);
+}
+
+absl::StatusOr<std::string> TcpEndpoint::ReadHello(int fd) {
+  const absl::Time deadline = absl::Now() + kHelloTimeout;
+  std::array<std::byte, kFrameHeaderBytes> buffer;
+  size_t read = 0;
+  BATON_RETURN_IF_ERROR(ReadFull(fd, buffer, deadline, &read));
+  BATON_ASSIGN_OR_RETURN(const FrameHeader header, DecodeFrameHeader(buffer));
+  if (header.type != FrameType::kHello || header.payload_bytes == 0) {
+    return absl::DataLossError("the first frame is not a hello with the sender's address");
+  }
+  std::string peer(header.payload_bytes, '\0');
+  BATON_RETURN_IF_ERROR(
+      ReadFull(fd, std::as_writable_bytes(std::span(peer.data(), peer.size())), deadline, &read));
+  return peer;
+}
+
 absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                                absl::Time deadline) {
   if (data.size() > kMaxFramePayloadBytes) {
@@ -357,10 +617,10 @@ absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByt
     absl::MutexLock lock(&mu_);
     closed = stream->finished;
   }
-  if (closed || PeerHasClosed(fd)) {
-    // The peer went away since our last send (its reader saw the end, or the peer has shut the
-    // connection down); what we sent last may not have arrived, so this is an error rather than
-    // a silent reconnect. The next Send connects afresh.
+  if (closed) {
+    // The peer went away since our last send (the connection's reader saw it go); what we sent
+    // last may not have arrived, so this is an error rather than a silent reconnect. The next
+    // Send connects afresh. (Until the reader has seen the end, a Send may still succeed.)
     ReleaseStream(peer, stream, /*healthy=*/false);
     CountError(peer);
     return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
@@ -373,8 +633,11 @@ absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByt
   size_t written = 0;
   const absl::Status status = WriteFull(
       fd, iov, deadline, [this, &tag] { return SendCancelled(tag.comm); }, &written);
-  // A frame cut short leaves the stream unusable; one never started does not.
-  ReleaseStream(peer, stream, status.ok() || written == 0);
+  // A frame cut short leaves the stream unusable, and so does a socket error; a frame that was
+  // never started because the deadline passed or the communicator was aborted does not.
+  ReleaseStream(peer, stream,
+                status.ok() || (written == 0 &&
+                                (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status))));
   {
     absl::MutexLock lock(&mu_);
     CountSendLocked(peer, data.size(), status.ok());
@@ -449,6 +712,7 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
         absl::StrCat("send to peer ", peer, " (", TagToString(tag), "): ", fd.status().message()));
   }
   stream->fd = *std::move(fd);
+  PrepareReadSide(*stream);
   stream->connecting = false;
   StartReaderLocked(stream);
   return stream;
