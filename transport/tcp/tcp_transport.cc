@@ -489,6 +489,7 @@ class TcpEndpoint::Recv final : public PostedRecv {
   friend class TcpEndpoint;
   // Runs in the delivering thread once the message is in place.
   void Arrived() {
+    arrived_.store(true, std::memory_order_release);
     const int event = event_.load(std::memory_order_acquire);
     if (event >= 0 && event != ThreadEvent()) Signal(event);
   }
@@ -497,7 +498,8 @@ class TcpEndpoint::Recv final : public PostedRecv {
   const std::string peer_;
   const absl::Time deadline_;
   const bool read_for_receive_;
-  std::atomic<int> event_{-1};  // the eventfd of the thread reading for this receive
+  std::atomic<int> event_{-1};        // the eventfd of the thread reading for this receive
+  std::atomic<bool> arrived_{false};  // the message is in place (set before it completes)
   // The matcher's. Declared last, so destroyed first: its destructor may wait for a writer whose
   // arrival callback still uses event_.
   std::unique_ptr<PostedRecv> inner_;
@@ -540,10 +542,11 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
     absl::MutexLock lock(&conn->read_mu);
     ++conn->readers_waiting;
     if (conn->reader_polling) Signal(conn->kick.get());
-    auto free = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn->read_mu) {
-      return !conn->reading || !conn->ended.ok();
+    auto free = [&conn, &recv]() ABSL_SHARED_LOCKS_REQUIRED(conn->read_mu) {
+      return !conn->reading || !conn->ended.ok() || recv.arrived_.load(std::memory_order_acquire);
     };
-    // Whoever reads now may be delivering this very receive; look at it now and then.
+    // Whoever reads now may deliver this very receive (it touches read_mu after every frame, so
+    // the condition is looked at again); a failure of the receive shows within a slice.
     while (!free() && absl::Now() < recv.deadline_ && !recv.inner_->Test()) {
       conn->read_mu.AwaitWithTimeout(absl::Condition(&free), kReadForReceiveSlice);
     }
@@ -578,6 +581,8 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
         break;
       }
       if (*frame == FrameRead::kLeftToReader) break;
+      // Threads waiting for their turn re-check whether this frame was theirs.
+      { absl::MutexLock lock(&conn->read_mu); }
     }
     absl::MutexLock lock(&conn->read_mu);
     conn->reading = false;
