@@ -177,7 +177,7 @@ class PrometheusMetrics final : public Metrics {
     auto retransmits =
         Family("baton_link_retransmits_total",
                "TCP segments retransmitted on the connections to a peer.", MetricType::Counter);
-    auto up = Family("baton_link_up", "1 while a connection from the peer is established.",
+    auto up = Family("baton_link_up", "1 while a connection with the peer is established.",
                      MetricType::Gauge);
     auto rtt = Family("baton_link_rtt_seconds",
                       "Round-trip time to a peer, median of the recent probes.", MetricType::Gauge);

@@ -47,7 +47,7 @@ struct LinkStats {
   uint64_t rx_messages = 0;
   uint64_t errors = 0;
   uint64_t retransmits = 0;  // segments the kernel retransmitted (TCP); 0 where not applicable
-  bool up = false;           // a receive connection from the peer is currently established
+  bool up = false;           // a connection with the peer is currently established
 };
 
 // A receive posted with Endpoint::PostRecv; the message is written into its buffer as it arrives,
