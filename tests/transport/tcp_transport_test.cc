@@ -365,31 +365,40 @@ TEST(TcpTransportTest, FramesFlowBothWaysOnOneConnection) {
 // When both ends have connected to each other, both send on the connection opened by the end
 // whose address sorts first, so that each one's acknowledgements ride on the other's data. The
 // endpoint's advertised host puts its address before or after the peer's ("127.0.0.1:port").
-class ConnectionChoiceTest : public ::testing::TestWithParam<std::string> {};
+class ConnectionChoiceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // The endpoint connects to the peer (`ours`), then the peer to the endpoint (`theirs`).
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
+        NewTcpEndpoint(Options("127.0.0.1:0", GetParam()));
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+    endpoint_ = *std::move(endpoint);
+    ASSERT_TRUE(endpoint_->Send(peer_.address, Tag{.seq = 1}, Bytes("a"), Deadline()).ok());
+    ours_ = AcceptWithin(peer_.fd.get(), absl::Seconds(10));
+    ASSERT_TRUE(ours_.valid());
+    ReadHeader(ours_.get());
+    ReadString(ours_.get(), endpoint_->address().size());
+    ReadHeader(ours_.get());
+    ReadString(ours_.get(), 1);
+    theirs_ = RawConnect(endpoint_->address());
+    WriteHello(theirs_.get(), peer_.address);
+    // Once this arrives the endpoint has read the hello and may send on `theirs`.
+    WriteFrame(theirs_.get(), FrameHeader{FrameType::kData, Tag{.seq = 2}, 1}, Bytes("b"));
+    EXPECT_EQ(RecvString(*endpoint_, peer_.address, Tag{.seq = 2}, 1), "b");
+  }
+
+  std::unique_ptr<Endpoint> endpoint_;
+  RawListener peer_ = BindLoopback(/*listening=*/true);
+  FileDescriptor ours_;
+  FileDescriptor theirs_;
+};
 
 TEST_P(ConnectionChoiceTest, BothEndsUseTheConnectionOfTheLowerAddress) {
-  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
-      NewTcpEndpoint(Options("127.0.0.1:0", GetParam()));
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  RawListener peer = BindLoopback(/*listening=*/true);
-  ASSERT_TRUE((*endpoint)->Send(peer.address, Tag{.seq = 1}, Bytes("a"), Deadline()).ok());
-  FileDescriptor ours = AcceptWithin(peer.fd.get(), absl::Seconds(10));
-  ASSERT_TRUE(ours.valid());
-  ReadHeader(ours.get());
-  ReadString(ours.get(), (*endpoint)->address().size());
-  ReadHeader(ours.get());
-  ReadString(ours.get(), 1);
-  FileDescriptor theirs = RawConnect((*endpoint)->address());
-  WriteHello(theirs.get(), peer.address);
-  // Once this arrives the endpoint has read the hello and may send on `theirs`.
-  WriteFrame(theirs.get(), FrameHeader{FrameType::kData, Tag{.seq = 2}, 1}, Bytes("b"));
-  EXPECT_EQ(RecvString(**endpoint, peer.address, Tag{.seq = 2}, 1), "b");
-
   for (uint64_t seq = 3; seq < 6; ++seq) {
-    ASSERT_TRUE((*endpoint)->Send(peer.address, Tag{.seq = seq}, Bytes("c"), Deadline()).ok());
-    const bool endpoint_first = (*endpoint)->address() < peer.address;
-    const int expected = endpoint_first ? ours.get() : theirs.get();
-    const int unused = endpoint_first ? theirs.get() : ours.get();
+    ASSERT_TRUE(endpoint_->Send(peer_.address, Tag{.seq = seq}, Bytes("c"), Deadline()).ok());
+    const bool endpoint_first = endpoint_->address() < peer_.address;
+    const int expected = endpoint_first ? ours_.get() : theirs_.get();
+    const int unused = endpoint_first ? theirs_.get() : ours_.get();
     ASSERT_TRUE(ReadableWithin(expected, absl::Seconds(10))) << "the frame went elsewhere";
     EXPECT_EQ(ReadHeader(expected).tag, Tag{.seq = seq});
     EXPECT_EQ(ReadString(expected, 1), "c");
@@ -430,23 +439,12 @@ TEST(TcpTransportTest, AWaitingReceiverReadsForItselfAndLeavesLargeFramesToTheRe
 // With two connections to the same peer, a message that comes over the one the waiting thread
 // is not reading still completes its receive.
 TEST_P(ConnectionChoiceTest, AReceiveCompletesOverEitherConnection) {
-  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
-      NewTcpEndpoint(Options("127.0.0.1:0", GetParam()));
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  RawListener peer = BindLoopback(/*listening=*/true);
-  ASSERT_TRUE((*endpoint)->Send(peer.address, Tag{.seq = 1}, Bytes("a"), Deadline()).ok());
-  FileDescriptor ours = AcceptWithin(peer.fd.get(), absl::Seconds(10));
-  ASSERT_TRUE(ours.valid());
-  FileDescriptor theirs = RawConnect((*endpoint)->address());
-  WriteHello(theirs.get(), peer.address);
-  WriteFrame(theirs.get(), FrameHeader{FrameType::kData, Tag{.seq = 2}, 1}, Bytes("b"));
-  EXPECT_EQ(RecvString(**endpoint, peer.address, Tag{.seq = 2}, 1), "b");
   for (uint64_t seq = 3; seq < 9; ++seq) {
     auto received = std::async(std::launch::async, [&] {
-      return RecvString(**endpoint, peer.address, Tag{.seq = seq}, 1);
+      return RecvString(*endpoint_, peer_.address, Tag{.seq = seq}, 1);
     });
     absl::SleepFor(absl::Milliseconds(2));  // let the receiver start waiting; correct either way
-    WriteFrame(seq % 2 == 0 ? ours.get() : theirs.get(),
+    WriteFrame(seq % 2 == 0 ? ours_.get() : theirs_.get(),
                FrameHeader{FrameType::kData, Tag{.seq = seq}, 1}, Bytes("c"));
     EXPECT_EQ(received.get(), "c");
   }
