@@ -121,6 +121,9 @@ class TcpEndpoint final : public Endpoint {
     bool reading ABSL_GUARDED_BY(read_mu) = false;
     int readers_waiting ABSL_GUARDED_BY(read_mu) = 0;  // threads reading for their receive
     absl::Time last_read_for_receive ABSL_GUARDED_BY(read_mu) = absl::InfinitePast();
+    // Someone waits for what only the reader thread reads (a large receive, or a frame a waiting
+    // thread left to it): the reader thread reads again without lingering.
+    bool wanted ABSL_GUARDED_BY(read_mu) = false;
     bool reader_polling ABSL_GUARDED_BY(read_mu) = false;  // the reader thread waits in poll()
     absl::Status ended ABSL_GUARDED_BY(read_mu);           // why the connection ended, once it has
     FileDescriptor kick;  // eventfd that takes the reader out of poll()
@@ -160,6 +163,9 @@ class TcpEndpoint final : public Endpoint {
   // Called by a thread about to wait for `recv`: reads the peer's connection itself until the
   // receive completes, fails or reaches its deadline, or the connection is not ours to read.
   void ReadForReceive(Recv& recv);
+  // Tells the reader thread of the connection from `peer` not to linger: a receive it alone reads
+  // is being waited for.
+  void WantReader(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
   // The connection `peer` sends on (see AcquireStream), if one is established.
   std::shared_ptr<Conn> ConnFrom(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -314,6 +320,7 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
     if (!conn->pending.has_value() && !conn->in->buffered()) {
       std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{conn->kick.get(), POLLIN, 0}};
       const int n = poll(fds.data(), conn->kick.valid() ? 2 : 1, -1);
+      const int poll_errno = errno;
       kicked = n > 0 && fds[1].revents != 0;
       if (kicked) Drain(conn->kick.get());
       if (n > 0 && fds[0].revents != 0) conn->in->NoteReadable();
@@ -321,12 +328,12 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
         absl::MutexLock lock(&conn->read_mu);
         conn->reader_polling = false;
       }
-      if (n < 0 && errno != EINTR) {
+      if (n < 0 && poll_errno != EINTR) {
         // Cannot happen with valid fds; read anyway, which reports what is wrong.
         spdlog::warn("tcp endpoint {}: poll on the connection from peer {} failed: errno {}",
-                     address_, peer, errno);
+                     address_, peer, poll_errno);
       }
-      kicked = kicked || n == 0 || (n < 0 && errno == EINTR);
+      kicked = kicked || n == 0 || (n < 0 && poll_errno == EINTR);
     }
     absl::StatusOr<FrameRead> frame =
         kicked ? FrameRead::kDone : ReadFrame(*conn, /*for_receive=*/false, absl::InfiniteFuture());
@@ -358,14 +365,17 @@ bool TcpEndpoint::TakeReaderTurn(Conn& conn) {
   auto free = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn.read_mu) {
     return !conn.ended.ok() || (!conn.reading && conn.readers_waiting == 0);
   };
-  auto has_ended = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn.read_mu) { return !conn.ended.ok(); };
+  auto stop_lingering = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn.read_mu) {
+    return !conn.ended.ok() || conn.wanted;
+  };
   while (true) {
     conn.read_mu.Await(absl::Condition(&free));
     if (!conn.ended.ok()) return false;
     const absl::Duration idle = absl::Now() - conn.last_read_for_receive;
-    if (idle >= kReaderLinger) break;
-    conn.read_mu.AwaitWithTimeout(absl::Condition(&has_ended), kReaderLinger - idle);
+    if (idle >= kReaderLinger || conn.wanted) break;
+    conn.read_mu.AwaitWithTimeout(absl::Condition(&stop_lingering), kReaderLinger - idle);
   }
+  conn.wanted = false;
   conn.reading = true;
   conn.reader_polling = !conn.pending.has_value() && !conn.in->buffered();
   return true;
@@ -470,7 +480,7 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
 
 // A receive posted on the TCP endpoint. A small one is read by the thread that waits for it
 // (ReadForReceive), which is told through its eventfd when the message arrives over another
-// connection instead.
+// connection instead; waiting for a large one tells the reader thread not to linger.
 class TcpEndpoint::Recv final : public PostedRecv {
  public:
   Recv(TcpEndpoint* endpoint, std::string peer, absl::Time deadline, bool read_for_receive)
@@ -480,7 +490,13 @@ class TcpEndpoint::Recv final : public PostedRecv {
         read_for_receive_(read_for_receive) {}
 
   absl::Status Wait() override {
-    if (read_for_receive_ && !inner_->Test()) endpoint_->ReadForReceive(*this);
+    if (!inner_->Test()) {
+      if (read_for_receive_) {
+        endpoint_->ReadForReceive(*this);
+      } else {
+        endpoint_->WantReader(peer_);
+      }
+    }
     return inner_->Wait();
   }
   bool Test() override { return inner_->Test(); }
@@ -509,8 +525,11 @@ std::unique_ptr<PostedRecv> TcpEndpoint::PostRecv(const std::string& peer, const
                                                   ByteSpan data, absl::Time deadline,
                                                   ArrivalCallback on_arrival) {
   const bool read_for_receive = data.size() <= kReadForReceiveMaxBytes;
-  if (!read_for_receive) return matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
   auto recv = std::make_unique<Recv>(this, peer, deadline, read_for_receive);
+  if (!read_for_receive) {
+    recv->inner_ = matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
+    return recv;
+  }
   recv->inner_ = matcher_.Post(peer, tag, data, deadline,
                                [recv = recv.get(), on_arrival = std::move(on_arrival)]() mutable {
                                  if (on_arrival) std::move(on_arrival)();
@@ -530,6 +549,13 @@ std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::ConnFrom(const std::string& peer
     if (found == nullptr || conn->ours == prefer_ours) found = conn;
   }
   return found;
+}
+
+void TcpEndpoint::WantReader(const std::string& peer) {
+  const std::shared_ptr<Conn> conn = ConnFrom(peer);
+  if (conn == nullptr) return;
+  absl::MutexLock lock(&conn->read_mu);
+  conn->wanted = true;
 }
 
 void TcpEndpoint::ReadForReceive(Recv& recv) {
@@ -560,6 +586,7 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
   }
   if (mine) {
     absl::Status ended;
+    bool left_to_reader = false;
     const int fd = conn->fd.get();
     while (!recv.inner_->Test()) {
       const absl::Time now = absl::Now();
@@ -580,7 +607,10 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
         ended = frame.status();
         break;
       }
-      if (*frame == FrameRead::kLeftToReader) break;
+      if (*frame == FrameRead::kLeftToReader) {
+        left_to_reader = true;
+        break;
+      }
       // Threads waiting for their turn re-check whether this frame was theirs.
       { absl::MutexLock lock(&conn->read_mu); }
     }
@@ -588,6 +618,7 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
     conn->reading = false;
     --conn->readers_waiting;
     conn->last_read_for_receive = absl::Now();
+    if (left_to_reader) conn->wanted = true;
     if (!ended.ok() && conn->ended.ok()) conn->ended = ended;
   }
   recv.event_.store(-1, std::memory_order_release);
