@@ -210,6 +210,15 @@ inline std::vector<std::byte> ReduceInput(DataType type, ReduceOp op, int world_
   return buffer;
 }
 
+// Every participant's input (ReduceInput), in participant order.
+inline std::vector<std::vector<std::byte>> ReduceInputs(DataType type, ReduceOp op, int world_size,
+                                                        size_t count) {
+  std::vector<std::vector<std::byte>> inputs;
+  for (int r = 0; r < world_size; ++r)
+    inputs.push_back(ReduceInput(type, op, world_size, r, count));
+  return inputs;
+}
+
 // op over the inputs in participant order.
 inline std::vector<std::byte> SerialReference(const std::vector<std::vector<std::byte>>& inputs,
                                               size_t count, DataType type, ReduceOp op) {

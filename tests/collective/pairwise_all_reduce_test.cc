@@ -37,10 +37,8 @@ class PairwiseAllReduceSweep : public ::testing::TestWithParam<std::tuple<Varian
 TEST_P(PairwiseAllReduceSweep, MatchesSerialReference) {
   const auto& [variant, c] = GetParam();
   const size_t count = c.count();
-  std::vector<std::vector<std::byte>> inputs;
-  for (int r = 0; r < c.size; ++r) {
-    inputs.push_back(test::ReduceInput(c.type, c.op, c.size, r, count));
-  }
+  const std::vector<std::vector<std::byte>> inputs =
+      test::ReduceInputs(c.type, c.op, c.size, count);
   const std::vector<std::byte> expected = test::SerialReference(inputs, count, c.type, c.op);
 
   Group group(c.size);

@@ -22,10 +22,8 @@ using test::SweepCase;
 
 void ExpectMatchesSerialReference(const SweepCase& c) {
   const size_t count = c.count();
-  std::vector<std::vector<std::byte>> inputs;
-  for (int r = 0; r < c.size; ++r) {
-    inputs.push_back(test::ReduceInput(c.type, c.op, c.size, r, count));
-  }
+  const std::vector<std::vector<std::byte>> inputs =
+      test::ReduceInputs(c.type, c.op, c.size, count);
   const std::vector<std::byte> expected = test::SerialReference(inputs, count, c.type, c.op);
 
   Group group(c.size);
@@ -111,10 +109,8 @@ TEST(TreeAllReduceTest, CallerSuppliedTrees) {
     for (int shape = 0; shape < 2; ++shape) {
       SCOPED_TRACE(::testing::Message() << "size " << size << (shape == 0 ? " chains" : " stars"));
       const size_t count = 1001;
-      std::vector<std::vector<std::byte>> inputs;
-      for (int r = 0; r < size; ++r) {
-        inputs.push_back(test::ReduceInput(DataType::kInt32, ReduceOp::kSum, size, r, count));
-      }
+      const std::vector<std::vector<std::byte>> inputs =
+          test::ReduceInputs(DataType::kInt32, ReduceOp::kSum, size, count);
       const auto expected = test::SerialReference(inputs, count, DataType::kInt32, ReduceOp::kSum);
       Group group(size);
       std::vector<std::vector<std::byte>> buffers = inputs;
