@@ -18,6 +18,11 @@ Pairing::Pairing(int size, int rank_in)
 
 int Pairing::levels() const { return std::countr_zero(static_cast<unsigned>(p)); }
 
+namespace {
+
+// The argument checks both algorithms make: InvalidArgument for a rank outside the participants,
+// a missing address, an unknown type or op, a byte count that overflows, or no buffer. False when
+// there is nothing to exchange (one participant, or no elements).
 absl::StatusOr<bool> CheckPairwiseArguments(absl::string_view what, const OpContext& ctx,
                                             const Participants& participants, const void* data,
                                             size_t count, DataType type, ReduceOp op) {
@@ -30,6 +35,8 @@ absl::StatusOr<bool> CheckPairwiseArguments(absl::string_view what, const OpCont
   BATON_RETURN_IF_ERROR(CheckChunkCount(what, ctx, type, count));
   return true;
 }
+
+}  // namespace
 
 PairwiseExchange::PairwiseExchange(absl::string_view what, const OpContext& ctx,
                                    const Participants& participants, void* data, size_t count,
@@ -141,6 +148,19 @@ transport::Tag PairwiseExchange::Tag(uint32_t step, size_t part) const {
 std::string PairwiseExchange::Where(uint32_t step, size_t part) const {
   return absl::StrCat(what_, " rank ", participants_.rank, "/", participants_.size(), ", step ",
                       step, " chunk ", part + 1);
+}
+
+absl::Status RunPairwiseAllReduce(
+    absl::string_view what, const OpContext& ctx, const Participants& participants, void* data,
+    size_t count, DataType type, ReduceOp op, uint32_t steps_per_level,
+    absl::FunctionRef<absl::Status(const Pairing&, PairwiseExchange&)> exchanges) {
+  BATON_ASSIGN_OR_RETURN(const bool work,
+                         CheckPairwiseArguments(what, ctx, participants, data, count, type, op));
+  if (!work) return absl::OkStatus();
+  const Pairing pairing(participants.size(), participants.rank);
+  PairwiseExchange exchange(what, ctx, participants, data, count, type, op);
+  return exchange.RunPaired(pairing, 1 + steps_per_level * static_cast<uint32_t>(pairing.levels()),
+                            [&] { return exchanges(pairing, exchange); });
 }
 
 }  // namespace baton::collective::internal

@@ -39,13 +39,6 @@ struct Pairing {
   int levels() const;  // log2(p)
 };
 
-// The argument checks both algorithms make: InvalidArgument for a rank outside the participants,
-// a missing address, an unknown type or op, a byte count that overflows, or no buffer. False when
-// there is nothing to exchange (one participant, or no elements).
-absl::StatusOr<bool> CheckPairwiseArguments(absl::string_view what, const OpContext& ctx,
-                                            const Participants& participants, const void* data,
-                                            size_t count, DataType type, ReduceOp op);
-
 class PairwiseExchange {
  public:
   // `what` names the algorithm in errors ("doubling all-reduce"). ctx, participants and data must
@@ -92,5 +85,15 @@ class PairwiseExchange {
   const size_t chunk_elements_;
   std::unique_ptr<std::byte[]> scratch_;  // one chunk received from the partner, to fold in
 };
+
+// What both pairwise all-reduces share: checks the arguments (InvalidArgument for a rank outside
+// the participants, a missing address, an unknown type or op, a byte count that overflows, or no
+// buffer; nothing to do for one participant or no elements), pairs the participants up to a
+// power of two and runs `exchanges` inside the pairing (RunPaired), whose steps are 1 to
+// `steps_per_level` × levels (its last step follows them).
+absl::Status RunPairwiseAllReduce(
+    absl::string_view what, const OpContext& ctx, const Participants& participants, void* data,
+    size_t count, DataType type, ReduceOp op, uint32_t steps_per_level,
+    absl::FunctionRef<absl::Status(const Pairing&, PairwiseExchange&)> exchanges);
 
 }  // namespace baton::collective::internal
