@@ -18,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
@@ -166,6 +167,13 @@ class TcpEndpoint final : public Endpoint {
   // Tells the reader thread of the connection from `peer` not to linger: a receive it alone reads
   // is being waited for.
   void WantReader(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Of `conns` (`peer`'s) that `usable` accepts: when both sides connected to each other at once,
+  // the one opened by the endpoint whose address sorts first, so that both send on it and the
+  // acknowledgements ride on data; else any. Null if none.
+  std::shared_ptr<Conn> PreferredLocked(const std::string& peer,
+                                        const std::vector<std::shared_ptr<Conn>>& conns,
+                                        absl::FunctionRef<bool(const Conn&)> usable) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The connection `peer` sends on (see AcquireStream), if one is established.
   std::shared_ptr<Conn> ConnFrom(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -338,7 +346,6 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
     absl::StatusOr<FrameRead> frame =
         kicked ? FrameRead::kDone : ReadFrame(*conn, /*for_receive=*/false, absl::InfiniteFuture());
     absl::MutexLock lock(&conn->read_mu);
-    conn->reader_polling = false;
     conn->reading = false;
     if (!frame.ok() && conn->ended.ok()) conn->ended = frame.status();
   }
@@ -542,11 +549,20 @@ std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::ConnFrom(const std::string& peer
   absl::MutexLock lock(&mu_);
   auto it = out_.find(peer);
   if (it == out_.end()) return nullptr;
+  return PreferredLocked(peer, it->second, [](const Conn& conn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return !conn.connecting && !conn.finished && conn.kick.valid();  // mu_ is held
+  });
+}
+
+std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::PreferredLocked(
+    const std::string& peer, const std::vector<std::shared_ptr<Conn>>& conns,
+    absl::FunctionRef<bool(const Conn&)> usable) const {
   const bool prefer_ours = address_ < peer;
   std::shared_ptr<Conn> found;
-  for (const auto& conn : it->second) {
-    if (conn->connecting || conn->finished || !conn->kick.valid()) continue;
-    if (found == nullptr || conn->ours == prefer_ours) found = conn;
+  for (const auto& conn : conns) {
+    if (!usable(*conn)) continue;
+    if (conn->ours == prefer_ours) return conn;
+    if (found == nullptr) found = conn;
   }
   return found;
 }
@@ -577,16 +593,11 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
       conn->read_mu.AwaitWithTimeout(absl::Condition(&free), kReadForReceiveSlice);
     }
     mine = !conn->reading && conn->ended.ok();
-    if (mine) {
-      conn->reading = true;
-    } else {
-      --conn->readers_waiting;
-      conn->last_read_for_receive = absl::Now();
-    }
+    if (mine) conn->reading = true;
   }
+  absl::Status ended;
+  bool left_to_reader = false;
   if (mine) {
-    absl::Status ended;
-    bool left_to_reader = false;
     const int fd = conn->fd.get();
     while (!recv.inner_->Test()) {
       const absl::Time now = absl::Now();
@@ -614,8 +625,10 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
       // Threads waiting for their turn re-check whether this frame was theirs.
       { absl::MutexLock lock(&conn->read_mu); }
     }
+  }
+  {
     absl::MutexLock lock(&conn->read_mu);
-    conn->reading = false;
+    if (mine) conn->reading = false;
     --conn->readers_waiting;
     conn->last_read_for_receive = absl::Now();
     if (left_to_reader) conn->wanted = true;
@@ -710,16 +723,10 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
     }
     BATON_RETURN_IF_ERROR(SendBlockingErrorLocked(tag.comm));
     std::vector<std::shared_ptr<Conn>>& streams = out_[peer];
-    // When both sides connected to each other at once, both must send on the same connection for
-    // the acknowledgements to ride on data: the one opened by the endpoint whose address sorts
-    // first.
-    const bool prefer_ours = address_ < peer;
-    std::shared_ptr<Conn> idle;
-    for (const auto& candidate : streams) {
-      if (candidate->busy) continue;
-      if (idle == nullptr || candidate->ours == prefer_ours) idle = candidate;
-      if (candidate->ours == prefer_ours) break;
-    }
+    const std::shared_ptr<Conn> idle =
+        PreferredLocked(peer, streams, [](const Conn& conn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return !conn.busy;  // mu_ is held
+        });
     if (idle != nullptr) {
       idle->busy = true;
       return idle;
