@@ -21,6 +21,7 @@
 #include "baton/v1/baton.grpc.pb.h"
 #include "client/baton.h"
 #include "common/shared_memory.h"
+#include "common/spin.h"
 #include "common/status_macros.h"
 #include "common/submission_channel.h"
 #include "grpcpp/grpcpp.h"
@@ -210,7 +211,7 @@ class ChannelClient {
   static constexpr absl::Duration kLostGrace = absl::Seconds(1);
 
   uint32_t submitted_ = 0;
-  channel::AdaptiveSpin spin_{channel::kDefaultSpin};
+  AdaptiveSpin spin_{channel::kDefaultSpin};
   absl::Status broken_;
 };
 

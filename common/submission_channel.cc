@@ -33,13 +33,9 @@ constexpr absl::Duration kSlice = absl::Milliseconds(50);
 absl::Status WaitForChange(const std::atomic<uint32_t>& word, uint32_t seen,
                            std::atomic<uint32_t>& sleeping, absl::Duration spin,
                            absl::Time deadline, const std::function<absl::Status()>& keep_waiting) {
-  if (word.load(std::memory_order_acquire) != seen) return absl::OkStatus();
-  // Reading the clock costs tens of nanoseconds, so look at it only every 64 turns.
-  const absl::Time spin_until = absl::Now() + spin;
-  for (uint32_t turn = 1;; ++turn) {
-    if (word.load(std::memory_order_acquire) != seen) return absl::OkStatus();
-    CpuRelax();
-    if (turn % 64 == 0 && absl::Now() >= spin_until) break;
+  if (SpinUntil(spin, /*busy=*/spin,
+                [&word, seen] { return word.load(std::memory_order_acquire) != seen; })) {
+    return absl::OkStatus();
   }
   while (true) {
     if (keep_waiting) {

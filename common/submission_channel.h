@@ -76,28 +76,14 @@ static_assert(sizeof(Layout) <= 4096);
 
 inline constexpr size_t kChannelBytes = 4096;
 
-// How long a waiter spins before it blocks.
+// How long a waiter spins before it blocks (SpinUntil: busy, then yielding), while the other side
+// has been answering within it (AdaptiveSpin).
 inline constexpr absl::Duration kDefaultSpin = absl::Microseconds(20);
 
-// How long the next wait spins: up to `limit` while the other side has been answering within it,
-// not at all once it has not. Where the answer takes longer than the spin (an operation across
-// daemons), spinning would only take a core from whoever must answer, which matters where ranks
-// and daemons share a few cores. A wait that turns out short again turns spinning back on.
-class AdaptiveSpin {
- public:
-  explicit AdaptiveSpin(absl::Duration limit) : limit_(limit) {}
-  absl::Duration next() const { return last_ <= limit_ ? limit_ : absl::ZeroDuration(); }
-  void Record(absl::Duration waited) { last_ = waited; }
-
- private:
-  const absl::Duration limit_;
-  absl::Duration last_ = absl::ZeroDuration();
-};
-
-// Waits until `word` differs from `seen`. Spins for `spin`, then blocks on the futex (announcing
-// itself in `sleeping` so the other side knows to wake it), in slices of at most 50 ms; before
-// each slice `keep_waiting` (may be empty) may end the wait with its status. Returns OK once the
-// word changed; DeadlineExceeded at `deadline`.
+// Waits until `word` differs from `seen`. Spins for `spin` (SpinUntil), then blocks on the futex
+// (announcing itself in `sleeping` so the other side knows to wake it), in slices of at most 50 ms;
+// before each slice `keep_waiting` (may be empty) may end the wait with its status. Returns OK once
+// the word changed; DeadlineExceeded at `deadline`.
 absl::Status WaitForChange(const std::atomic<uint32_t>& word, uint32_t seen,
                            std::atomic<uint32_t>& sleeping, absl::Duration spin,
                            absl::Time deadline, const std::function<absl::Status()>& keep_waiting);

@@ -3,6 +3,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/spin.h"
 #include "common/thread_name.h"
 #include "spdlog/spdlog.h"
 
@@ -98,7 +99,7 @@ void ChannelServer::Serve(uint32_t seen) {
   auto keep_waiting = [this] {
     return stopping_.load() ? absl::CancelledError("channel closed") : absl::OkStatus();
   };
-  channel::AdaptiveSpin spin(spin_);
+  AdaptiveSpin spin(spin_);
   while (true) {
     const absl::Time idle_since = absl::Now();
     absl::Status waited = channel::WaitForChange(page_->submitted, seen, page_->daemon_sleeping,

@@ -47,6 +47,10 @@ void RegisterOptions(OptionSet& options, Config& config) {
   options.AddDuration("submit_spin", &config.submit_spin,
                       "how long the daemon spins waiting for a rank's next operation before it "
                       "sleeps (0 to 1ms; longer trades CPU for latency)");
+  options.AddDuration("receive_spin", &config.receive_spin,
+                      "how long a thread waiting for a small message (at most 64 KiB) from a peer "
+                      "daemon spins, yielding its core, before it sleeps; only while messages have "
+                      "been arriving within that time (0 to 1ms; longer trades CPU for latency)");
 }
 
 absl::Status CheckChunkBytes(int64_t chunk_bytes, absl::string_view where) {
@@ -83,6 +87,10 @@ absl::Status FinalizeConfig(Config& config) {
   if (config.submit_spin < absl::ZeroDuration() || config.submit_spin > absl::Milliseconds(1)) {
     return absl::InvalidArgumentError(absl::StrCat("submit_spin must be between 0 and 1ms, got ",
                                                    absl::FormatDuration(config.submit_spin)));
+  }
+  if (config.receive_spin < absl::ZeroDuration() || config.receive_spin > absl::Milliseconds(1)) {
+    return absl::InvalidArgumentError(absl::StrCat("receive_spin must be between 0 and 1ms, got ",
+                                                   absl::FormatDuration(config.receive_spin)));
   }
   if (config.peer_linger < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("peer_linger must not be negative");

@@ -31,6 +31,8 @@ struct Config {
   std::string locality;  // comma-separated labels, coarse to fine (e.g. "pod-a,rack-07")
   // How long a submission channel's thread spins for the rank's next operation before it sleeps.
   absl::Duration submit_spin = absl::Microseconds(20);
+  // How long a thread waiting for a small message from a peer daemon spins before it sleeps.
+  absl::Duration receive_spin = absl::Microseconds(200);
 };
 
 // Registers every Config field on `options`, pointing at `config`.

@@ -90,6 +90,7 @@ class DaemonImpl final : public Daemon {
     transport::TcpOptions tcp;
     tcp.listen_address = config_.data_listen;
     tcp.advertise_host = config_.advertise_host;
+    tcp.receive_spin = config_.receive_spin;
     BATON_ASSIGN_OR_RETURN(endpoint_, transport::NewTcpEndpoint(tcp));
 
     // grpc.health.v1 on both servers: "" reports SERVING while the daemon serves.

@@ -369,8 +369,11 @@ class ConnectionChoiceTest : public ::testing::TestWithParam<std::string> {
  protected:
   // The endpoint connects to the peer (`ours`), then the peer to the endpoint (`theirs`).
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint =
-        NewTcpEndpoint(Options("127.0.0.1:0", GetParam()));
+    TcpOptions options = Options("127.0.0.1:0", GetParam());
+    // A waiting receiver spins far longer than any test takes, so a message that reaches it
+    // another way has to end its spin.
+    options.receive_spin = absl::Minutes(1);
+    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
     ASSERT_TRUE(endpoint.ok()) << endpoint.status();
     endpoint_ = *std::move(endpoint);
     ASSERT_TRUE(endpoint_->Send(peer_.address, Tag{.seq = 1}, Bytes("a"), Deadline()).ok());
@@ -437,9 +440,10 @@ TEST(TcpTransportTest, AWaitingReceiverReadsForItselfAndLeavesLargeFramesToTheRe
 }
 
 // With two connections to the same peer, a message that comes over the one the waiting thread
-// is not reading still completes its receive.
+// is not reading still completes its receive, and at once, though that thread spins on the other.
 TEST_P(ConnectionChoiceTest, AReceiveCompletesOverEitherConnection) {
   for (uint64_t seq = 3; seq < 9; ++seq) {
+    const absl::Time start = absl::Now();
     auto received = std::async(std::launch::async, [&] {
       return RecvString(*endpoint_, peer_.address, Tag{.seq = seq}, 1);
     });
@@ -447,11 +451,40 @@ TEST_P(ConnectionChoiceTest, AReceiveCompletesOverEitherConnection) {
     WriteFrame(seq % 2 == 0 ? ours_.get() : theirs_.get(),
                FrameHeader{FrameType::kData, Tag{.seq = seq}, 1}, Bytes("c"));
     EXPECT_EQ(received.get(), "c");
+    EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << "the receiver spun on past its message";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(EndpointAddressSortsFirstOrLast, ConnectionChoiceTest,
                          ::testing::Values("0-sorts-first", "z-sorts-last"));
+
+// A thread waiting for a small message spins on the connection for a while, then sleeps in
+// poll(); the message arrives whether it comes during the spin, after it, or with no spin at all.
+TEST(TcpTransportTest, AWaitingReceiverGetsItsMessageWhetherItSpinsOrSleeps) {
+  for (const absl::Duration spin : {absl::ZeroDuration(), absl::Milliseconds(1)}) {
+    TcpOptions options = Options("127.0.0.1:0");
+    options.receive_spin = spin;
+    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+    RawListener peer = BindLoopback(/*listening=*/true);
+    FileDescriptor raw = RawConnect((*endpoint)->address());
+    WriteHello(raw.get(), peer.address);
+    uint64_t seq = 1;
+    for (const absl::Duration delay : {absl::ZeroDuration(), absl::Microseconds(200),
+                                       absl::Milliseconds(5), absl::Microseconds(100)}) {
+      auto received = std::async(std::launch::async, [&endpoint, &peer, seq] {
+        return RecvString(**endpoint, peer.address, Tag{.seq = seq}, 4);
+      });
+      absl::SleepFor(delay);
+      WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = seq}, 4}, Bytes("spin"));
+      EXPECT_EQ(received.get(), "spin") << "spin " << spin << ", message after " << delay;
+      ++seq;
+    }
+  }
+  TcpOptions negative = Options("127.0.0.1:0");
+  negative.receive_spin = -absl::Microseconds(1);
+  EXPECT_EQ(NewTcpEndpoint(negative).status().code(), absl::StatusCode::kInvalidArgument);
+}
 
 TEST(TcpTransportTest, SendToAPeerThatDoesNotReadEndsAtTheDeadlineOrOnAbort) {
   auto endpoint = NewLoopbackEndpoint();

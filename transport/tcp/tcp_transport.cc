@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
+#include "common/spin.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
 #include "spdlog/spdlog.h"
@@ -73,11 +74,12 @@ absl::Status ShutDownError() { return absl::UnavailableError("endpoint shut down
 class TcpEndpoint final : public Endpoint {
  public:
   TcpEndpoint(Listener listener, FileDescriptor wake, std::string address,
-              uint64_t max_unexpected_bytes_per_peer)
+              const TcpOptions& options)
       : listener_(std::move(listener)),
         wake_(std::move(wake)),
         address_(std::move(address)),
-        matcher_(max_unexpected_bytes_per_peer) {}
+        receive_spin_(options.receive_spin),
+        matcher_(options.max_unexpected_bytes_per_peer) {}
   ~TcpEndpoint() override;
 
   // Starts accepting connections; called once, right after construction.
@@ -132,6 +134,7 @@ class TcpEndpoint final : public Endpoint {
     std::optional<BufferedReader> in;    // set with fd
     std::optional<FrameHeader> pending;  // a frame header read but left for the reader thread
     std::vector<std::byte> scratch;
+    AdaptiveSpin read_spin{absl::ZeroDuration()};  // how long a waiting thread spins (AwaitFrame)
   };
   class Recv;
   enum class FrameRead { kDone, kLeftToReader };
@@ -139,10 +142,11 @@ class TcpEndpoint final : public Endpoint {
   void ListenLoop();
   void ReapFinishedReaders() ABSL_LOCKS_EXCLUDED(mu_);
   // Sets up the read side of a connection whose fd is set, before anyone reads it.
-  static void PrepareReadSide(Conn& conn) {
+  void PrepareReadSide(Conn& conn) const {
     conn.kick = FileDescriptor(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     conn.in.emplace(conn.fd.get());
     conn.scratch.resize(kDiscardChunkBytes);
+    conn.read_spin = AdaptiveSpin(receive_spin_);
   }
   // Counts an established connection with its peer and starts its reader.
   void StartReaderLocked(const std::shared_ptr<Conn>& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -164,6 +168,11 @@ class TcpEndpoint final : public Endpoint {
   // Called by a thread about to wait for `recv`: reads the peer's connection itself until the
   // receive completes, fails or reaches its deadline, or the connection is not ours to read.
   void ReadForReceive(Recv& recv);
+  enum class Readable { kYes, kNotYet, kPollFailed };
+  // For ReadForReceive, which holds the read turn of `conn`: waits until the connection is
+  // readable, the receive arrived (over another connection: `event` fires) or one slice passed.
+  // Spins first (SpinUntil) while frames have been arriving within receive_spin_.
+  Readable AwaitFrame(Conn& conn, Recv& recv, int event);
   // Tells the reader thread of the connection from `peer` not to linger: a receive it alone reads
   // is being waited for.
   void WantReader(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
@@ -196,6 +205,7 @@ class TcpEndpoint final : public Endpoint {
   const Listener listener_;
   const FileDescriptor wake_;  // eventfd that stops ListenLoop
   const std::string address_;
+  const absl::Duration receive_spin_;
   ReceiveMatcher matcher_;
   std::thread listener_thread_;
 
@@ -598,19 +608,13 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
   absl::Status ended;
   bool left_to_reader = false;
   if (mine) {
-    const int fd = conn->fd.get();
     while (!recv.inner_->Test()) {
       const absl::Time now = absl::Now();
       if (now >= recv.deadline_) break;
       if (!conn->pending.has_value() && !conn->in->buffered()) {
-        std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{event, POLLIN, 0}};
-        const absl::Duration wait = std::min(kReadForReceiveSlice, recv.deadline_ - now);
-        const int n = poll(
-            fds.data(), fds.size(),
-            static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
-        if (n < 0 && errno != EINTR) break;  // leave it to the reader thread
-        if (fds[1].revents != 0) Drain(event);
-        if (n <= 0 || fds[0].revents == 0) continue;
+        const Readable readable = AwaitFrame(*conn, recv, event);
+        if (readable == Readable::kPollFailed) break;  // leave it to the reader thread
+        if (readable == Readable::kNotYet) continue;
         conn->in->NoteReadable();
       }
       absl::StatusOr<FrameRead> frame = ReadFrame(*conn, /*for_receive=*/true, recv.deadline_);
@@ -635,6 +639,40 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
     if (!ended.ok() && conn->ended.ok()) conn->ended = ended;
   }
   recv.event_.store(-1, std::memory_order_release);
+}
+
+TcpEndpoint::Readable TcpEndpoint::AwaitFrame(Conn& conn, Recv& recv, int event) {
+  const int fd = conn.fd.get();
+  const absl::Time start = absl::Now();
+  // A thread that sleeps in poll() is woken by the kernel, which on a busy or virtual machine can
+  // take longer than the message itself; spinning (yielding) keeps it on its core instead.
+  pollfd peek{fd, POLLIN, 0};
+  bool readable = false;
+  const bool spun = SpinUntil(std::min(conn.read_spin.next(), recv.deadline_ - start),
+                              /*busy=*/absl::ZeroDuration(), [&] {
+                                if (recv.arrived_.load(std::memory_order_acquire)) return true;
+                                readable = poll(&peek, 1, 0) !=
+                                           0;  // an error shows in ReadFrame or the poll() below
+                                return readable;
+                              });
+  if (spun) {
+    if (readable) conn.read_spin.Record(absl::Now() - start);
+    return readable ? Readable::kYes : Readable::kNotYet;
+  }
+  std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{event, POLLIN, 0}};
+  const absl::Duration wait = std::min(kReadForReceiveSlice, recv.deadline_ - absl::Now());
+  const int n =
+      poll(fds.data(), fds.size(),
+           static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
+  if (n < 0 && errno != EINTR) return Readable::kPollFailed;
+  if (fds[1].revents != 0) Drain(event);
+  if (n <= 0 || fds[0].revents == 0) {
+    // The message came another way, or not within a slice: in the latter case, stop spinning.
+    if (n == 0) conn.read_spin.Record(absl::Now() - start);
+    return Readable::kNotYet;
+  }
+  conn.read_spin.Record(absl::Now() - start);
+  return Readable::kYes;
 }
 
 absl::StatusOr<std::string> TcpEndpoint::ReadHello(int fd) {
@@ -873,8 +911,11 @@ absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& optio
   const std::string& host =
       options.advertise_host.empty() ? listen_address.host : options.advertise_host;
   const std::string address = JoinHostPort(host, listener.port);
-  auto endpoint = std::make_unique<TcpEndpoint>(std::move(listener), std::move(wake), address,
-                                                options.max_unexpected_bytes_per_peer);
+  if (options.receive_spin < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("receive_spin must not be negative");
+  }
+  auto endpoint =
+      std::make_unique<TcpEndpoint>(std::move(listener), std::move(wake), address, options);
   endpoint->Start();
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }

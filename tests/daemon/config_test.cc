@@ -1,0 +1,38 @@
+#include "daemon/config.h"
+
+#include <string>
+
+#include "common/options.h"
+#include "gtest/gtest.h"
+
+namespace baton::daemon {
+namespace {
+
+absl::Status Configure(Config& config, const std::string& name, const std::string& value) {
+  OptionSet options;
+  RegisterOptions(options, config);
+  if (absl::Status set = options.Set(name, value); !set.ok()) return set;
+  return FinalizeConfig(config);
+}
+
+TEST(ConfigTest, TheSpinsAreSetByFlagAndBoundedToAMillisecond) {
+  for (const std::string name : {"submit-spin", "receive_spin"}) {
+    Config config;
+    ASSERT_TRUE(Configure(config, name, "500us").ok()) << name;
+    EXPECT_EQ(name == "submit-spin" ? config.submit_spin : config.receive_spin,
+              absl::Microseconds(500));
+    Config too_long;
+    const absl::Status status = Configure(too_long, name, "2ms");
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_NE(status.message().find("between 0 and 1ms"), std::string::npos) << status;
+    Config negative;  // the duration parser already refuses it
+    EXPECT_EQ(Configure(negative, name, "-1us").code(), absl::StatusCode::kInvalidArgument);
+  }
+  Config defaults;
+  ASSERT_TRUE(FinalizeConfig(defaults).ok());
+  EXPECT_EQ(defaults.submit_spin, absl::Microseconds(20));
+  EXPECT_EQ(defaults.receive_spin, absl::Microseconds(200));
+}
+
+}  // namespace
+}  // namespace baton::daemon
