@@ -192,8 +192,10 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
     for (const CallOptions& call : calls) {
       for (int64_t i = 0; i < options.warmup_iters; ++i) BATON_RETURN_IF_ERROR(run(call));
     }
-    // Iteration by iteration, every requested algorithm in turn.
+    // Iteration by iteration, every requested algorithm in turn; `ran` is what each call ran
+    // last (what "auto" chose).
     std::vector<std::vector<double>> times(calls.size());
+    std::vector<std::string> ran(calls.size());
     for (int64_t i = 0; i < std::max<int64_t>(1, options.iters); ++i) {
       for (size_t a = 0; a < calls.size(); ++a) {
         // Start every algorithm's iteration together: without the (untimed) barrier, the
@@ -204,6 +206,7 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
         const absl::Time start = absl::Now();
         BATON_RETURN_IF_ERROR(run(calls[a]));
         times[a].push_back(absl::ToDoubleSeconds(absl::Now() - start));
+        ran[a] = (*comm)->last_algorithm();
       }
     }
     for (size_t a = 0; a < calls.size(); ++a) {
@@ -220,6 +223,7 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
       if (options.check) {
         std::memset(recv, 0xA5, max_elements * element);  // a stale result must not pass
         BATON_RETURN_IF_ERROR(run(calls[a]));
+        ran[a] = (*comm)->last_algorithm();
         switch (*op) {
           case Collective::kAllReduce:
             for (size_t i = 0; i < count; ++i)
@@ -261,8 +265,7 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
         }
       }
       std::printf("RESULT %lld %zu %.9f %lld %s %s\n", static_cast<long long>(bytes), count,
-                  seconds, static_cast<long long>(wrong), (*comm)->last_algorithm().c_str(),
-                  requested[a].c_str());
+                  seconds, static_cast<long long>(wrong), ran[a].c_str(), requested[a].c_str());
       std::fflush(stdout);
     }
     if (*op == Collective::kBarrier) break;  // one row: a barrier has no size

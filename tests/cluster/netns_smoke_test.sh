@@ -66,4 +66,18 @@ for ((i = 0; i < hosts; i++)); do
   [ "$sent" -ge $((iters * max_bytes)) ] ||
     fail "host$i's veth sent only $sent bytes; expected at least $((iters * max_bytes))"
 done
+
+# Comparing algorithms: the "auto" column names what the daemons chose, which is the tuner's
+# prediction (--explain, same communicator), not whichever algorithm ran last (ring, which no
+# tuner picks for 8 bytes on 3 daemons).
+"$baton" bench --cluster "$dir" -b 8 -e 8 -n 3 -w 1 -c 0 --ranks-per-daemon 1 --explain \
+  --algorithm auto,doubling,ring >"$dir/compare.txt" 2>&1 || {
+  cat "$dir/compare.txt"
+  fail "baton bench --algorithm auto,doubling,ring failed"
+}
+cat "$dir/compare.txt"
+read -r chose predicted < <(awk '!/^#/ && NF > 3 && $1 == 8 { print $3, $NF }' "$dir/compare.txt")
+[ -n "${chose:-}" ] || fail "no 8-byte row in the comparison"
+[ "$chose" = "$predicted" ] ||
+  fail "the auto column says $chose ran, but the tuner chose $predicted"
 echo "PASS"
