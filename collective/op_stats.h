@@ -66,6 +66,11 @@ class TimingEndpoint final : public transport::Endpoint {
     PhaseTimer timer(&stats_->transport);
     return inner_->Send(peer, tag, data, deadline);
   }
+  absl::Status SendAll(const std::string& peer, std::span<const transport::OutMessage> messages,
+                       absl::Time deadline) override {
+    PhaseTimer timer(&stats_->transport);
+    return inner_->SendAll(peer, messages, deadline);
+  }
   std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
                                                   const transport::Tag& tag,
                                                   transport::ByteSpan data, absl::Time deadline,

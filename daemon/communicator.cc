@@ -324,24 +324,30 @@ absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRe
           " called ", Describe(first), ", rank ", local_ranks_[i], " called ", Describe(parts[i])));
     }
   }
-  if (plan_.daemons.size() == 1) return RunOperation(seq, parts, stats, algorithm_name);
+  if (plan_.daemons.size() == 1) {
+    return RunOperation(seq, parts, endpoint_, stats, algorithm_name);
+  }
+  // The signature rides with the operation's first message to the next daemon when that comes
+  // before the operation waits for anything; else it goes alone.
+  transport::PiggybackEndpoint piggyback(endpoint_);
   PeerCheck check;
   {
     collective::PhaseTimer timer(&stats.transport);
-    BATON_RETURN_IF_ERROR(StartPeerCheck(seq, first, check));
+    BATON_RETURN_IF_ERROR(StartPeerCheck(seq, first, piggyback, check));
   }
-  absl::StatusOr<std::string> result = RunOperation(seq, parts, stats, algorithm_name);
+  absl::StatusOr<std::string> result = RunOperation(seq, parts, &piggyback, stats, algorithm_name);
   collective::PhaseTimer timer(&stats.transport);
-  BATON_RETURN_IF_ERROR(FinishPeerCheck(seq, check, result.status()));
+  BATON_RETURN_IF_ERROR(FinishPeerCheck(seq, piggyback, check, result.status()));
   return result;
 }
 
 absl::StatusOr<std::string> Communicator::RunOperation(uint64_t seq, std::vector<OpRequest>& parts,
+                                                       transport::Endpoint* endpoint,
                                                        collective::OpStats& stats,
                                                        std::string& algorithm_name) {
   const OpRequest& first = parts.front();
   const bool across = plan_.daemons.size() > 1;
-  collective::TimingEndpoint timed(endpoint_, &stats);
+  collective::TimingEndpoint timed(endpoint, &stats);
   collective::OpContext ctx;
   ctx.endpoint = &timed;
   ctx.stats = &stats;
@@ -694,7 +700,20 @@ bool Communicator::BlockRegular() const {
   return true;
 }
 
+CheckNeighbours SignatureCheckNeighbours(int self, int size) {
+  if (size < 4 || (size & (size - 1)) != 0) {
+    return CheckNeighbours{(self + 1) % size, (self + size - 1) % size};
+  }
+  // The reflected Gray code g(i) = i ^ (i >> 1) visits every position, and consecutive codes
+  // (the last and the first included) differ in one bit. i is the inverse of g at `self`.
+  auto gray = [](int i) { return i ^ (i >> 1); };
+  int i = self;
+  for (int shift = 1; shift < 32; shift <<= 1) i ^= i >> shift;
+  return CheckNeighbours{gray((i + 1) % size), gray((i + size - 1) % size)};
+}
+
 absl::Status Communicator::StartPeerCheck(uint64_t seq, const OpRequest& mine,
+                                          transport::PiggybackEndpoint& piggyback,
                                           PeerCheck& check) const {
   // Each daemon tells the next one on the ring what its ranks called. If any two daemons
   // disagree, some neighbouring pair does, and the daemon that sees it fails the operation (and
@@ -702,9 +721,10 @@ absl::Status Communicator::StartPeerCheck(uint64_t seq, const OpRequest& mine,
   // mismatched data or waiting for messages that never come. The operation does not wait for
   // the exchange: the signature's arrival is checked as it lands, and a disagreement aborts this
   // daemon's transport for the communicator at once, so the operation stops wherever it waits.
-  const int size = static_cast<int>(plan_.daemons.size());
-  const PlanDaemon& next = plan_.daemons[(self_ + 1) % size];
-  const PlanDaemon& prev = plan_.daemons[(self_ + size - 1) % size];
+  const CheckNeighbours neighbours =
+      SignatureCheckNeighbours(self_, static_cast<int>(plan_.daemons.size()));
+  const PlanDaemon& next = plan_.daemons[neighbours.next];
+  const PlanDaemon& prev = plan_.daemons[neighbours.prev];
   const transport::Tag tag{plan_.comm_tag, seq, kSignatureStep, 0};
   const absl::Time deadline = absl::Now() + options_.op_timeout;
   check.own = Signature::Of(mine);
@@ -723,16 +743,18 @@ absl::Status Communicator::StartPeerCheck(uint64_t seq, const OpRequest& mine,
       prev.member.data_address, tag,
       transport::ByteSpan(reinterpret_cast<std::byte*>(&check.theirs), sizeof(check.theirs)),
       deadline, arrived);
-  const absl::Status sent = endpoint_->Send(
+  const absl::Status held = piggyback.Hold(
       next.member.data_address, tag,
       transport::ConstByteSpan(reinterpret_cast<const std::byte*>(&check.own), sizeof(check.own)),
       deadline);
-  if (!sent.ok()) return PeerCheckError(seq, sent);
+  if (!held.ok()) return PeerCheckError(seq, held);
   return absl::OkStatus();
 }
 
-absl::Status Communicator::FinishPeerCheck(uint64_t seq, PeerCheck& check,
-                                           const absl::Status& outcome) const {
+absl::Status Communicator::FinishPeerCheck(uint64_t seq, transport::PiggybackEndpoint& piggyback,
+                                           PeerCheck& check, const absl::Status& outcome) const {
+  // The next daemon waits for this signature even when this daemon's operation failed.
+  const absl::Status flushed = piggyback.Flush();
   if (!outcome.ok()) {
     // A disagreement explains the failure better than whatever it caused; otherwise the
     // operation's own error stands, without waiting for a signature that may never come.
@@ -741,6 +763,7 @@ absl::Status Communicator::FinishPeerCheck(uint64_t seq, PeerCheck& check,
     }
     return outcome;
   }
+  if (!flushed.ok()) return PeerCheckError(seq, flushed);
   const absl::Status received = check.recv->Wait();
   if (!received.ok()) return PeerCheckError(seq, received);
   return check.disagreement;

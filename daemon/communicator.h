@@ -29,6 +29,7 @@
 #include "collective/op_context.h"
 #include "collective/tuner.h"
 #include "daemon/plan.h"
+#include "transport/piggyback_endpoint.h"
 #include "transport/transport.h"
 
 namespace baton::daemon {
@@ -77,6 +78,19 @@ struct CommunicatorOptions {
   // Told about every operation; may be null.
   OpObserver* observer = nullptr;
 };
+
+// The daemons (plan positions) that daemon `self` of `size` sends its operations' signatures to
+// and receives them from: one cycle through all daemons, so that if any two disagree, some
+// neighbouring pair does. With a power-of-two number of daemons (4 or more) it is the reflected
+// Gray code order, in which neighbours differ in one bit of their position: each daemon's next is
+// a partner of the pairwise all-reduces (doubling, halving-doubling), so the signature rides with
+// the operation's first message for half of the daemons, and the others' arrives on a connection
+// the operation reads anyway. Otherwise the ring order.
+struct CheckNeighbours {
+  int next = 0;
+  int prev = 0;
+};
+CheckNeighbours SignatureCheckNeighbours(int self, int size);
 
 class Communicator {
  public:
@@ -173,15 +187,20 @@ class Communicator {
   // Slab k's context: its own range of tag steps (collective::OpContext::first_step).
   static collective::OpContext SlabContext(const collective::OpContext& ctx, size_t slab);
   // The operation's signature exchange with the ring neighbours, overlapped with the operation:
-  // StartPeerCheck sends this daemon's signature and posts the receive of the previous one's;
-  // FinishPeerCheck, after the operation (whose outcome it is given), waits for that signature
-  // and returns FailedPrecondition describing both sides if they differ. A disagreement also
-  // aborts the communicator's transport the moment it arrives, so a running operation stops.
+  // StartPeerCheck posts the receive of the previous daemon's signature and gives this daemon's
+  // to `piggyback`, the operation's endpoint, which sends it with the operation's first message
+  // to the next daemon, or alone before the operation first waits; FinishPeerCheck, after the
+  // operation (whose outcome it is given), makes sure it went, waits for the previous one's and
+  // returns FailedPrecondition describing both sides if they differ. A disagreement also aborts
+  // the communicator's transport the moment it arrives, so a running operation stops.
   struct PeerCheck;
-  absl::Status StartPeerCheck(uint64_t seq, const OpRequest& mine, PeerCheck& check) const;
-  absl::Status FinishPeerCheck(uint64_t seq, PeerCheck& check, const absl::Status& outcome) const;
-  // Runs an operation whose local ranks agree (Execute's work after the checks).
+  absl::Status StartPeerCheck(uint64_t seq, const OpRequest& mine,
+                              transport::PiggybackEndpoint& piggyback, PeerCheck& check) const;
+  absl::Status FinishPeerCheck(uint64_t seq, transport::PiggybackEndpoint& piggyback,
+                               PeerCheck& check, const absl::Status& outcome) const;
+  // Runs an operation whose local ranks agree (Execute's work after the checks) over `endpoint`.
   absl::StatusOr<std::string> RunOperation(uint64_t seq, std::vector<OpRequest>& parts,
+                                           transport::Endpoint* endpoint,
                                            collective::OpStats& stats, std::string& algorithm_name);
   // A transport error of the signature exchange, annotated with the operation and this node.
   absl::Status PeerCheckError(uint64_t seq, const absl::Status& status) const;

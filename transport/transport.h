@@ -38,6 +38,15 @@ struct Tag {
 // Renders a tag for error messages: "comm 0123abcd op 7 step 2 part 0".
 std::string TagToString(const Tag& tag);
 
+// One message of Endpoint::SendAll.
+struct OutMessage {
+  Tag tag;
+  ConstByteSpan data;
+};
+
+// InvalidArgument unless `messages` (to `peer`) all belong to one communicator, as SendAll needs.
+absl::Status CheckSendAll(const std::string& peer, std::span<const OutMessage> messages);
+
 // Counters of one link (this endpoint <-> one peer). Bytes include framing.
 struct LinkStats {
   std::string peer;  // the peer endpoint's address
@@ -86,6 +95,14 @@ class Endpoint {
   // when tag.comm has been aborted.
   virtual absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                             absl::Time deadline) = 0;
+
+  // Sends `messages` to `peer` in order, as Send would one after the other; they must belong to
+  // one communicator (InvalidArgument otherwise, before anything is sent). A transport may hand
+  // them over together: TCP writes them with one system call, so that a small message travels in
+  // the segment of the next one instead of costing a packet of its own. Errors as Send's, naming
+  // the last message; after an error some of the messages may have been sent.
+  virtual absl::Status SendAll(const std::string& peer, std::span<const OutMessage> messages,
+                               absl::Time deadline);
 
   // Receives the message tagged `tag` from `peer` into `data`, which must be exactly as long as the
   // message. Errors: FailedPrecondition when the lengths differ (both are named) or a receive

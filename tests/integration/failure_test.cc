@@ -211,6 +211,34 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
       EXPECT_NE(status.message().find("called different collectives"), std::string::npos) << status;
     }
   }
+  // Across four daemons, where the signatures travel in Gray code order (daemon 1 tells 3, 3
+  // tells 2): the last daemon's ranks call a barrier, the others a small all-reduce (doubling).
+  {
+    TestCluster four(4);
+    ASSERT_TRUE(four.ok());
+    const std::string id = *MustConnect(four.daemons()[0].socket)->CreateCommId();
+    std::vector<absl::Status> results(4);
+    std::vector<std::thread> ranks;
+    const absl::Time start = absl::Now();
+    for (int rank = 0; rank < 4; ++rank) {
+      ranks.emplace_back([&, rank] {
+        std::unique_ptr<Client> client = MustConnect(four.daemons()[rank].socket);
+        auto comm = client->Join(id, 4, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        std::vector<float> data(100, 1.0f);
+        results[rank] =
+            rank == 3 ? (*comm)->Barrier(absl::Seconds(20))
+                      : (*comm)->AllReduce(data.data(), data.data(), data.size(),
+                                           DataType::kFloat32, ReduceOp::kSum, absl::Seconds(20));
+      });
+    }
+    for (auto& t : ranks) t.join();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "well before the 20 s timeout";
+    for (const absl::Status& status : results) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+      EXPECT_NE(status.message().find("called different collectives"), std::string::npos) << status;
+    }
+  }
   // Within one daemon: two local ranks disagree on the count.
   {
     const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();

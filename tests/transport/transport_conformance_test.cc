@@ -144,6 +144,38 @@ TEST_P(TransportConformanceTest, SmallMessage) {
   EXPECT_EQ(received, sent);
 }
 
+// SendAll hands several messages over at once; each arrives as if sent alone, the receives
+// posted before and after.
+TEST_P(TransportConformanceTest, SendAllDeliversEveryMessage) {
+  MakeEndpoints(2);
+  const std::vector<std::byte> small = Pattern(32, 1), large = Pattern(size_t{3} << 20, 2);
+  const Tag a{.comm = 5, .seq = 1, .step = 0xFFFFFFFFu}, b{.comm = 5, .seq = 1, .step = 0},
+      c{.comm = 5, .seq = 1, .step = 1};
+  std::vector<std::byte> got_small(small.size()), got_large(large.size());
+  std::unique_ptr<PostedRecv> posted = ep(1).PostRecv(addr(0), b, got_large, Deadline(), nullptr);
+  const OutMessage messages[] = {{a, small}, {b, large}, {c, {}}};
+  ASSERT_OK(ep(0).SendAll(addr(1), messages, Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(0), a, got_small, Deadline()));
+  ASSERT_OK(posted->Wait());
+  ASSERT_OK(ep(1).Recv(addr(0), c, {}, Deadline()));
+  EXPECT_EQ(got_small, small);
+  EXPECT_EQ(got_large, large);
+  EXPECT_TRUE(WaitUntil([&] { return StatsFor(ep(0), addr(1)).tx_messages == 3; }));
+  EXPECT_OK(ep(0).SendAll(addr(1), {}, Deadline()));
+}
+
+TEST_P(TransportConformanceTest, SendAllOfTwoCommunicatorsIsRefusedBeforeAnythingIsSent) {
+  MakeEndpoints(2);
+  const std::vector<std::byte> data = Pattern(8, 3);
+  const Tag first{.comm = 5, .seq = 1}, other{.comm = 6, .seq = 1};
+  const OutMessage messages[] = {{first, data}, {other, data}};
+  const absl::Status status = ep(0).SendAll(addr(1), messages, Deadline());
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  std::vector<std::byte> received(data.size());
+  EXPECT_EQ(ep(1).Recv(addr(0), first, received, Deadline(absl::Milliseconds(200))).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST_P(TransportConformanceTest, LargeMessagesPostedBeforeAndAfterArrival) {
   MakeEndpoints(2);
   constexpr size_t kSize = size_t{64} << 20;

@@ -18,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -93,6 +94,8 @@ class TcpEndpoint final : public Endpoint {
   std::string address() const override { return address_; }
   absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                     absl::Time deadline) override;
+  absl::Status SendAll(const std::string& peer, std::span<const OutMessage> messages,
+                       absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
                                        absl::Time deadline, ArrivalCallback on_arrival) override;
   void Abort(uint64_t comm, const absl::Status& reason) override;
@@ -692,10 +695,24 @@ absl::StatusOr<std::string> TcpEndpoint::ReadHello(int fd) {
 
 absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                                absl::Time deadline) {
-  if (data.size() > kMaxFramePayloadBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("message of ", data.size(), " bytes to peer ", peer, " (", TagToString(tag),
-                     ") exceeds the frame limit of ", kMaxFramePayloadBytes, " bytes"));
+  const OutMessage message{tag, data};
+  return SendAll(peer, std::span(&message, 1), deadline);
+}
+
+absl::Status TcpEndpoint::SendAll(const std::string& peer, std::span<const OutMessage> messages,
+                                  absl::Time deadline) {
+  if (messages.empty()) return absl::OkStatus();
+  BATON_RETURN_IF_ERROR(CheckSendAll(peer, messages));
+  const Tag& tag = messages.back().tag;  // the one errors name
+  size_t total = 0;
+  for (const OutMessage& message : messages) {
+    if (message.data.size() > kMaxFramePayloadBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message of ", message.data.size(), " bytes to peer ", peer, " (",
+                       TagToString(message.tag), ") exceeds the frame limit of ",
+                       kMaxFramePayloadBytes, " bytes"));
+    }
+    total += kFrameHeaderBytes + message.data.size();
   }
   BATON_ASSIGN_OR_RETURN(std::shared_ptr<Conn> stream, AcquireStream(peer, tag, deadline));
   const int fd = stream->fd.get();
@@ -713,13 +730,19 @@ absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByt
     return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
                                                TagToString(tag), "): peer closed the connection"));
   }
-  std::array<std::byte, kFrameHeaderBytes> header;
-  EncodeFrameHeader(FrameHeader{FrameType::kData, tag, data.size()}, header);
-  std::array<iovec, 2> iov{iovec{header.data(), header.size()},
-                           iovec{const_cast<std::byte*>(data.data()), data.size()}};
+  // Every frame's header and payload, in one write.
+  absl::InlinedVector<std::array<std::byte, kFrameHeaderBytes>, 2> headers(messages.size());
+  absl::InlinedVector<iovec, 4> iov;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    EncodeFrameHeader(FrameHeader{FrameType::kData, messages[i].tag, messages[i].data.size()},
+                      headers[i]);
+    iov.push_back(iovec{headers[i].data(), headers[i].size()});
+    iov.push_back(iovec{const_cast<std::byte*>(messages[i].data.data()), messages[i].data.size()});
+  }
   size_t written = 0;
   const absl::Status status = WriteFull(
-      fd, iov, deadline, [this, &tag] { return SendCancelled(tag.comm); }, &written);
+      fd, std::span(iov.data(), iov.size()), deadline,
+      [this, &tag] { return SendCancelled(tag.comm); }, &written);
   // A frame cut short leaves the stream unusable, and so does a socket error; a frame that was
   // never started because the deadline passed or the communicator was aborted does not.
   ReleaseStream(peer, stream,
@@ -727,8 +750,11 @@ absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByt
                                 (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status))));
   {
     absl::MutexLock lock(&mu_);
-    CountSendLocked(peer, data.size(), status.ok());
-    if (status.ok()) return absl::OkStatus();
+    if (status.ok()) {
+      for (const OutMessage& message : messages) CountSendLocked(peer, message.data.size(), true);
+      return absl::OkStatus();
+    }
+    CountSendLocked(peer, 0, false);
     if (absl::IsCancelled(status)) {
       absl::Status blocking = SendBlockingErrorLocked(tag.comm);
       if (!blocking.ok()) return blocking;
@@ -736,8 +762,8 @@ absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByt
   }
   const std::string context = absl::StrCat("send to peer ", peer, " (", TagToString(tag), ")");
   if (absl::IsDeadlineExceeded(status)) {
-    return absl::DeadlineExceededError(absl::StrCat(context, " timed out after ", written, " of ",
-                                                    header.size() + data.size(), " bytes"));
+    return absl::DeadlineExceededError(
+        absl::StrCat(context, " timed out after ", written, " of ", total, " bytes"));
   }
   return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
                                              TagToString(tag), "): ", status.message()));

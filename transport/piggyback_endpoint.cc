@@ -1,0 +1,82 @@
+#include "transport/piggyback_endpoint.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "common/status_macros.h"
+
+namespace baton::transport {
+namespace {
+
+// A receive that sends the endpoint's held message before it waits.
+class FlushingRecv final : public PostedRecv {
+ public:
+  FlushingRecv(PiggybackEndpoint* endpoint, std::unique_ptr<PostedRecv> inner)
+      : endpoint_(endpoint), inner_(std::move(inner)) {}
+  absl::Status Wait() override {
+    if (!inner_->Test()) BATON_RETURN_IF_ERROR(endpoint_->Flush());
+    return inner_->Wait();
+  }
+  bool Test() override { return inner_->Test(); }
+
+ private:
+  PiggybackEndpoint* const endpoint_;
+  const std::unique_ptr<PostedRecv> inner_;
+};
+
+}  // namespace
+
+std::optional<PiggybackEndpoint::Held> PiggybackEndpoint::Take() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(held_, std::nullopt);
+}
+
+absl::Status PiggybackEndpoint::Hold(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                                     absl::Time deadline) {
+  BATON_RETURN_IF_ERROR(Flush());
+  absl::MutexLock lock(&mu_);
+  held_ = Held{peer, tag, std::vector<std::byte>(data.begin(), data.end()), deadline};
+  return absl::OkStatus();
+}
+
+absl::Status PiggybackEndpoint::Flush() {
+  std::optional<Held> held = Take();
+  if (!held.has_value()) return absl::OkStatus();
+  return inner_->Send(held->peer, held->tag, held->data, held->deadline);
+}
+
+absl::Status PiggybackEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                                     absl::Time deadline) {
+  const OutMessage message{tag, data};
+  return SendAll(peer, std::span(&message, 1), deadline);
+}
+
+absl::Status PiggybackEndpoint::SendAll(const std::string& peer,
+                                        std::span<const OutMessage> messages, absl::Time deadline) {
+  std::optional<Held> held = Take();
+  if (held.has_value() && held->peer == peer && !messages.empty() &&
+      held->tag.comm == messages.front().tag.comm) {
+    absl::InlinedVector<OutMessage, 3> all;
+    all.push_back(OutMessage{held->tag, held->data});
+    all.insert(all.end(), messages.begin(), messages.end());
+    return inner_->SendAll(peer, std::span(all.data(), all.size()),
+                           std::min(deadline, held->deadline));
+  }
+  if (held.has_value()) {
+    BATON_RETURN_IF_ERROR(inner_->Send(held->peer, held->tag, held->data, held->deadline));
+  }
+  if (messages.size() == 1) {
+    return inner_->Send(peer, messages.front().tag, messages.front().data, deadline);
+  }
+  return inner_->SendAll(peer, messages, deadline);
+}
+
+std::unique_ptr<PostedRecv> PiggybackEndpoint::PostRecv(const std::string& peer, const Tag& tag,
+                                                        ByteSpan data, absl::Time deadline,
+                                                        ArrivalCallback on_arrival) {
+  return std::make_unique<FlushingRecv>(
+      this, inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival)));
+}
+
+}  // namespace baton::transport

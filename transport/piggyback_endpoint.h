@@ -1,0 +1,61 @@
+#pragma once
+
+// An endpoint that holds one small message back until it can travel with the next message to the
+// same peer (one SendAll), so that it costs no packet of its own: an operation's signature, sent
+// to the next daemon on the ring, rides with the operation's first message to that daemon. The
+// held message goes out alone before anything that may wait: a send to another peer, a wait for
+// a receive, Flush. Holding it therefore delays it only while the caller computes, and nobody can
+// wait for it forever. Thread-safe.
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "transport/transport.h"
+
+namespace baton::transport {
+
+class PiggybackEndpoint final : public Endpoint {
+ public:
+  // `inner` must outlive this endpoint.
+  explicit PiggybackEndpoint(Endpoint* inner) : inner_(inner) {}
+
+  // Holds a copy of `data` for `peer`. A message held already is sent first (its error returns).
+  absl::Status Hold(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                    absl::Time deadline);
+  // Sends the held message, if any, on its own.
+  absl::Status Flush();
+
+  std::string address() const override { return inner_->address(); }
+  absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                    absl::Time deadline) override;
+  absl::Status SendAll(const std::string& peer, std::span<const OutMessage> messages,
+                       absl::Time deadline) override;
+  // The receive flushes before its Wait blocks.
+  std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
+                                       absl::Time deadline, ArrivalCallback on_arrival) override;
+  void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
+  void Forget(uint64_t comm) override { inner_->Forget(comm); }
+  std::vector<LinkStats> Stats() const override { return inner_->Stats(); }
+
+ private:
+  struct Held {
+    std::string peer;
+    Tag tag;
+    std::vector<std::byte> data;
+    absl::Time deadline;
+  };
+  std::optional<Held> Take() ABSL_LOCKS_EXCLUDED(mu_);
+
+  Endpoint* const inner_;
+  absl::Mutex mu_;
+  std::optional<Held> held_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace baton::transport
