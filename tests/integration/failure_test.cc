@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -127,139 +128,97 @@ TEST(FailureTest, ARankThatExitsWithoutDestroyFailsItsPeersInsteadOfHangingThem)
 namespace baton {
 namespace {
 
+// Runs the `world` ranks of a new communicator, rank r on daemon r (or all on daemon 0 with
+// `one_daemon`), each making `call`; returns their statuses, in rank order.
+std::vector<absl::Status> RunRanks(TestCluster& cluster, int world, bool one_daemon,
+                                   const std::function<absl::Status(Communicator&, int)>& call) {
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  std::vector<absl::Status> results(world);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < world; ++rank) {
+    ranks.emplace_back([&, rank] {
+      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[one_daemon ? 0 : rank].socket);
+      auto comm = client->Join(id, world, rank, absl::Seconds(30));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      results[rank] = call(**comm, rank);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  return results;
+}
+
+// Every rank fails with FailedPrecondition naming the disagreement, well before the calls' 20 s
+// timeout (where the operations themselves would wait for messages that never come).
+void ExpectPromptDisagreement(const std::vector<absl::Status>& results, absl::Time start) {
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "well before the 20 s timeout";
+  for (const absl::Status& status : results) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_NE(status.message().find("called different collectives"), std::string::npos) << status;
+  }
+}
+
 TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescribingBothSides) {
   TestCluster cluster(2);
   ASSERT_TRUE(cluster.ok());
   // Across daemons: same byte count, different element type (silent corruption if unchecked).
-  {
-    const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
-    std::vector<absl::Status> results(2);
-    std::vector<std::thread> ranks;
-    for (int rank = 0; rank < 2; ++rank) {
-      ranks.emplace_back([&, rank] {
-        std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
-        auto comm = client->Join(id, 2, rank, absl::Seconds(30));
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        std::vector<float> data(100, 1.0f);
-        results[rank] = (*comm)->AllReduce(data.data(), data.data(), data.size(),
-                                           rank == 0 ? DataType::kFloat32 : DataType::kInt32,
-                                           ReduceOp::kSum, absl::Seconds(20));
-      });
-    }
-    for (auto& t : ranks) t.join();
-    for (const absl::Status& status : results) {
-      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-      EXPECT_NE(status.message().find("all_reduce(float32, sum, count 100)"), std::string::npos)
-          << status;
-      EXPECT_NE(status.message().find("all_reduce(int32, sum, count 100)"), std::string::npos)
-          << status;
-    }
+  for (const absl::Status& status :
+       RunRanks(cluster, 2, /*one_daemon=*/false, [](Communicator&comm, int rank) {
+         std::vector<float> data(100, 1.0f);
+         return comm.AllReduce(data.data(), data.data(), data.size(),
+                               rank == 0 ? DataType::kFloat32 : DataType::kInt32, ReduceOp::kSum,
+                               absl::Seconds(20));
+       })) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_NE(status.message().find("all_reduce(float32, sum, count 100)"), std::string::npos)
+        << status;
+    EXPECT_NE(status.message().find("all_reduce(int32, sum, count 100)"), std::string::npos)
+        << status;
   }
   // Across daemons, calls that both wait to hear from the other first (a broadcast from rank 1,
   // a reduce to rank 1): only the signature can stop them before their 20 s timeout.
-  {
-    const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
-    std::vector<absl::Status> results(2);
-    std::vector<std::thread> ranks;
-    const absl::Time start = absl::Now();
-    for (int rank = 0; rank < 2; ++rank) {
-      ranks.emplace_back([&, rank] {
-        std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
-        auto comm = client->Join(id, 2, rank, absl::Seconds(30));
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        std::vector<float> data(100, 1.0f), out(100);
-        results[rank] =
-            rank == 0 ? (*comm)->Broadcast(data.data(), out.data(), data.size(), DataType::kFloat32,
-                                           1, absl::Seconds(20))
-                      : (*comm)->Reduce(data.data(), out.data(), data.size(), DataType::kFloat32,
-                                        ReduceOp::kSum, 1, absl::Seconds(20));
-      });
-    }
-    for (auto& t : ranks) t.join();
-    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "well before the 20 s timeout";
-    for (const absl::Status& status : results) {
-      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-      EXPECT_NE(status.message().find("called different collectives"), std::string::npos) << status;
-    }
-  }
+  absl::Time start = absl::Now();
+  ExpectPromptDisagreement(
+      RunRanks(cluster, 2, /*one_daemon=*/false,
+               [](Communicator& comm, int rank) {
+                 std::vector<float> data(100, 1.0f), out(100);
+                 return rank == 0
+                            ? comm.Broadcast(data.data(), out.data(), data.size(),
+                                             DataType::kFloat32, 1, absl::Seconds(20))
+                            : comm.Reduce(data.data(), out.data(), data.size(), DataType::kFloat32,
+                                          ReduceOp::kSum, 1, absl::Seconds(20));
+               }),
+      start);
   // Across three daemons, calls whose messages never meet (a barrier, a small all-reduce that
-  // runs as doubling, a large one that runs as a ring): the disagreement must stop every
-  // operation promptly, not at its 20 s timeout.
-  {
-    TestCluster three(3);
-    ASSERT_TRUE(three.ok());
-    const std::string id = *MustConnect(three.daemons()[0].socket)->CreateCommId();
-    std::vector<absl::Status> results(3);
-    std::vector<std::thread> ranks;
-    const absl::Time start = absl::Now();
-    for (int rank = 0; rank < 3; ++rank) {
-      ranks.emplace_back([&, rank] {
-        std::unique_ptr<Client> client = MustConnect(three.daemons()[rank].socket);
-        auto comm = client->Join(id, 3, rank, absl::Seconds(30));
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        std::vector<float> data(rank == 2 ? (size_t{4} << 20) : 100, 1.0f);
-        results[rank] =
-            rank == 0 ? (*comm)->Barrier(absl::Seconds(20))
-                      : (*comm)->AllReduce(data.data(), data.data(), data.size(),
-                                           DataType::kFloat32, ReduceOp::kSum, absl::Seconds(20));
-      });
-    }
-    for (auto& t : ranks) t.join();
-    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "well before the 20 s timeout";
-    for (const absl::Status& status : results) {
-      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-      EXPECT_NE(status.message().find("called different collectives"), std::string::npos) << status;
-    }
-  }
-  // Across four daemons, where the signatures travel in Gray code order (daemon 1 tells 3, 3
-  // tells 2): the last daemon's ranks call a barrier, the others a small all-reduce (doubling).
-  {
-    TestCluster four(4);
-    ASSERT_TRUE(four.ok());
-    const std::string id = *MustConnect(four.daemons()[0].socket)->CreateCommId();
-    std::vector<absl::Status> results(4);
-    std::vector<std::thread> ranks;
-    const absl::Time start = absl::Now();
-    for (int rank = 0; rank < 4; ++rank) {
-      ranks.emplace_back([&, rank] {
-        std::unique_ptr<Client> client = MustConnect(four.daemons()[rank].socket);
-        auto comm = client->Join(id, 4, rank, absl::Seconds(30));
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        std::vector<float> data(100, 1.0f);
-        results[rank] =
-            rank == 3 ? (*comm)->Barrier(absl::Seconds(20))
-                      : (*comm)->AllReduce(data.data(), data.data(), data.size(),
-                                           DataType::kFloat32, ReduceOp::kSum, absl::Seconds(20));
-      });
-    }
-    for (auto& t : ranks) t.join();
-    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "well before the 20 s timeout";
-    for (const absl::Status& status : results) {
-      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-      EXPECT_NE(status.message().find("called different collectives"), std::string::npos) << status;
-    }
+  // runs as doubling, a large one that runs as a ring), and across four, where the signatures
+  // travel in Gray code order (daemon 1 tells 3, 3 tells 2; a barrier on the last daemon, a
+  // small all-reduce on the others): the disagreement must stop every operation promptly.
+  for (const int daemons : {3, 4}) {
+    TestCluster many(daemons);
+    ASSERT_TRUE(many.ok());
+    start = absl::Now();
+    ExpectPromptDisagreement(
+        RunRanks(many, daemons, /*one_daemon=*/false,
+                 [daemons](Communicator& comm, int rank) {
+                   const bool large = daemons == 3 && rank == 2;
+                   std::vector<float> data(large ? (size_t{4} << 20) : 100, 1.0f);
+                   return rank == (daemons == 3 ? 0 : 3)
+                              ? comm.Barrier(absl::Seconds(20))
+                              : comm.AllReduce(data.data(), data.data(), data.size(),
+                                               DataType::kFloat32, ReduceOp::kSum,
+                                               absl::Seconds(20));
+                 }),
+        start);
   }
   // Within one daemon: two local ranks disagree on the count.
-  {
-    const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
-    std::vector<absl::Status> results(2);
-    std::vector<std::thread> ranks;
-    for (int rank = 0; rank < 2; ++rank) {
-      ranks.emplace_back([&, rank] {
-        std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
-        auto comm = client->Join(id, 2, rank, absl::Seconds(30));
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        std::vector<float> data(100, 1.0f);
-        results[rank] = (*comm)->AllReduce(data.data(), data.data(), rank == 0 ? 100 : 50,
-                                           DataType::kFloat32, ReduceOp::kMax, absl::Seconds(20));
-      });
-    }
-    for (auto& t : ranks) t.join();
-    for (const absl::Status& status : results) {
-      EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
-      EXPECT_NE(status.message().find("count 100"), std::string::npos) << status;
-      EXPECT_NE(status.message().find("count 50"), std::string::npos) << status;
-    }
+  for (const absl::Status& status :
+       RunRanks(cluster, 2, /*one_daemon=*/true, [](Communicator&comm, int rank) {
+         std::vector<float> data(100, 1.0f);
+         return comm.AllReduce(data.data(), data.data(), rank == 0 ? 100 : 50, DataType::kFloat32,
+                               ReduceOp::kMax, absl::Seconds(20));
+       })) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_NE(status.message().find("count 100"), std::string::npos) << status;
+    EXPECT_NE(status.message().find("count 50"), std::string::npos) << status;
   }
 }
 
