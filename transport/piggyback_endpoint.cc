@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
-#include "absl/container/inlined_vector.h"
 #include "common/status_macros.h"
 
 namespace baton::transport {
@@ -57,7 +57,8 @@ absl::Status PiggybackEndpoint::SendAll(const std::string& peer,
   std::optional<Held> held = Take();
   if (held.has_value() && held->peer == peer && !messages.empty() &&
       held->tag.comm == messages.front().tag.comm) {
-    absl::InlinedVector<OutMessage, 3> all;
+    std::vector<OutMessage> all;
+    all.reserve(1 + messages.size());
     all.push_back(OutMessage{held->tag, held->data});
     all.insert(all.end(), messages.begin(), messages.end());
     return inner_->SendAll(peer, std::span(all.data(), all.size()),

@@ -18,7 +18,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -730,19 +729,33 @@ absl::Status TcpEndpoint::SendAll(const std::string& peer, std::span<const OutMe
     return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
                                                TagToString(tag), "): peer closed the connection"));
   }
-  // Every frame's header and payload, in one write.
-  absl::InlinedVector<std::array<std::byte, kFrameHeaderBytes>, 2> headers(messages.size());
-  absl::InlinedVector<iovec, 4> iov;
+  // Every frame's header and payload, in one write; on the stack for the usual one or two frames.
+  using Header = std::array<std::byte, kFrameHeaderBytes>;
+  constexpr size_t kOnStack = 2;
+  std::array<Header, kOnStack> stack_headers;
+  std::array<iovec, 2 * kOnStack> stack_iov;
+  std::vector<Header> heap_headers;
+  std::vector<iovec> heap_iov;
+  if (messages.size() > kOnStack) {
+    heap_headers.resize(messages.size());
+    heap_iov.resize(2 * messages.size());
+  }
+  const std::span<Header> headers = messages.size() > kOnStack
+                                        ? std::span<Header>(heap_headers)
+                                        : std::span<Header>(stack_headers).first(messages.size());
+  const std::span<iovec> iov = messages.size() > kOnStack
+                                   ? std::span<iovec>(heap_iov)
+                                   : std::span<iovec>(stack_iov).first(2 * messages.size());
   for (size_t i = 0; i < messages.size(); ++i) {
     EncodeFrameHeader(FrameHeader{FrameType::kData, messages[i].tag, messages[i].data.size()},
                       headers[i]);
-    iov.push_back(iovec{headers[i].data(), headers[i].size()});
-    iov.push_back(iovec{const_cast<std::byte*>(messages[i].data.data()), messages[i].data.size()});
+    iov[2 * i] = iovec{headers[i].data(), headers[i].size()};
+    iov[2 * i + 1] =
+        iovec{const_cast<std::byte*>(messages[i].data.data()), messages[i].data.size()};
   }
   size_t written = 0;
   const absl::Status status = WriteFull(
-      fd, std::span(iov.data(), iov.size()), deadline,
-      [this, &tag] { return SendCancelled(tag.comm); }, &written);
+      fd, iov, deadline, [this, &tag] { return SendCancelled(tag.comm); }, &written);
   // A frame cut short leaves the stream unusable, and so does a socket error; a frame that was
   // never started because the deadline passed or the communicator was aborted does not.
   ReleaseStream(peer, stream,
