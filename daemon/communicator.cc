@@ -107,7 +107,8 @@ Communicator::Communicator(Plan plan, int self, transport::Endpoint* endpoint,
       endpoint_(endpoint),
       options_(options),
       notify_abort_(std::move(notify_abort)),
-      local_ranks_(plan_.daemons[self].ranks) {
+      local_ranks_(plan_.daemons[self].ranks),
+      check_neighbours_(SignatureCheckNeighbours(self, static_cast<int>(plan_.daemons.size()))) {
   // The planner's double binary tree over the daemons in ring order: subtrees are contiguous
   // stretches of the ring (rack-local when the ring is), and no daemon is interior in both trees.
   const topology::DoubleBinaryTree trees =
@@ -715,16 +716,15 @@ CheckNeighbours SignatureCheckNeighbours(int self, int size) {
 absl::Status Communicator::StartPeerCheck(uint64_t seq, const OpRequest& mine,
                                           transport::PiggybackEndpoint& piggyback,
                                           PeerCheck& check) const {
-  // Each daemon tells the next one on the ring what its ranks called. If any two daemons
-  // disagree, some neighbouring pair does, and the daemon that sees it fails the operation (and
-  // so aborts the communicator everywhere) with both sides described, instead of reducing
-  // mismatched data or waiting for messages that never come. The operation does not wait for
-  // the exchange: the signature's arrival is checked as it lands, and a disagreement aborts this
-  // daemon's transport for the communicator at once, so the operation stops wherever it waits.
-  const CheckNeighbours neighbours =
-      SignatureCheckNeighbours(self_, static_cast<int>(plan_.daemons.size()));
-  const PlanDaemon& next = plan_.daemons[neighbours.next];
-  const PlanDaemon& prev = plan_.daemons[neighbours.prev];
+  // Each daemon tells the next one on the check's cycle (SignatureCheckNeighbours) what its ranks
+  // called. If any two daemons disagree, some neighbouring pair does, and the daemon that sees it
+  // fails the operation (and so aborts the communicator everywhere) with both sides described,
+  // instead of reducing mismatched data or waiting for messages that never come. The operation does
+  // not wait for the exchange: the signature's arrival is checked as it lands, and a disagreement
+  // aborts this daemon's transport for the communicator at once, so the operation stops wherever it
+  // waits.
+  const PlanDaemon& next = plan_.daemons[check_neighbours_.next];
+  const PlanDaemon& prev = plan_.daemons[check_neighbours_.prev];
   const transport::Tag tag{plan_.comm_tag, seq, kSignatureStep, 0};
   const absl::Time deadline = absl::Now() + options_.op_timeout;
   check.own = Signature::Of(mine);

@@ -215,6 +215,7 @@ class Communicator {
   const AbortNotifier notify_abort_;
   std::vector<int> local_ranks_;                    // ascending, from the plan
   std::array<collective::TreeNode, 2> tree_links_;  // this daemon's links in the two trees
+  const CheckNeighbours check_neighbours_;          // where the signatures go and come from
 
   mutable absl::Mutex mu_;
   std::vector<std::optional<uint64_t>> sessions_ ABSL_GUARDED_BY(mu_);  // by local index

@@ -67,9 +67,6 @@ absl::Status PiggybackEndpoint::SendAll(const std::string& peer,
   if (held.has_value()) {
     BATON_RETURN_IF_ERROR(inner_->Send(held->peer, held->tag, held->data, held->deadline));
   }
-  if (messages.size() == 1) {
-    return inner_->Send(peer, messages.front().tag, messages.front().data, deadline);
-  }
   return inner_->SendAll(peer, messages, deadline);
 }
 

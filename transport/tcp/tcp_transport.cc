@@ -650,13 +650,14 @@ TcpEndpoint::Readable TcpEndpoint::AwaitFrame(Conn& conn, Recv& recv, int event)
   // take longer than the message itself; spinning (yielding) keeps it on its core instead.
   pollfd peek{fd, POLLIN, 0};
   bool readable = false;
+  // Each look is a system call, so it yields from the first (an error shows in ReadFrame).
+  auto arrived_or_readable = [&] {
+    if (recv.arrived_.load(std::memory_order_acquire)) return true;
+    readable = poll(&peek, 1, 0) != 0;
+    return readable;
+  };
   const bool spun = SpinUntil(std::min(conn.read_spin.next(), recv.deadline_ - start),
-                              /*busy=*/absl::ZeroDuration(), [&] {
-                                if (recv.arrived_.load(std::memory_order_acquire)) return true;
-                                readable = poll(&peek, 1, 0) !=
-                                           0;  // an error shows in ReadFrame or the poll() below
-                                return readable;
-                              });
+                              /*busy=*/absl::ZeroDuration(), arrived_or_readable);
   if (spun) {
     if (readable) conn.read_spin.Record(absl::Now() - start);
     return readable ? Readable::kYes : Readable::kNotYet;
@@ -736,16 +737,14 @@ absl::Status TcpEndpoint::SendAll(const std::string& peer, std::span<const OutMe
   std::array<iovec, 2 * kOnStack> stack_iov;
   std::vector<Header> heap_headers;
   std::vector<iovec> heap_iov;
+  std::span<Header> headers(stack_headers.data(), std::min(messages.size(), kOnStack));
+  std::span<iovec> iov(stack_iov.data(), 2 * headers.size());
   if (messages.size() > kOnStack) {
     heap_headers.resize(messages.size());
     heap_iov.resize(2 * messages.size());
+    headers = heap_headers;
+    iov = heap_iov;
   }
-  const std::span<Header> headers = messages.size() > kOnStack
-                                        ? std::span<Header>(heap_headers)
-                                        : std::span<Header>(stack_headers).first(messages.size());
-  const std::span<iovec> iov = messages.size() > kOnStack
-                                   ? std::span<iovec>(heap_iov)
-                                   : std::span<iovec>(stack_iov).first(2 * messages.size());
   for (size_t i = 0; i < messages.size(); ++i) {
     EncodeFrameHeader(FrameHeader{FrameType::kData, messages[i].tag, messages[i].data.size()},
                       headers[i]);
