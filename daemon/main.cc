@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/options.h"
 #include "daemon/config.h"
@@ -72,6 +73,11 @@ int main(int argc, char** argv) {
     std::cerr << "batond: " << status.message() << "\n";
     return 2;
   }
+
+  // absl::Mutex's deadlock detector is on in libabsl builds without NDEBUG (Debian's): it keeps a
+  // process-wide lock graph and looks every lock up in it, a few per cent of a small operation's
+  // CPU. The tests keep it; the daemon does not pay for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   // Block the stop signals in every thread; this one waits for them.
   sigset_t stop_signals;

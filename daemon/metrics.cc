@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -126,25 +127,13 @@ class PrometheusMetrics final : public Metrics {
 
   void OnOperation(const OpRecord& record) override {
     absl::MutexLock lock(&mu_);
-    const std::string op(collective::CollectiveName(record.kind));
-    const std::string algorithm = record.algorithm.empty() ? "none" : record.algorithm;
-    // Both outcomes' series exist from the first operation on, so that the first failure is a
-    // change from 0 that rate() and increase() see.
-    for (const std::string outcome : {"ok", "error"}) {
-      prometheus::Histogram& histogram = latency_.Add(
-          {{"local_node", node_name_}, {"op", op}, {"algorithm", algorithm}, {"outcome", outcome}},
-          LatencyBuckets());
-      if ((outcome == "ok") == record.ok) histogram.Observe(absl::ToDoubleSeconds(record.total));
-    }
+    const OpSeries& series = SeriesLocked(record.kind, record.algorithm);
+    (record.ok ? series.ok : series.error)->Observe(absl::ToDoubleSeconds(record.total));
     const absl::Duration dispatch =
         std::max(record.total - record.transport - record.reduce, absl::ZeroDuration());
-    for (const auto& [phase, time] :
-         {std::pair{"transport", record.transport}, std::pair{"reduce", record.reduce},
-          std::pair{"dispatch", dispatch}}) {
-      phases_
-          .Add({{"local_node", node_name_}, {"op", op}, {"algorithm", algorithm}, {"phase", phase}})
-          .Increment(absl::ToDoubleSeconds(time));
-    }
+    series.transport->Increment(absl::ToDoubleSeconds(record.transport));
+    series.reduce->Increment(absl::ToDoubleSeconds(record.reduce));
+    series.dispatch->Increment(absl::ToDoubleSeconds(dispatch));
   }
 
   std::string Render() override {
@@ -275,6 +264,38 @@ class PrometheusMetrics final : public Metrics {
     }
   }
 
+  // One operation kind and algorithm's series, looked up once: building the label sets and
+  // finding them in the families on every operation cost more than the rest of its accounting.
+  struct OpSeries {
+    prometheus::Histogram* ok;
+    prometheus::Histogram* error;
+    prometheus::Counter* transport;
+    prometheus::Counter* reduce;
+    prometheus::Counter* dispatch;
+  };
+
+  const OpSeries& SeriesLocked(collective::Collective kind, const std::string& algorithm_in)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string algorithm = algorithm_in.empty() ? "none" : algorithm_in;
+    auto key = std::make_pair(static_cast<int>(kind), algorithm);
+    if (auto it = series_.find(key); it != series_.end()) return it->second;
+    const std::string op(collective::CollectiveName(kind));
+    // Both outcomes' series exist from the first operation on, so that the first failure is a
+    // change from 0 that rate() and increase() see.
+    auto histogram = [&](const char* outcome) {
+      return &latency_.Add(
+          {{"local_node", node_name_}, {"op", op}, {"algorithm", algorithm}, {"outcome", outcome}},
+          LatencyBuckets());
+    };
+    auto phase = [&](const char* name) {
+      return &phases_.Add(
+          {{"local_node", node_name_}, {"op", op}, {"algorithm", algorithm}, {"phase", name}});
+    };
+    OpSeries series{histogram("ok"), histogram("error"), phase("transport"), phase("reduce"),
+                    phase("dispatch")};
+    return series_.emplace(std::move(key), series).first->second;
+  }
+
   const std::string node_name_;
   const std::string version_;
   prometheus::Registry registry_;
@@ -282,6 +303,7 @@ class PrometheusMetrics final : public Metrics {
   prometheus::Family<prometheus::Counter>& phases_;
   absl::Mutex mu_;
   Node* node_ ABSL_GUARDED_BY(mu_) = nullptr;
+  absl::flat_hash_map<std::pair<int, std::string>, OpSeries> series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -143,6 +143,13 @@ TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
   EXPECT_GT(reduce, 0);
   EXPECT_GE(dispatch, 0);
   EXPECT_NEAR(transport + reduce + dispatch, total, 1e-6 + total * 1e-6);
+  // The failure series exists, at 0, from the first operation on.
+  const std::string count =
+      "baton_collective_duration_seconds_count{algorithm=\"ring\",local_node=\"node-0\",op=\"all_"
+      "reduce\",outcome=\"";
+  EXPECT_GT(samples[count + "ok\"}"], 0);
+  ASSERT_TRUE(samples.contains(count + "error\"}"));
+  EXPECT_EQ(samples[count + "error\"}"], 0);
 
   // GetStatus with a fresh probe round: three links with measured figures and node names.
   auto stub = v1::Client::NewStub(grpc::CreateChannel("unix://" + cluster.daemons()[0].socket,
