@@ -51,6 +51,10 @@ class TimingEndpoint final : public transport::Endpoint {
       return inner_->Wait();
     }
     bool Test() override { return inner_->Test(); }
+    bool WaitBriefly() override {
+      PhaseTimer timer(&stats_->transport);
+      return inner_->WaitBriefly();
+    }
 
    private:
     const std::unique_ptr<transport::PostedRecv> inner_;

@@ -57,6 +57,8 @@ class AdaptiveSpin {
   explicit AdaptiveSpin(absl::Duration limit) : limit_(limit) {}
   absl::Duration next() const { return last_ <= limit_ ? limit_ : absl::ZeroDuration(); }
   void Record(absl::Duration waited) { last_ = waited; }
+  // A wait that gave up before its answer came (a timeout): as one longer than the spin.
+  void RecordOutlasted() { last_ = absl::InfiniteDuration(); }
 
  private:
   absl::Duration limit_;

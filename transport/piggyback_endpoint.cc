@@ -9,16 +9,18 @@
 namespace baton::transport {
 namespace {
 
-// A receive that sends the endpoint's held message before it waits.
+// A receive that sends the endpoint's held message before it may sleep: once the transport's
+// brief wait (its spin) did not complete it.
 class FlushingRecv final : public PostedRecv {
  public:
   FlushingRecv(PiggybackEndpoint* endpoint, std::unique_ptr<PostedRecv> inner)
       : endpoint_(endpoint), inner_(std::move(inner)) {}
   absl::Status Wait() override {
-    if (!inner_->Test()) BATON_RETURN_IF_ERROR(endpoint_->Flush());
+    if (!inner_->WaitBriefly()) BATON_RETURN_IF_ERROR(endpoint_->Flush());
     return inner_->Wait();
   }
   bool Test() override { return inner_->Test(); }
+  bool WaitBriefly() override { return inner_->WaitBriefly(); }
 
  private:
   PiggybackEndpoint* const endpoint_;
@@ -27,23 +29,23 @@ class FlushingRecv final : public PostedRecv {
 
 }  // namespace
 
-std::optional<PiggybackEndpoint::Held> PiggybackEndpoint::Take() {
-  absl::MutexLock lock(&mu_);
-  return std::exchange(held_, std::nullopt);
-}
-
 absl::Status PiggybackEndpoint::Hold(const std::string& peer, const Tag& tag, ConstByteSpan data,
                                      absl::Time deadline) {
-  BATON_RETURN_IF_ERROR(Flush());
   absl::MutexLock lock(&mu_);
+  BATON_RETURN_IF_ERROR(FlushLocked());
   held_ = Held{peer, tag, std::vector<std::byte>(data.begin(), data.end()), deadline};
   return absl::OkStatus();
 }
 
 absl::Status PiggybackEndpoint::Flush() {
-  std::optional<Held> held = Take();
-  if (!held.has_value()) return absl::OkStatus();
-  return inner_->Send(held->peer, held->tag, held->data, held->deadline);
+  absl::MutexLock lock(&mu_);
+  return FlushLocked();
+}
+
+absl::Status PiggybackEndpoint::FlushLocked() {
+  if (!held_.has_value()) return absl::OkStatus();
+  const Held held = *std::exchange(held_, std::nullopt);
+  return inner_->Send(held.peer, held.tag, held.data, held.deadline);
 }
 
 absl::Status PiggybackEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
@@ -54,19 +56,20 @@ absl::Status PiggybackEndpoint::Send(const std::string& peer, const Tag& tag, Co
 
 absl::Status PiggybackEndpoint::SendAll(const std::string& peer,
                                         std::span<const OutMessage> messages, absl::Time deadline) {
-  std::optional<Held> held = Take();
-  if (held.has_value() && held->peer == peer && !messages.empty() &&
-      held->tag.comm == messages.front().tag.comm) {
+  absl::MutexLock lock(&mu_);
+  if (!held_.has_value()) return inner_->SendAll(peer, messages, deadline);
+  if (held_->peer == peer && !messages.empty() && held_->tag.comm == messages.front().tag.comm) {
+    const Held held = *std::exchange(held_, std::nullopt);
     std::vector<OutMessage> all;
     all.reserve(1 + messages.size());
-    all.push_back(OutMessage{held->tag, held->data});
+    all.push_back(OutMessage{held.tag, held.data});
     all.insert(all.end(), messages.begin(), messages.end());
     return inner_->SendAll(peer, std::span(all.data(), all.size()),
-                           std::min(deadline, held->deadline));
+                           std::min(deadline, held.deadline));
   }
-  if (held.has_value()) {
-    BATON_RETURN_IF_ERROR(inner_->Send(held->peer, held->tag, held->data, held->deadline));
-  }
+  size_t bytes = 0;
+  for (const OutMessage& message : messages) bytes += message.data.size();
+  if (bytes > kHeldAcrossBytes) BATON_RETURN_IF_ERROR(FlushLocked());
   return inner_->SendAll(peer, messages, deadline);
 }
 

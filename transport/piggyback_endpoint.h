@@ -2,11 +2,14 @@
 
 // An endpoint that holds one small message back until it can travel with the next message to the
 // same peer (one SendAll), so that it costs no packet of its own: an operation's signature, sent
-// to the next daemon on the ring, rides with the operation's first message to that daemon. The
-// held message goes out alone before anything that may wait: a send to another peer, a wait for
-// a receive, Flush. Holding it therefore delays it only while the caller computes, and nobody can
-// wait for it forever. Thread-safe.
+// to the next daemon on the check's cycle, rides with the operation's first message to that
+// daemon. The held message goes out alone before anything that may wait long: a wait for a
+// receive that the transport's brief wait (PostedRecv::WaitBriefly, its spin) did not complete, a
+// send of more than kHeldAcrossBytes to another peer (which may wait for room), Flush. Holding it
+// therefore delays it only while the caller computes or sends small messages, and nobody can wait
+// for it forever. Thread-safe; sends through it are serialized.
 
+#include <cstddef>
 #include <memory>
 #include <optional>
 #include <span>
@@ -23,6 +26,10 @@ namespace baton::transport {
 
 class PiggybackEndpoint final : public Endpoint {
  public:
+  // Sends to other peers of at most this many bytes in all leave the held message held: the kernel
+  // takes them at once (TCP: socket buffers are larger).
+  static constexpr size_t kHeldAcrossBytes = 64 * 1024;
+
   // `inner` must outlive this endpoint.
   explicit PiggybackEndpoint(Endpoint* inner) : inner_(inner) {}
 
@@ -37,7 +44,7 @@ class PiggybackEndpoint final : public Endpoint {
                     absl::Time deadline) override;
   absl::Status SendAll(const std::string& peer, std::span<const OutMessage> messages,
                        absl::Time deadline) override;
-  // The receive flushes before its Wait blocks.
+  // The receive flushes before its Wait may sleep.
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
                                        absl::Time deadline, ArrivalCallback on_arrival) override;
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
@@ -51,7 +58,7 @@ class PiggybackEndpoint final : public Endpoint {
     std::vector<std::byte> data;
     absl::Time deadline;
   };
-  std::optional<Held> Take() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Endpoint* const inner_;
   absl::Mutex mu_;

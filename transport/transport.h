@@ -77,6 +77,10 @@ class PostedRecv {
 
   // True once Wait would return without blocking (as MPI_Test). Never blocks.
   virtual bool Test() = 0;
+  // Waits no longer than the transport would spin for the message before it sleeps (TCP: its
+  // receive_spin, while messages have been arriving within it), and returns Test(). A caller that
+  // has something to do before it may sleep (PiggybackEndpoint's flush) does it if this is false.
+  virtual bool WaitBriefly() { return Test(); }
 };
 
 // One daemon's data-plane endpoint. Peers are named by their endpoint address (what address()

@@ -50,6 +50,10 @@ TEST(AdaptiveSpinTest, SpinsOnlyWhileTheLastWaitEndedWithinTheLimit) {
   EXPECT_EQ(spin.next(), absl::ZeroDuration());
   spin.Record(absl::Microseconds(200));
   EXPECT_EQ(spin.next(), absl::Microseconds(200));
+  spin.RecordOutlasted();
+  EXPECT_EQ(spin.next(), absl::ZeroDuration());
+  spin.Record(absl::Microseconds(3));
+  EXPECT_EQ(spin.next(), absl::Microseconds(200));
 }
 
 }  // namespace

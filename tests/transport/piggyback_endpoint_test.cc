@@ -42,8 +42,11 @@ class Recording final : public Endpoint {
   }
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
                                        absl::Time deadline, ArrivalCallback on_arrival) override {
-    return inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival));
+    return std::make_unique<Patient>(
+        inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival)), patience_);
   }
+  // How long a receive's brief wait lasts, as a transport's spin would (in-memory ones have none).
+  void set_patience(absl::Duration patience) { patience_ = patience; }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }
   std::vector<LinkStats> Stats() const override { return inner_->Stats(); }
@@ -54,7 +57,26 @@ class Recording final : public Endpoint {
     calls_.push_back(std::move(call));
   }
 
+  // A receive whose brief wait waits up to `patience` for its message.
+  class Patient final : public PostedRecv {
+   public:
+    Patient(std::unique_ptr<PostedRecv> inner, absl::Duration patience)
+        : inner_(std::move(inner)), patience_(patience) {}
+    absl::Status Wait() override { return inner_->Wait(); }
+    bool Test() override { return inner_->Test(); }
+    bool WaitBriefly() override {
+      const absl::Time until = absl::Now() + patience_;
+      while (!inner_->Test() && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
+      return inner_->Test();
+    }
+
+   private:
+    const std::unique_ptr<PostedRecv> inner_;
+    const absl::Duration patience_;
+  };
+
   const std::unique_ptr<Endpoint> inner_;
+  absl::Duration patience_ = absl::ZeroDuration();
   absl::Mutex mu_;
   std::vector<std::string> calls_ ABSL_GUARDED_BY(mu_);
 };
@@ -94,17 +116,35 @@ TEST_F(PiggybackEndpointTest, TheHeldMessageRidesWithTheNextMessageToItsPeer) {
   EXPECT_EQ(recording_.calls().size(), 1u);
 }
 
-TEST_F(PiggybackEndpointTest, TheHeldMessageGoesAloneBeforeASendElsewhere) {
+// A small send elsewhere leaves the message held for its own peer; a large one, which may wait for
+// room, sends it first.
+TEST_F(PiggybackEndpointTest, OnlyALargeSendElsewhereSendsTheHeldMessageFirst) {
   ASSERT_TRUE(piggyback_.Hold("b", held_, Bytes("sig"), Deadline()).ok());
   ASSERT_TRUE(piggyback_.Send("c", data_, Bytes("data"), Deadline()).ok());
-  EXPECT_EQ(recording_.calls(), (std::vector<std::string>{"send b 9", "send c 0"}));
-  EXPECT_EQ(Receive(*b_, held_, 3), "sig");
+  EXPECT_EQ(recording_.calls(), (std::vector<std::string>{"send c 0"}));
+  const Tag more{.comm = 1, .seq = 1, .step = 1};
+  ASSERT_TRUE(piggyback_.Send("b", more, Bytes("more"), Deadline()).ok());
+  EXPECT_EQ(recording_.calls(), (std::vector<std::string>{"send c 0", "send b 9+1"}));
   EXPECT_EQ(Receive(*c_, data_, 4), "data");
+  EXPECT_EQ(Receive(*b_, held_, 3), "sig");
+  EXPECT_EQ(Receive(*b_, more, 4), "more");
+
+  const Tag second{.comm = 1, .seq = 2, .step = 9};
+  ASSERT_TRUE(piggyback_.Hold("b", second, Bytes("two"), Deadline()).ok());
+  const std::string large(PiggybackEndpoint::kHeldAcrossBytes + 1, 'x');
+  const Tag big{.comm = 1, .seq = 2, .step = 0};
+  ASSERT_TRUE(piggyback_.Send("c", big, Bytes(large), Deadline()).ok());
+  EXPECT_EQ(recording_.calls(),
+            (std::vector<std::string>{"send c 0", "send b 9+1", "send b 9", "send c 0"}));
+  EXPECT_EQ(Receive(*b_, second, 3), "two");
+  EXPECT_EQ(Receive(*c_, big, large.size()), large);
 }
 
-// A receive that would block sends the held message first: here the message it waits for comes
-// only once the held one has arrived, so without the flush the wait would reach its deadline.
+// A receive that would block once its brief wait is over sends the held message first: here the
+// message it waits for comes only once the held one has arrived, so without the flush the wait
+// would reach its deadline.
 TEST_F(PiggybackEndpointTest, TheHeldMessageGoesAloneBeforeAWaitThatBlocks) {
+  recording_.set_patience(absl::Milliseconds(50));
   ASSERT_TRUE(piggyback_.Hold("b", held_, Bytes("sig"), Deadline()).ok());
   std::string answer(2, '\0');
   std::unique_ptr<PostedRecv> posted = piggyback_.PostRecv(
@@ -119,6 +159,26 @@ TEST_F(PiggybackEndpointTest, TheHeldMessageGoesAloneBeforeAWaitThatBlocks) {
   EXPECT_EQ(answer, "ok");
   ASSERT_TRUE(peer.get().ok());
   EXPECT_EQ(recording_.calls(), std::vector<std::string>{"send b 9"});
+}
+
+// A message that arrives within the receive's brief wait (the transport's spin) keeps the held one
+// back for a later send to its peer.
+TEST_F(PiggybackEndpointTest, AMessageWithinTheBriefWaitKeepsTheMessageHeld) {
+  recording_.set_patience(absl::Seconds(20));
+  ASSERT_TRUE(piggyback_.Hold("b", held_, Bytes("sig"), Deadline()).ok());
+  std::string answer(2, '\0');
+  std::unique_ptr<PostedRecv> posted = piggyback_.PostRecv(
+      "c", data_, std::as_writable_bytes(std::span(answer)), Deadline(), nullptr);
+  auto peer = std::async(std::launch::async, [&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    return c_->Send("a", data_, Bytes("ok"), Deadline());
+  });
+  ASSERT_TRUE(posted->Wait().ok());
+  ASSERT_TRUE(peer.get().ok());
+  EXPECT_EQ(answer, "ok");
+  EXPECT_TRUE(recording_.calls().empty());
+  ASSERT_TRUE(piggyback_.Flush().ok());
+  EXPECT_EQ(Receive(*b_, held_, 3), "sig");
 }
 
 TEST_F(PiggybackEndpointTest, AWaitThatNeedNotBlockKeepsTheMessageHeld) {

@@ -486,6 +486,48 @@ TEST(TcpTransportTest, AWaitingReceiverGetsItsMessageWhetherItSpinsOrSleeps) {
   EXPECT_EQ(NewTcpEndpoint(negative).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// WaitBriefly waits for a small message as long as the spin lasts: true if it came within it;
+// false once the spin is over, and at once while the spin is off after a wait that outlasted it.
+TEST(TcpTransportTest, WaitBrieflyWaitsAsLongAsTheSpin) {
+  for (const absl::Duration spin : {absl::Seconds(30), absl::Seconds(1)}) {
+    SCOPED_TRACE(absl::StrCat("spin ", absl::FormatDuration(spin)));
+    TcpOptions options = Options("127.0.0.1:0");
+    options.receive_spin = spin;
+    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+    RawListener peer = BindLoopback(/*listening=*/true);
+    FileDescriptor raw = RawConnect((*endpoint)->address());
+    WriteHello(raw.get(), peer.address);
+    // Once this arrives the connection is known (a brief wait needs one to read).
+    WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 0}, 1}, Bytes("x"));
+    EXPECT_EQ(RecvString(**endpoint, peer.address, Tag{.seq = 0}, 1), "x");
+    std::string text(4, '\0');
+    std::unique_ptr<PostedRecv> posted =
+        (*endpoint)->PostRecv(peer.address, Tag{.seq = 1}, std::as_writable_bytes(std::span(text)),
+                              absl::Now() + absl::Minutes(2), nullptr);
+    absl::Time start = absl::Now();
+    if (spin == absl::Seconds(30)) {
+      auto writer = std::async(std::launch::async, [&raw] {
+        absl::SleepFor(absl::Milliseconds(20));
+        WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, 4}, Bytes("soon"));
+      });
+      EXPECT_TRUE(posted->WaitBriefly());
+      EXPECT_LT(absl::Now() - start, spin) << "the message ends the brief wait";
+      EXPECT_EQ(text, "soon");
+      continue;
+    }
+    EXPECT_FALSE(posted->WaitBriefly());
+    EXPECT_GE(absl::Now() - start, spin - absl::Milliseconds(10));
+    // That wait outlasted the spin, so the next one does not spin.
+    start = absl::Now();
+    EXPECT_FALSE(posted->WaitBriefly());
+    EXPECT_LT(absl::Now() - start, spin / 2);
+    WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, 4}, Bytes("late"));
+    ASSERT_TRUE(posted->Wait().ok());
+    EXPECT_EQ(text, "late");
+  }
+}
+
 TEST(TcpTransportTest, SendToAPeerThatDoesNotReadEndsAtTheDeadlineOrOnAbort) {
   auto endpoint = NewLoopbackEndpoint();
   ASSERT_NE(endpoint, nullptr);

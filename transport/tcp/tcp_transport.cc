@@ -169,12 +169,14 @@ class TcpEndpoint final : public Endpoint {
                            absl::Time limit);
   // Called by a thread about to wait for `recv`: reads the peer's connection itself until the
   // receive completes, fails or reaches its deadline, or the connection is not ours to read.
-  void ReadForReceive(Recv& recv);
+  // `briefly`: only while the connection's spin lasts (AwaitFrame), and not at all if another
+  // thread is reading the connection.
+  void ReadForReceive(Recv& recv, bool briefly);
   enum class Readable { kYes, kNotYet, kPollFailed };
   // For ReadForReceive, which holds the read turn of `conn`: waits until the connection is
-  // readable, the receive arrived (over another connection: `event` fires) or one slice passed.
-  // Spins first (SpinUntil) while frames have been arriving within receive_spin_.
-  Readable AwaitFrame(Conn& conn, Recv& recv, int event);
+  // readable, the receive arrived (over another connection: `event` fires), one slice passed or
+  // `until`. Spins first (SpinUntil) while frames have been arriving within receive_spin_.
+  Readable AwaitFrame(Conn& conn, Recv& recv, int event, absl::Time until);
   // Tells the reader thread of the connection from `peer` not to linger: a receive it alone reads
   // is being waited for.
   void WantReader(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
@@ -511,7 +513,7 @@ class TcpEndpoint::Recv final : public PostedRecv {
   absl::Status Wait() override {
     if (!inner_->Test()) {
       if (read_for_receive_) {
-        endpoint_->ReadForReceive(*this);
+        endpoint_->ReadForReceive(*this, /*briefly=*/false);
       } else {
         endpoint_->WantReader(peer_);
       }
@@ -519,6 +521,10 @@ class TcpEndpoint::Recv final : public PostedRecv {
     return inner_->Wait();
   }
   bool Test() override { return inner_->Test(); }
+  bool WaitBriefly() override {
+    if (!inner_->Test() && read_for_receive_) endpoint_->ReadForReceive(*this, /*briefly=*/true);
+    return inner_->Test();
+  }
 
  private:
   friend class TcpEndpoint;
@@ -586,11 +592,12 @@ void TcpEndpoint::WantReader(const std::string& peer) {
   conn->wanted = true;
 }
 
-void TcpEndpoint::ReadForReceive(Recv& recv) {
+void TcpEndpoint::ReadForReceive(Recv& recv, bool briefly) {
   const std::shared_ptr<Conn> conn = ConnFrom(recv.peer_);
   const int event = ThreadEvent();
   if (conn == nullptr || event < 0) return;
   recv.event_.store(event, std::memory_order_release);
+  const absl::Time begin = absl::Now();
   bool mine = false;
   {
     absl::MutexLock lock(&conn->read_mu);
@@ -601,8 +608,12 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
     };
     // Whoever reads now may deliver this very receive (it touches read_mu after every frame, so
     // the condition is looked at again); a failure of the receive shows within a slice.
-    while (!free() && absl::Now() < recv.deadline_ && !recv.inner_->Test()) {
-      conn->read_mu.AwaitWithTimeout(absl::Condition(&free), kReadForReceiveSlice);
+    const absl::Time turn_until =
+        briefly ? std::min(recv.deadline_, begin + receive_spin_) : recv.deadline_;
+    for (absl::Time now = begin; !free() && now < turn_until && !recv.inner_->Test();
+         now = absl::Now()) {
+      conn->read_mu.AwaitWithTimeout(absl::Condition(&free),
+                                     std::min(kReadForReceiveSlice, turn_until - now));
     }
     mine = !conn->reading && conn->ended.ok();
     if (mine) conn->reading = true;
@@ -610,11 +621,14 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
   absl::Status ended;
   bool left_to_reader = false;
   if (mine) {
+    // A brief wait lasts the spin from its start, the wait for the turn included.
+    const absl::Time until =
+        briefly ? std::min(recv.deadline_, begin + conn->read_spin.next()) : recv.deadline_;
     while (!recv.inner_->Test()) {
       const absl::Time now = absl::Now();
-      if (now >= recv.deadline_) break;
+      if (now >= until) break;
       if (!conn->pending.has_value() && !conn->in->buffered()) {
-        const Readable readable = AwaitFrame(*conn, recv, event);
+        const Readable readable = AwaitFrame(*conn, recv, event, until);
         if (readable == Readable::kPollFailed) break;  // leave it to the reader thread
         if (readable == Readable::kNotYet) continue;
         conn->in->NoteReadable();
@@ -643,7 +657,7 @@ void TcpEndpoint::ReadForReceive(Recv& recv) {
   recv.event_.store(-1, std::memory_order_release);
 }
 
-TcpEndpoint::Readable TcpEndpoint::AwaitFrame(Conn& conn, Recv& recv, int event) {
+TcpEndpoint::Readable TcpEndpoint::AwaitFrame(Conn& conn, Recv& recv, int event, absl::Time until) {
   const int fd = conn.fd.get();
   const absl::Time start = absl::Now();
   // A thread that sleeps in poll() is woken by the kernel, which on a busy or virtual machine can
@@ -656,22 +670,24 @@ TcpEndpoint::Readable TcpEndpoint::AwaitFrame(Conn& conn, Recv& recv, int event)
     readable = poll(&peek, 1, 0) != 0;
     return readable;
   };
-  const bool spun = SpinUntil(std::min(conn.read_spin.next(), recv.deadline_ - start),
+  const bool spun = SpinUntil(std::min(conn.read_spin.next(), until - start),
                               /*busy=*/absl::ZeroDuration(), arrived_or_readable);
   if (spun) {
     if (readable) conn.read_spin.Record(absl::Now() - start);
     return readable ? Readable::kYes : Readable::kNotYet;
   }
   std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{event, POLLIN, 0}};
-  const absl::Duration wait = std::min(kReadForReceiveSlice, recv.deadline_ - absl::Now());
+  const absl::Duration wait =
+      std::clamp(until - absl::Now(), absl::ZeroDuration(), kReadForReceiveSlice);
   const int n =
       poll(fds.data(), fds.size(),
            static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
   if (n < 0 && errno != EINTR) return Readable::kPollFailed;
   if (fds[1].revents != 0) Drain(event);
   if (n <= 0 || fds[0].revents == 0) {
-    // The message came another way, or not within a slice: in the latter case, stop spinning.
-    if (n == 0) conn.read_spin.Record(absl::Now() - start);
+    // The message came another way, or not within the spin (the event may be left over from an
+    // earlier receive): in the latter case, stop spinning.
+    if (!recv.arrived_.load(std::memory_order_acquire)) conn.read_spin.RecordOutlasted();
     return Readable::kNotYet;
   }
   conn.read_spin.Record(absl::Now() - start);
