@@ -83,6 +83,9 @@ class TimingEndpoint final : public transport::Endpoint {
     return std::make_unique<TimedRecv>(
         inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival)), stats_);
   }
+  absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override {
+    return inner_->RoundTrip(peer, deadline);
+  }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }
   std::vector<transport::LinkStats> Stats() const override { return inner_->Stats(); }

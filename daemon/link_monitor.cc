@@ -56,11 +56,13 @@ void FlagLinks(std::vector<LinkHealth*>& links) {
   }
 }
 
-LinkMonitor::LinkMonitor(Options options, RoundTrip round_trip, PeerList peers, Learnt learnt)
+LinkMonitor::LinkMonitor(Options options, RoundTrip round_trip, PeerList peers, Learnt learnt,
+                         DataRoundTrip data_round_trip)
     : options_(options),
       round_trip_(std::move(round_trip)),
       peers_(std::move(peers)),
-      learnt_(std::move(learnt)) {}
+      learnt_(std::move(learnt)),
+      data_round_trip_(std::move(data_round_trip)) {}
 
 LinkMonitor::~LinkMonitor() {
   {
@@ -88,8 +90,8 @@ void LinkMonitor::Loop() {
 }
 
 absl::StatusOr<Member> LinkMonitor::Measure(const std::string& peer_address, bool bulk,
-                                            absl::Duration& rtt, double& bandwidth,
-                                            absl::Time deadline) const {
+                                            Measurement& measured, absl::Time deadline) const {
+  measured = Measurement{};
   Member answered;
   std::vector<absl::Duration> pings;
   for (int i = 0; i < kPings; ++i) {
@@ -102,8 +104,23 @@ absl::StatusOr<Member> LinkMonitor::Measure(const std::string& peer_address, boo
   }
   // The fastest of the pings: scheduling delays on either daemon only ever add time, so the
   // minimum is the link's own round trip (as ping's min and TCP's min_rtt take it).
-  rtt = *std::min_element(pings.begin(), pings.end());
-  bandwidth = 0;
+  measured.rtt = *std::min_element(pings.begin(), pings.end());
+  if (data_round_trip_ && !answered.data_address.empty()) {
+    absl::Duration fastest = absl::InfiniteDuration();
+    for (int i = 0; i < kPings; ++i) {
+      absl::StatusOr<absl::Duration> rtt =
+          data_round_trip_(answered.data_address, absl::Now() + options_.probe_timeout);
+      if (!rtt.ok()) {
+        // The peer API answered, so the link is up; the data RTT just stays unmeasured.
+        spdlog::debug("data-plane round trip to {} failed: {}", answered.data_address,
+                      rtt.status().ToString());
+        fastest = absl::InfiniteDuration();
+        break;
+      }
+      fastest = std::min(fastest, *rtt);
+    }
+    if (fastest != absl::InfiniteDuration()) measured.data_rtt = fastest;
+  }
   if (!bulk) return answered;
   absl::Duration best = absl::InfiniteDuration();
   for (int i = 0; i < kBulkTransfers; ++i) {
@@ -114,14 +131,14 @@ absl::StatusOr<Member> LinkMonitor::Measure(const std::string& peer_address, boo
     best = std::min(best, absl::Now() - start);
   }
   // The transfer's own time: the round trip less one small message's.
-  const absl::Duration transfer = best > rtt ? best - rtt : best;
-  bandwidth =
+  const absl::Duration transfer = best > measured.rtt ? best - measured.rtt : best;
+  measured.bandwidth =
       static_cast<double>(options_.probe_bytes) / std::max(absl::ToDoubleSeconds(transfer), 1e-9);
   return answered;
 }
 
 void LinkMonitor::Record(const Member& peer, const absl::StatusOr<Member>& answered,
-                         absl::Duration rtt, double bandwidth) {
+                         const Measurement& measured) {
   LinkHealth& link = links_[peer.peer_address];
   link.peer = peer;
   if (!answered.ok()) {
@@ -142,9 +159,14 @@ void LinkMonitor::Record(const Member& peer, const absl::StatusOr<Member>& answe
   link.up = true;
   ++link.probes_ok;
   link.last_error.clear();
-  Push(link.rtts, rtt);
+  Push(link.rtts, measured.rtt);
   link.rtt = WindowMedian(link.rtts);
-  if (bandwidth > 0) {
+  if (measured.data_rtt > absl::ZeroDuration()) {
+    Push(link.data_rtts, measured.data_rtt);
+    link.data_rtt = WindowMedian(link.data_rtts);
+  }
+  if (measured.bandwidth > 0) {
+    const double bandwidth = measured.bandwidth;
     Push(link.bandwidths, bandwidth);
     link.bandwidth = WindowMedian(link.bandwidths);
     link.best_bandwidth = *std::max_element(link.bandwidths.begin(), link.bandwidths.end());
@@ -152,12 +174,11 @@ void LinkMonitor::Record(const Member& peer, const absl::StatusOr<Member>& answe
 }
 
 LinkHealth LinkMonitor::MeasureAndRecord(const Member& peer, bool bulk, absl::Time deadline) {
-  absl::Duration rtt;
-  double bandwidth = 0;
-  absl::StatusOr<Member> answered = Measure(peer.peer_address, bulk, rtt, bandwidth, deadline);
+  Measurement measured;
+  absl::StatusOr<Member> answered = Measure(peer.peer_address, bulk, measured, deadline);
   if (answered.ok() && learnt_) learnt_(peer.peer_address, *answered);
   absl::MutexLock lock(&mu_);
-  Record(peer, answered, rtt, bandwidth);
+  Record(peer, answered, measured);
   return links_[peer.peer_address];
 }
 

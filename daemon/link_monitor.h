@@ -4,9 +4,11 @@
 //
 // Every `interval` the monitor probes each known peer over the peer API: `kPings` small round
 // trips (the fastest is the link's RTT) and, for at most `kBulkPeersPerRound` peers per round in
-// turn, `kBulkTransfers` transfers of `probe_bytes` (the best gives the bandwidth). Cost is
-// bounded: per interval, peers * kPings * ~100 bytes plus kBulkPeersPerRound * kBulkTransfers *
-// probe_bytes, whatever the cluster's size.
+// turn, `kBulkTransfers` transfers of `probe_bytes` (the best gives the bandwidth); and, where it
+// is given a data-plane round trip, `kPings` of those to the peer's data address (the fastest is
+// the data RTT, what the tuner takes a message's latency from). Cost is bounded: per interval,
+// peers * kPings * ~150 bytes plus kBulkPeersPerRound * kBulkTransfers * probe_bytes, whatever
+// the cluster's size.
 //
 // A link's RTT and bandwidth are the medians of its last `kWindow` measurements. A link is
 // flagged when, among at least kMinLinksToCompare measured links of this daemon, its bandwidth
@@ -44,6 +46,7 @@ struct LinkHealth {
   Member peer;                 // as last learnt (a probe answer fills in name and data address)
   bool up = false;             // the peer answered the last probe
   absl::Duration rtt;          // median of the window; zero before the first measurement
+  absl::Duration data_rtt;     // over the data plane, likewise; zero where not measured
   double bandwidth = 0;        // bytes per second, median of the window; 0 before the first
   double best_bandwidth = 0;   // the window's highest: the link's capacity when idle
   uint64_t probes_ok = 0;      // probe rounds that succeeded
@@ -52,6 +55,7 @@ struct LinkHealth {
   bool flagged_bandwidth = false;
   bool flagged_rtt = false;
   std::deque<absl::Duration> rtts;  // the window, oldest first
+  std::deque<absl::Duration> data_rtts;
   std::deque<double> bandwidths;
 };
 
@@ -64,6 +68,10 @@ class LinkMonitor {
   // answered. Must honour the deadline.
   using RoundTrip = std::function<absl::StatusOr<Member>(const std::string& peer_address,
                                                          size_t send_bytes, absl::Time deadline)>;
+  // One small round trip over the data plane to the endpoint at `data_address`
+  // (transport::Endpoint::RoundTrip). Must honour the deadline.
+  using DataRoundTrip = std::function<absl::StatusOr<absl::Duration>(
+      const std::string& data_address, absl::Time deadline)>;
   // The peers to probe now.
   using PeerList = std::function<std::vector<Member>()>;
   // Told what a probe learnt about a peer.
@@ -75,7 +83,9 @@ class LinkMonitor {
     absl::Duration probe_timeout = absl::Seconds(5);
   };
 
-  LinkMonitor(Options options, RoundTrip round_trip, PeerList peers, Learnt learnt);
+  // Without `data_round_trip` (null) the data RTT stays unmeasured.
+  LinkMonitor(Options options, RoundTrip round_trip, PeerList peers, Learnt learnt,
+              DataRoundTrip data_round_trip = nullptr);
   ~LinkMonitor();  // stops the background thread
   LinkMonitor(const LinkMonitor&) = delete;
   LinkMonitor& operator=(const LinkMonitor&) = delete;
@@ -93,21 +103,29 @@ class LinkMonitor {
   std::vector<LinkHealth> Snapshot() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // Measures one peer; fills `rtt` and, if `bulk`, `bandwidth`.
-  absl::StatusOr<Member> Measure(const std::string& peer_address, bool bulk, absl::Duration& rtt,
-                                 double& bandwidth, absl::Time deadline) const;
+  // One measurement of a peer: zero where not measured.
+  struct Measurement {
+    absl::Duration rtt;
+    absl::Duration data_rtt;
+    double bandwidth = 0;
+  };
+  // Measures one peer: its RTT, its data RTT where the data plane answers, and, if `bulk`, its
+  // bandwidth.
+  absl::StatusOr<Member> Measure(const std::string& peer_address, bool bulk, Measurement& measured,
+                                 absl::Time deadline) const;
   // Measures `peer` (with a bandwidth probe if `bulk`), records it and returns the link.
   LinkHealth MeasureAndRecord(const Member& peer, bool bulk, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Records one measurement (or failure) of `peer`.
-  void Record(const Member& peer, const absl::StatusOr<Member>& answered, absl::Duration rtt,
-              double bandwidth) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Record(const Member& peer, const absl::StatusOr<Member>& answered,
+              const Measurement& measured) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
 
   const Options options_;
   const RoundTrip round_trip_;
   const PeerList peers_;
   const Learnt learnt_;
+  const DataRoundTrip data_round_trip_;
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, LinkHealth> links_ ABSL_GUARDED_BY(mu_);

@@ -170,6 +170,10 @@ class PrometheusMetrics final : public Metrics {
                      MetricType::Gauge);
     auto rtt = Family("baton_link_rtt_seconds",
                       "Round-trip time to a peer, median of the recent probes.", MetricType::Gauge);
+    auto data_rtt = Family("baton_link_data_rtt_seconds",
+                           "Round-trip time to a peer over the data plane (a ping frame), median "
+                           "of the recent probes; the tuner's message latency is half of it.",
+                           MetricType::Gauge);
     auto bandwidth = Family("baton_link_bandwidth_bytes_per_second",
                             "Bandwidth to a peer, median of the recent probes.", MetricType::Gauge);
     auto probes =
@@ -196,6 +200,9 @@ class PrometheusMetrics final : public Metrics {
       const LinkHealth& health = *link.health;
       if (health.rtt > absl::ZeroDuration()) {
         AddSample(rtt, labels, absl::ToDoubleSeconds(health.rtt));
+      }
+      if (health.data_rtt > absl::ZeroDuration()) {
+        AddSample(data_rtt, labels, absl::ToDoubleSeconds(health.data_rtt));
       }
       if (health.bandwidth > 0) AddSample(bandwidth, labels, health.bandwidth);
       auto with = [&labels](const char* name, const char* value) {
@@ -230,8 +237,8 @@ class PrometheusMetrics final : public Metrics {
         Family("baton_client_sessions", "Client sessions open on this daemon.", MetricType::Gauge);
     AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
     for (auto* family : {&tx_bytes, &rx_bytes, &tx_messages, &rx_messages, &errors, &retransmits,
-                         &up, &rtt, &bandwidth, &probes, &flagged, &peer_up, &communicators, &ranks,
-                         &channels, &completed, &sessions}) {
+                         &up, &rtt, &data_rtt, &bandwidth, &probes, &flagged, &peer_up,
+                         &communicators, &ranks, &channels, &completed, &sessions}) {
       families.push_back(std::move(*family));
     }
   }

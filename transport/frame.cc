@@ -76,6 +76,11 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
       header.type = FrameType::kHello;
       max_payload = kMaxHelloAddressBytes;
       break;
+    case static_cast<uint8_t>(FrameType::kPing):
+    case static_cast<uint8_t>(FrameType::kPong):
+      header.type = static_cast<FrameType>(type);
+      max_payload = kPingPayloadBytes;
+      break;
     default:
       return absl::DataLossError(absl::StrCat("unknown frame type ", type));
   }
@@ -88,6 +93,11 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
     return absl::DataLossError(absl::StrCat("frame announces ", header.payload_bytes,
                                             " payload bytes, more than the limit of ",
                                             max_payload));
+  }
+  if ((header.type == FrameType::kPing || header.type == FrameType::kPong) &&
+      header.payload_bytes != kPingPayloadBytes) {
+    return absl::DataLossError(absl::StrCat("ping or pong frame with ", header.payload_bytes,
+                                            " payload bytes instead of ", kPingPayloadBytes));
   }
   return header;
 }

@@ -7,7 +7,7 @@
 //   offset size field
 //        0    4 magic          kFrameMagic: the bytes "BTNF"
 //        4    1 version        kFrameVersion
-//        5    1 type           FrameType: 1 = data, 2 = hello
+//        5    1 type           FrameType: 1 = data, 2 = hello, 3 = ping, 4 = pong
 //        6    2 flags          0; reserved (e.g. for an optional checksum in a later version)
 //        8    8 comm           Tag::comm
 //       16    8 seq            Tag::seq
@@ -23,6 +23,11 @@
 // sender's endpoint address (what its address() returns), at most kMaxHelloAddressBytes long. It
 // lets the receiver attribute the connection's messages to the sending endpoint. Hello frames are
 // not counted in LinkStats.
+//
+// A ping frame (tag all zero, kPingPayloadBytes of payload: an identifier the sender chose) asks
+// the receiving endpoint to answer with a pong frame carrying the same payload, over any
+// connection with the sender; Endpoint::RoundTrip times it. Pings and pongs are not counted in
+// LinkStats either.
 
 #include <cstddef>
 #include <cstdint>
@@ -39,10 +44,13 @@ inline constexpr uint8_t kFrameVersion = 1;
 // Largest payload a single frame may carry; a header announcing more is treated as corrupt.
 inline constexpr uint64_t kMaxFramePayloadBytes = uint64_t{1} << 30;
 inline constexpr uint64_t kMaxHelloAddressBytes = 1024;
+inline constexpr uint64_t kPingPayloadBytes = 8;
 
 enum class FrameType : uint8_t {
   kData = 1,
   kHello = 2,
+  kPing = 3,
+  kPong = 4,
 };
 
 struct FrameHeader {
@@ -61,7 +69,7 @@ void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out);
 
 // Parses and validates a header. DataLoss when the magic, version, flags or type are wrong, or the
 // payload length is larger than the frame type allows (kMaxFramePayloadBytes for data,
-// kMaxHelloAddressBytes for hello).
+// kMaxHelloAddressBytes for hello) or, for ping and pong, not kPingPayloadBytes.
 absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in);
 
 }  // namespace baton::transport

@@ -47,6 +47,9 @@ class PiggybackEndpoint final : public Endpoint {
   // The receive flushes before its Wait may sleep.
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
                                        absl::Time deadline, ArrivalCallback on_arrival) override;
+  absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override {
+    return inner_->RoundTrip(peer, deadline);
+  }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }
   std::vector<LinkStats> Stats() const override { return inner_->Stats(); }

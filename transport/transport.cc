@@ -30,4 +30,9 @@ absl::Status Endpoint::SendAll(const std::string& peer, std::span<const OutMessa
   return absl::OkStatus();
 }
 
+absl::StatusOr<absl::Duration> Endpoint::RoundTrip(const std::string& peer, absl::Time) {
+  return absl::UnimplementedError(
+      absl::StrCat("this transport does not time round trips (to peer ", peer, ")"));
+}
+
 }  // namespace baton::transport

@@ -13,6 +13,7 @@
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace baton::transport {
@@ -131,6 +132,11 @@ class Endpoint {
                                                ByteSpan data, absl::Time deadline,
                                                ArrivalCallback on_arrival) = 0;
 
+  // Times one small message to `peer` and its answer, over the connections the data travels on
+  // (TCP: a ping frame, answered by the peer's endpoint with a pong). What the tuner's link model
+  // takes as a message's latency. Errors: Unavailable when the peer cannot be reached,
+  // DeadlineExceeded at `deadline`, Unimplemented where the transport has no such message.
+  virtual absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline);
   // Fails every pending and future Send and Recv on communicator `comm` with `reason` (which must
   // not be OK), and drops its unexpected messages, until Forget(comm).
   virtual void Abort(uint64_t comm, const absl::Status& reason) = 0;

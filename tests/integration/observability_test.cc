@@ -105,6 +105,8 @@ TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
     const std::string labels = LinkLabels(peer);
     EXPECT_GT(samples["baton_link_rtt_seconds" + labels], 0);
     EXPECT_LT(samples["baton_link_rtt_seconds" + labels], 5);
+    EXPECT_GT(samples["baton_link_data_rtt_seconds" + labels], 0);
+    EXPECT_LT(samples["baton_link_data_rtt_seconds" + labels], 5);
     EXPECT_GT(samples["baton_link_bandwidth_bytes_per_second" + labels], 0);
     EXPECT_TRUE(samples.contains("baton_link_retransmits_total" + labels));
     const std::string with = labels.substr(0, labels.size() - 1);

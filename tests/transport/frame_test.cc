@@ -75,6 +75,20 @@ TEST(FrameTest, LimitsPayloadLength) {
   EXPECT_FALSE(
       DecodeFrameHeader(Encode(FrameHeader{FrameType::kHello, Tag{}, kMaxHelloAddressBytes + 1}))
           .ok());
+
+  for (const FrameType type : {FrameType::kPing, FrameType::kPong}) {
+    absl::StatusOr<FrameHeader> ping =
+        DecodeFrameHeader(Encode(FrameHeader{type, Tag{}, kPingPayloadBytes}));
+    ASSERT_TRUE(ping.ok()) << ping.status();
+    EXPECT_EQ(ping->type, type);
+    EXPECT_EQ(static_cast<int>(Encode(FrameHeader{type, Tag{}, kPingPayloadBytes})[5]),
+              type == FrameType::kPing ? 3 : 4);
+    for (const uint64_t wrong : {uint64_t{0}, kPingPayloadBytes - 1, kPingPayloadBytes + 1}) {
+      EXPECT_EQ(DecodeFrameHeader(Encode(FrameHeader{type, Tag{}, wrong})).status().code(),
+                absl::StatusCode::kDataLoss)
+          << wrong;
+    }
+  }
 }
 
 }  // namespace

@@ -528,6 +528,88 @@ TEST(TcpTransportTest, WaitBrieflyWaitsAsLongAsTheSpin) {
   }
 }
 
+// RoundTrip: a ping frame that the peer's endpoint answers with a pong, also while bulk data
+// flows both ways on the connection; neither counts as a message.
+TEST(TcpTransportTest, RoundTripIsAnsweredByThePeersEndpoint) {
+  auto a = NewLoopbackEndpoint();
+  auto b = NewLoopbackEndpoint();
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<absl::Duration> there = a->RoundTrip(b->address(), Deadline());
+    ASSERT_TRUE(there.ok()) << there.status();
+    EXPECT_GT(*there, absl::ZeroDuration());
+    absl::StatusOr<absl::Duration> back = b->RoundTrip(a->address(), Deadline());
+    ASSERT_TRUE(back.ok()) << back.status();
+  }
+  EXPECT_EQ(StatsFor(*a, b->address()).tx_messages, 0u);
+  EXPECT_EQ(StatsFor(*b, a->address()).rx_messages, 0u);
+
+  const std::string big(size_t{4} << 20, 'b');
+  for (uint64_t seq = 1; seq <= 8; ++seq) {
+    auto bulk = std::async(std::launch::async, [&] {
+      return a->Send(b->address(), Tag{.comm = 7, .seq = seq}, Bytes(big), Deadline());
+    });
+    auto pings = std::async(std::launch::async, [&] {
+      for (int i = 0; i < 5; ++i) {
+        absl::StatusOr<absl::Duration> rtt = a->RoundTrip(b->address(), Deadline());
+        if (!rtt.ok()) return rtt.status();
+      }
+      return absl::OkStatus();
+    });
+    std::string received(big.size(), '\0');
+    ASSERT_TRUE(b->Recv(a->address(), Tag{.comm = 7, .seq = seq},
+                        std::as_writable_bytes(std::span(received)), Deadline())
+                    .ok());
+    EXPECT_EQ(received, big);
+    EXPECT_TRUE(bulk.get().ok());
+    EXPECT_TRUE(pings.get().ok());
+  }
+  EXPECT_EQ(StatsFor(*a, b->address()).tx_messages, 8u);
+}
+
+// The wire: a ping carries 8 bytes that the pong returns; a peer that does not answer makes the
+// round trip end at its deadline, and a pong nobody waits for is dropped without harm.
+TEST(TcpTransportTest, RoundTripOnTheWire) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  RawListener peer = BindLoopback(/*listening=*/true);
+  auto silent = std::async(std::launch::async, [&] {
+    return endpoint->RoundTrip(peer.address, Deadline(absl::Milliseconds(300)));
+  });
+  FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+  ASSERT_TRUE(conn.valid());
+  ASSERT_EQ(ReadHeader(conn.get()).type, FrameType::kHello);
+  ReadString(conn.get(), endpoint->address().size());
+  const FrameHeader ping = ReadHeader(conn.get());
+  EXPECT_EQ(ping.type, FrameType::kPing);
+  EXPECT_EQ(ping.tag, Tag{});
+  ASSERT_EQ(ping.payload_bytes, kPingPayloadBytes);
+  const std::string first_id = ReadString(conn.get(), kPingPayloadBytes);
+  EXPECT_EQ(silent.get().status().code(), absl::StatusCode::kDeadlineExceeded);
+  // Its late pong is dropped, and the connection still carries data.
+  WriteFrame(conn.get(), FrameHeader{FrameType::kPong, Tag{}, kPingPayloadBytes}, Bytes(first_id));
+
+  auto answered =
+      std::async(std::launch::async, [&] { return endpoint->RoundTrip(peer.address, Deadline()); });
+  ASSERT_EQ(ReadHeader(conn.get()).type, FrameType::kPing);
+  const std::string id = ReadString(conn.get(), kPingPayloadBytes);
+  EXPECT_NE(id, first_id);
+  WriteFrame(conn.get(), FrameHeader{FrameType::kPong, Tag{}, kPingPayloadBytes}, Bytes(id));
+  absl::StatusOr<absl::Duration> rtt = answered.get();
+  ASSERT_TRUE(rtt.ok()) << rtt.status();
+
+  // The endpoint answers the peer's ping with the same 8 bytes.
+  WriteFrame(conn.get(), FrameHeader{FrameType::kPing, Tag{}, kPingPayloadBytes},
+             Bytes("12345678"));
+  const FrameHeader pong = ReadHeader(conn.get());
+  EXPECT_EQ(pong.type, FrameType::kPong);
+  ASSERT_EQ(pong.payload_bytes, kPingPayloadBytes);
+  EXPECT_EQ(ReadString(conn.get(), kPingPayloadBytes), "12345678");
+  WriteFrame(conn.get(), FrameHeader{FrameType::kData, Tag{.seq = 3}, 4}, Bytes("data"));
+  EXPECT_EQ(RecvString(*endpoint, peer.address, Tag{.seq = 3}, 4), "data");
+}
+
 TEST(TcpTransportTest, SendToAPeerThatDoesNotReadEndsAtTheDeadlineOrOnAbort) {
   auto endpoint = NewLoopbackEndpoint();
   ASSERT_NE(endpoint, nullptr);

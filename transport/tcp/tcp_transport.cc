@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <deque>
 #include <list>
 #include <memory>
 #include <optional>
@@ -88,6 +89,10 @@ class TcpEndpoint final : public Endpoint {
       SetThreadName("baton-accept");
       ListenLoop();
     });
+    pong_thread_ = std::thread([this] {
+      SetThreadName("baton-pong");
+      PongLoop();
+    });
   }
 
   std::string address() const override { return address_; }
@@ -97,6 +102,7 @@ class TcpEndpoint final : public Endpoint {
                        absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
                                        absl::Time deadline, ArrivalCallback on_arrival) override;
+  absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override;
   void Abort(uint64_t comm, const absl::Status& reason) override;
   void Forget(uint64_t comm) override;
   std::vector<LinkStats> Stats() const override;
@@ -204,6 +210,16 @@ class TcpEndpoint final : public Endpoint {
       ABSL_LOCKS_EXCLUDED(mu_);
   void CountSendLocked(const std::string& peer, uint64_t length, bool ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `messages` to `peer` as frames of `type` in one system call (SendAll for data frames,
+  // which alone are counted in LinkStats).
+  absl::Status SendFrames(const std::string& peer, FrameType type,
+                          std::span<const OutMessage> messages, absl::Time deadline);
+  // A ping or pong frame's payload, read after its header; a ping is queued for PongLoop, a pong
+  // completes its RoundTrip.
+  absl::Status ReadPingOrPong(Conn& conn, const FrameHeader& header, absl::Time limit);
+  // Answers queued pings. Its own thread, so that no thread that reads a connection ever waits to
+  // write one (the peer might be waiting for us to read).
+  void PongLoop();
   void CountError(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Listener listener_;
@@ -226,13 +242,28 @@ class TcpEndpoint final : public Endpoint {
   absl::flat_hash_map<std::string, int> connections_ ABSL_GUARDED_BY(mu_);
   // tx counters and errors; rx counters and `up` come from matcher_.
   absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
+
+  // Round trips: pings in flight by identifier, with the time their pong arrived (InfinitePast
+  // until then), and pings from peers still to be answered.
+  absl::Mutex pings_mu_;
+  bool pings_stopping_ ABSL_GUARDED_BY(pings_mu_) = false;
+  uint64_t next_ping_ ABSL_GUARDED_BY(pings_mu_) = 1;
+  absl::flat_hash_map<uint64_t, absl::Time> pings_ ABSL_GUARDED_BY(pings_mu_);
+  std::deque<std::pair<std::string, std::array<std::byte, kPingPayloadBytes>>> pongs_due_
+      ABSL_GUARDED_BY(pings_mu_);
+  std::thread pong_thread_;
 };
 
 TcpEndpoint::~TcpEndpoint() {
   {
     absl::MutexLock lock(&mu_);
-    shutting_down_ = true;
+    shutting_down_ = true;  // a pong being written stops too
   }
+  {
+    absl::MutexLock lock(&pings_mu_);
+    pings_stopping_ = true;
+  }
+  if (pong_thread_.joinable()) pong_thread_.join();
   matcher_.Shutdown(ShutDownError());
   const uint64_t one = 1;
   if (write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
@@ -421,7 +452,7 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
       return status;
     }
     absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(buffer);
-    if (decoded.ok() && decoded->type != FrameType::kData) {
+    if (decoded.ok() && decoded->type == FrameType::kHello) {
       decoded = absl::DataLossError("unexpected hello frame on an introduced connection");
     }
     if (!decoded.ok()) {
@@ -431,6 +462,10 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
       return decoded.status();
     }
     header = *decoded;
+  }
+  if (header.type != FrameType::kData) {
+    BATON_RETURN_IF_ERROR(ReadPingOrPong(conn, header, limit));
+    return FrameRead::kDone;
   }
   if (!for_receive) {
     BATON_RETURN_IF_ERROR(ReadPayload(
@@ -719,6 +754,11 @@ absl::Status TcpEndpoint::SendAll(const std::string& peer, std::span<const OutMe
                                   absl::Time deadline) {
   if (messages.empty()) return absl::OkStatus();
   BATON_RETURN_IF_ERROR(CheckSendAll(peer, messages));
+  return SendFrames(peer, FrameType::kData, messages, deadline);
+}
+
+absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
+                                     std::span<const OutMessage> messages, absl::Time deadline) {
   const Tag& tag = messages.back().tag;  // the one errors name
   size_t total = 0;
   for (const OutMessage& message : messages) {
@@ -762,8 +802,7 @@ absl::Status TcpEndpoint::SendAll(const std::string& peer, std::span<const OutMe
     iov = heap_iov;
   }
   for (size_t i = 0; i < messages.size(); ++i) {
-    EncodeFrameHeader(FrameHeader{FrameType::kData, messages[i].tag, messages[i].data.size()},
-                      headers[i]);
+    EncodeFrameHeader(FrameHeader{type, messages[i].tag, messages[i].data.size()}, headers[i]);
     iov[2 * i] = iovec{headers[i].data(), headers[i].size()};
     iov[2 * i + 1] =
         iovec{const_cast<std::byte*>(messages[i].data.data()), messages[i].data.size()};
@@ -779,6 +818,7 @@ absl::Status TcpEndpoint::SendAll(const std::string& peer, std::span<const OutMe
   {
     absl::MutexLock lock(&mu_);
     if (status.ok()) {
+      if (type != FrameType::kData) return absl::OkStatus();
       for (const OutMessage& message : messages) CountSendLocked(peer, message.data.size(), true);
       return absl::OkStatus();
     }
@@ -795,6 +835,77 @@ absl::Status TcpEndpoint::SendAll(const std::string& peer, std::span<const OutMe
   }
   return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
                                              TagToString(tag), "): ", status.message()));
+}
+
+absl::StatusOr<absl::Duration> TcpEndpoint::RoundTrip(const std::string& peer,
+                                                      absl::Time deadline) {
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&pings_mu_);
+    id = next_ping_++;
+    pings_[id] = absl::InfinitePast();
+  }
+  std::array<std::byte, kPingPayloadBytes> payload;
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(id >> (8 * i));
+  const OutMessage ping{Tag{}, payload};
+  const absl::Time start = absl::Now();
+  const absl::Status sent = SendFrames(peer, FrameType::kPing, std::span(&ping, 1), deadline);
+  absl::MutexLock lock(&pings_mu_);
+  auto answered = [this, id]() ABSL_SHARED_LOCKS_REQUIRED(pings_mu_) {
+    return pings_stopping_ || pings_[id] != absl::InfinitePast();
+  };
+  if (sent.ok()) pings_mu_.AwaitWithDeadline(absl::Condition(&answered), deadline);
+  const absl::Time pong = pings_[id];
+  pings_.erase(id);
+  if (!sent.ok()) return sent;
+  if (pong != absl::InfinitePast()) return pong - start;
+  if (pings_stopping_) return ShutDownError();
+  return absl::DeadlineExceededError(absl::StrCat("no answer from peer ", peer,
+                                                  " to a ping within ",
+                                                  absl::FormatDuration(absl::Now() - start)));
+}
+
+absl::Status TcpEndpoint::ReadPingOrPong(Conn& conn, const FrameHeader& header, absl::Time limit) {
+  std::array<std::byte, kPingPayloadBytes> payload;
+  size_t read = 0;
+  if (absl::Status status = conn.in->Read(payload, limit, &read); !status.ok()) {
+    CountError(conn.peer);
+    return status;
+  }
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&pings_mu_);
+  if (header.type == FrameType::kPing) {
+    if (!pings_stopping_) pongs_due_.emplace_back(conn.peer, payload);
+    return absl::OkStatus();
+  }
+  uint64_t id = 0;
+  for (size_t i = 0; i < payload.size(); ++i) id |= static_cast<uint64_t>(payload[i]) << (8 * i);
+  // A pong for a ping that gave up is dropped.
+  if (auto it = pings_.find(id); it != pings_.end()) it->second = now;
+  return absl::OkStatus();
+}
+
+void TcpEndpoint::PongLoop() {
+  // Long enough to wait behind bulk data on the connection: a pong cut short would break it.
+  constexpr absl::Duration kPongTimeout = absl::Seconds(30);
+  absl::MutexLock lock(&pings_mu_);
+  while (true) {
+    auto due = [this]() ABSL_SHARED_LOCKS_REQUIRED(pings_mu_) {
+      return pings_stopping_ || !pongs_due_.empty();
+    };
+    pings_mu_.Await(absl::Condition(&due));
+    if (pings_stopping_) return;
+    auto [peer, payload] = std::move(pongs_due_.front());
+    pongs_due_.pop_front();
+    pings_mu_.Unlock();
+    const OutMessage pong{Tag{}, payload};
+    const absl::Status sent =
+        SendFrames(peer, FrameType::kPong, std::span(&pong, 1), absl::Now() + kPongTimeout);
+    if (!sent.ok()) {
+      spdlog::debug("tcp endpoint {}: no pong to peer {}: {}", address_, peer, sent.ToString());
+    }
+    pings_mu_.Lock();
+  }
 }
 
 absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
