@@ -176,6 +176,40 @@ TEST(LinkMonitorTest, MeasuresEveryPeerAndFlagsTheSlowOne) {
   }
 }
 
+// The data RTT: the fastest of the data-plane round trips to the address the peer API gave, a
+// median over rounds; unmeasured where the data plane does not answer, and the link stays up.
+TEST(LinkMonitorTest, MeasuresTheDataPlaneRoundTripWhereItAnswers) {
+  FakePeers peers;
+  peers.Add("a:1", absl::Milliseconds(2));
+  peers.Add("mute:1", absl::Milliseconds(2));
+  absl::Mutex mu;
+  std::vector<std::string> pinged;
+  int calls = 0;
+  LinkMonitor monitor(
+      TestOptions(),
+      [&](const std::string& a, size_t b, absl::Time d) { return peers.RoundTrip(a, b, d); },
+      [&] { return peers.List(); }, nullptr,
+      [&](const std::string& data_address, absl::Time) -> absl::StatusOr<absl::Duration> {
+        absl::MutexLock lock(&mu);
+        pinged.push_back(data_address);
+        if (data_address == "data-of-mute:1") return absl::UnimplementedError("no pings here");
+        // The fastest of each round's five is 10 us.
+        constexpr int kMicroseconds[] = {40, 30, 20, 10, 50};
+        return absl::Microseconds(kMicroseconds[calls++ % 5]);
+      });
+  for (int round = 0; round < 2; ++round) monitor.ProbeOnce();
+  for (const LinkHealth& link : monitor.Snapshot()) {
+    SCOPED_TRACE(link.peer.peer_address);
+    EXPECT_TRUE(link.up);
+    EXPECT_EQ(link.data_rtt,
+              link.peer.peer_address == "a:1" ? absl::Microseconds(10) : absl::ZeroDuration());
+  }
+  absl::MutexLock lock(&mu);
+  // Five to the answering peer each round; the mute one gives up at the first.
+  EXPECT_EQ(std::count(pinged.begin(), pinged.end(), "data-of-a:1"), 10);
+  EXPECT_EQ(std::count(pinged.begin(), pinged.end(), "data-of-mute:1"), 2);
+}
+
 TEST(LinkMonitorTest, AnUnreachablePeerIsDownAndTheOthersStillMeasured) {
   FakePeers peers;
   peers.Add("a:1", absl::Milliseconds(1));
