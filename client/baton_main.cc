@@ -403,26 +403,29 @@ int Links(int argc, char** argv) {
     return 0;
   }
   std::printf("node %s: %d links\n", fetched->node_name().c_str(), fetched->links_size());
-  std::printf("%-16s %-22s %-5s %11s %11s %7s %6s %10s %12s  %s\n", "peer", "peer address", "state",
-              "tx", "rx", "retrans", "errors", "rtt", "bandwidth", "flags");
+  std::printf("%-16s %-22s %-5s %11s %11s %7s %6s %10s %10s %12s  %s\n", "peer", "peer address",
+              "state", "tx", "rx", "retrans", "errors", "rtt", "data rtt", "bandwidth", "flags");
   for (const auto& l : fetched->links()) {
     std::string flags;
     if (l.flagged_bandwidth()) flags += "FLAGGED:bandwidth ";
     if (l.flagged_rtt()) flags += "FLAGGED:rtt ";
     if (!l.last_probe_error().empty()) flags += "probe failed: " + l.last_probe_error();
-    const std::string rtt =
-        l.rtt_seconds() > 0 ? absl::StrFormat("%.0f us", l.rtt_seconds() * 1e6) : std::string("-");
+    auto micros = [](double seconds) {
+      return seconds > 0 ? absl::StrFormat("%.0f us", seconds * 1e6) : std::string("-");
+    };
+    const std::string rtt = micros(l.rtt_seconds());
+    const std::string data_rtt = micros(l.data_rtt_seconds());
     const std::string bandwidth =
         l.bandwidth_bytes_per_second() > 0
             ? absl::StrFormat("%.1f MB/s", l.bandwidth_bytes_per_second() / 1e6)
             : std::string("-");
-    std::printf("%-16s %-22s %-5s %11s %11s %7llu %6llu %10s %12s  %s\n", PeerLabel(l).c_str(),
+    std::printf("%-16s %-22s %-5s %11s %11s %7llu %6llu %10s %10s %12s  %s\n", PeerLabel(l).c_str(),
                 l.peer_address().c_str(), l.peer_up() ? "up" : "down",
                 HumanBytes(static_cast<double>(l.tx_bytes())).c_str(),
                 HumanBytes(static_cast<double>(l.rx_bytes())).c_str(),
                 static_cast<unsigned long long>(l.retransmits()),
-                static_cast<unsigned long long>(l.errors()), rtt.c_str(), bandwidth.c_str(),
-                flags.empty() ? "-" : flags.c_str());
+                static_cast<unsigned long long>(l.errors()), rtt.c_str(), data_rtt.c_str(),
+                bandwidth.c_str(), flags.empty() ? "-" : flags.c_str());
   }
   return 0;
 }

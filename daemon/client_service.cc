@@ -204,6 +204,7 @@ grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusR
     if (!link.health) continue;
     entry->set_peer_up(link.health->up);
     entry->set_rtt_seconds(absl::ToDoubleSeconds(link.health->rtt));
+    entry->set_data_rtt_seconds(absl::ToDoubleSeconds(link.health->data_rtt));
     entry->set_bandwidth_bytes_per_second(link.health->bandwidth);
     entry->set_flagged_bandwidth(link.health->flagged_bandwidth);
     entry->set_flagged_rtt(link.health->flagged_rtt);

@@ -167,6 +167,7 @@ TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
     SCOPED_TRACE(link.peer_node());
     EXPECT_TRUE(link.peer_up());
     EXPECT_GT(link.rtt_seconds(), 0);
+    EXPECT_GT(link.data_rtt_seconds(), 0);
     EXPECT_GT(link.bandwidth_bytes_per_second(), 0);
     EXPECT_EQ(link.transport(), "tcp");
     EXPECT_FALSE(link.peer_address().empty());
