@@ -875,7 +875,11 @@ absl::Status TcpEndpoint::ReadPingOrPong(Conn& conn, const FrameHeader& header, 
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&pings_mu_);
   if (header.type == FrameType::kPing) {
-    if (!pings_stopping_) pongs_due_.emplace_back(conn.peer, payload);
+    // Bounded, whatever a peer sends: a ping beyond it goes unanswered (its sender times out).
+    constexpr size_t kMaxPongsDue = 64;
+    if (!pings_stopping_ && pongs_due_.size() < kMaxPongsDue) {
+      pongs_due_.emplace_back(conn.peer, payload);
+    }
     return absl::OkStatus();
   }
   uint64_t id = 0;
