@@ -182,6 +182,7 @@ class DaemonImpl final : public Daemon {
     if (watchdog_.joinable()) watchdog_.join();
     spdlog::info("shutting down");
     if (node_ != nullptr) {
+      node_->StopLinkMonitor();
       node_->AbortAll(absl::UnavailableError(
           absl::StrCat("batond on node ", config_.node_name, " is shutting down")));
       node_->CloseAllChannels();

@@ -65,11 +65,18 @@ LinkMonitor::LinkMonitor(Options options, RoundTrip round_trip, PeerList peers, 
       data_round_trip_(std::move(data_round_trip)) {}
 
 LinkMonitor::~LinkMonitor() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
+  Stop();
   if (thread_.joinable()) thread_.join();
+}
+
+void LinkMonitor::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+}
+
+bool LinkMonitor::Stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stopping_;
 }
 
 void LinkMonitor::Start() {
@@ -105,6 +112,7 @@ absl::StatusOr<Member> LinkMonitor::Measure(const std::string& peer_address, boo
   // The fastest of the pings: scheduling delays on either daemon only ever add time, so the
   // minimum is the link's own round trip (as ping's min and TCP's min_rtt take it).
   measured.rtt = *std::min_element(pings.begin(), pings.end());
+  if (Stopping()) return absl::CancelledError("the link monitor is stopping");
   if (data_round_trip_ && !answered.data_address.empty()) {
     absl::Duration fastest = absl::InfiniteDuration();
     for (int i = 0; i < kPings; ++i) {
@@ -122,6 +130,7 @@ absl::StatusOr<Member> LinkMonitor::Measure(const std::string& peer_address, boo
     if (fastest != absl::InfiniteDuration()) measured.data_rtt = fastest;
   }
   if (!bulk) return answered;
+  if (Stopping()) return absl::CancelledError("the link monitor is stopping");
   absl::Duration best = absl::InfiniteDuration();
   for (int i = 0; i < kBulkTransfers; ++i) {
     const absl::Time start = absl::Now();
@@ -178,6 +187,13 @@ LinkHealth LinkMonitor::MeasureAndRecord(const Member& peer, bool bulk, absl::Ti
   absl::StatusOr<Member> answered = Measure(peer.peer_address, bulk, measured, deadline);
   if (answered.ok() && learnt_) learnt_(peer.peer_address, *answered);
   absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    // A probe cut short by Stop says nothing about the link.
+    if (auto it = links_.find(peer.peer_address); it != links_.end()) return it->second;
+    LinkHealth unmeasured;
+    unmeasured.peer = peer;
+    return unmeasured;
+  }
   Record(peer, answered, measured);
   return links_[peer.peer_address];
 }

@@ -92,6 +92,9 @@ class LinkMonitor {
 
   // Starts probing every interval in the background (no-op when interval is zero).
   void Start();
+  // Ends background probing after the measurement in progress, which is not recorded (shutdown;
+  // the round trip functions should fail fast from now on). The destructor calls it.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   // Runs one round now, on the calling thread.
   void ProbeOnce() ABSL_LOCKS_EXCLUDED(mu_);
   // The links to `peers`, measuring (RTT and bandwidth, one measurement each) those not measured
@@ -120,6 +123,7 @@ class LinkMonitor {
   void Record(const Member& peer, const absl::StatusOr<Member>& answered,
               const Measurement& measured) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Loop();
+  bool Stopping() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const Options options_;
   const RoundTrip round_trip_;

@@ -104,6 +104,11 @@ class Node {
   void StartLinkMonitor() { monitor_.Start(); }
   // Runs one probe round now (tests and `baton links --probe`).
   void ProbeLinksNow() { monitor_.ProbeOnce(); }
+  // Ends link probing at once, probes in flight included (shutdown).
+  void StopLinkMonitor() {
+    monitor_.Stop();
+    peers_.StopProbes();
+  }
   // Ranks of local processes in this daemon's communicators.
   int LocalRanks() const;
   // Ranks that submit through a shared-memory channel (the others use the Collective RPC).

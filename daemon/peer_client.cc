@@ -118,9 +118,24 @@ absl::StatusOr<Member> PeerClient::Probe(const std::string& address, size_t send
   v1::ProbeResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
+  {
+    absl::MutexLock lock(&mu_);
+    if (probes_stopped_) return absl::CancelledError("this daemon is shutting down");
+    probes_.insert(&context);
+  }
   grpc::Status status = StubFor(address)->Probe(&context, request, &response);
+  {
+    absl::MutexLock lock(&mu_);
+    probes_.erase(&context);
+  }
   if (!status.ok()) return Annotate(FromGrpc(status), absl::StrCat("probe of ", address));
   return MemberFromProto(response.member());
+}
+
+void PeerClient::StopProbes() {
+  absl::MutexLock lock(&mu_);
+  probes_stopped_ = true;
+  for (grpc::ClientContext* context : probes_) context->TryCancel();
 }
 
 }  // namespace baton::daemon

@@ -7,6 +7,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -31,11 +32,17 @@ class PeerClient {
   // answered.
   absl::StatusOr<Member> Probe(const std::string& address, size_t send_bytes, absl::Time deadline);
 
+  // Cancels the probes in flight and fails later ones at once (Cancelled): a daemon that shuts
+  // down does not wait for probes of peers that may be gone.
+  void StopProbes();
+
  private:
   v1::Peer::Stub* StubFor(const std::string& address);
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<v1::Peer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  bool probes_stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<grpc::ClientContext*> probes_ ABSL_GUARDED_BY(mu_);  // in flight
 };
 
 // Conversions between the plan and its wire form.

@@ -275,6 +275,39 @@ TEST(LinkMonitorTest, APeerThatLeavesTheListLeavesTheSnapshot) {
   EXPECT_EQ(monitor.Snapshot()[0].peer.peer_address, "a:1");
 }
 
+// Stop ends the round in progress: the probe it cut short (here: the round trip fails once
+// stopped, as PeerClient::StopProbes makes it) is not recorded as a failure, and no peer after it
+// is probed.
+TEST(LinkMonitorTest, StopEndsTheRoundWithoutRecordingTheProbeItCut) {
+  absl::Mutex mu;
+  bool stopped = false;
+  int probed = 0;
+  LinkMonitor* monitor_ptr = nullptr;
+  FakePeers peers;
+  peers.Add("a:1", absl::Milliseconds(1));
+  peers.Add("b:1", absl::Milliseconds(1));
+  LinkMonitor monitor(
+      TestOptions(),
+      [&](const std::string& address, size_t bytes, absl::Time deadline) -> absl::StatusOr<Member> {
+        {
+          absl::MutexLock lock(&mu);
+          if (stopped) return absl::CancelledError("stopped");
+          if (++probed == 2) {  // the first peer's second ping: stop mid-measurement
+            stopped = true;
+            monitor_ptr->Stop();
+            return absl::CancelledError("stopped");
+          }
+        }
+        return peers.RoundTrip(address, bytes, deadline);
+      },
+      [&] { return peers.List(); }, nullptr);
+  monitor_ptr = &monitor;
+  monitor.ProbeOnce();
+  EXPECT_TRUE(monitor.Snapshot().empty()) << "nothing recorded, no failure counted";
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(probed, 2) << "no peer probed after Stop";
+}
+
 TEST(LinkMonitorTest, BackgroundThreadProbesAndStopsPromptly) {
   FakePeers peers;
   peers.Add("a:1", absl::Microseconds(100));
