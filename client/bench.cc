@@ -202,7 +202,7 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
       for (size_t a = 0; a < calls.size(); ++a) {
         // Start every algorithm's iteration together: without the (untimed) barrier, the
         // iteration after a slow one would absorb the other ranks' tail of it.
-        if (comparing) {
+        if (comparing || options.barrier) {
           BATON_RETURN_IF_ERROR((*comm)->Barrier(absl::Milliseconds(options.timeout_ms)));
         }
         const absl::Time start = absl::Now();
@@ -384,11 +384,12 @@ absl::Status RunBench(const BenchOptions& options) {
               static_cast<long long>(options.root));
   std::printf(
       "# sizes %lld..%lld bytes, factor %lld, %lld iterations after %lld warm-up, check %s, "
-      "time: the slowest rank's %s\n",
+      "time: the slowest rank's %s%s\n",
       static_cast<long long>(options.min_bytes), static_cast<long long>(options.max_bytes),
       static_cast<long long>(options.step_factor), static_cast<long long>(options.iters),
       static_cast<long long>(options.warmup_iters), options.check ? "on" : "off",
-      options.median || comparing ? "median" : "mean");
+      options.median || comparing ? "median" : "mean",
+      options.barrier || comparing ? ", each iteration after a barrier" : "");
   std::fflush(stdout);
 
   // Launch one worker per rank with its output on a pipe.
@@ -423,7 +424,8 @@ absl::Status RunBench(const BenchOptions& options) {
                                      absl::StrCat("--root=", options.root),
                                      "--algorithm=" + options.algorithm,
                                      absl::StrCat("--explain=", options.explain ? 1 : 0),
-                                     absl::StrCat("--median=", options.median ? 1 : 0)};
+                                     absl::StrCat("--median=", options.median ? 1 : 0),
+                                     absl::StrCat("--barrier=", options.barrier ? 1 : 0)};
     const pid_t pid = fork();
     if (pid < 0) return absl::InternalError("fork failed");
     if (pid == 0) {

@@ -33,6 +33,9 @@ struct BenchOptions {
   std::string algorithm;
   bool explain = false;  // add the tuner's predicted cost of each algorithm per size
   bool median = false;   // single-algorithm table: each rank's median iteration, not the mean
+  // Every iteration starts after an untimed barrier, as the peer libraries' benchmarks time theirs
+  // (always so when comparing algorithms); else they run back to back.
+  bool barrier = false;
   std::vector<std::string> sockets;  // one per daemon
   int64_t timeout_ms = 120000;       // per operation
 };

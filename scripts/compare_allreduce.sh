@@ -26,10 +26,10 @@ host), then measures, back to back on that cluster, the same all-reduce (float32
                          the shared-memory BTL (vader) between a host's ranks; with --hosts 1
                          only vader
 and prints one table: size, busbw (GB/s) of each, and Baton / the best of the others; then the
-times. busbw = size / time * 2(n-1)/n with n the number of ranks (nccl-tests). The time of
-Gloo and MPI is the median over iterations of the slowest rank's time (a barrier before each
-iteration); Baton's is the slowest rank's median over back-to-back iterations
-(baton bench --median, client/bench.cc). Tears the cluster down on exit; raw outputs stay in DIR.
+times. busbw = size / time * 2(n-1)/n with n the number of ranks (nccl-tests). Every library
+starts each iteration after an untimed barrier. The time of Gloo and MPI is the median over
+iterations of the slowest rank's time; Baton's is the slowest rank's median (baton bench
+--median --barrier, client/bench.cc). Tears the cluster down on exit; raw outputs stay in DIR.
 
 Options:
   --hosts N            hosts (namespaces), default 4
@@ -135,7 +135,7 @@ size_args=(-b "$min_bytes" -e "$max_bytes" -f "$factor" -n "$iters" -w "$warmup"
 # --- one runner per library; each writes DIR/raw/<lib>.out ------------------------------------
 run_baton() {
   timeout "$run_timeout" "$bin/baton" bench --cluster "$cluster" --ranks-per-daemon "$per_host" \
-    "${size_args[@]}" -c 1 --median
+    "${size_args[@]}" -c 1 --median --barrier
 }
 
 run_gloo() {  # ALGORITHM
@@ -227,8 +227,8 @@ done
     "$(uname -r), load average $load_at_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
   [ -z "$mpi_args" ] || echo "# mpirun extra arguments: $mpi_args"
   echo "# run time (s): $(for l in "${lib_list[@]}"; do printf '%s %s  ' "$l" "${seconds_of[$l]}"; done)"
-  echo "# busbw = size/time * 2(n-1)/n, n = $world; baton: median of the slowest rank (back-to-back" \
-    "iterations); gloo, mpi: median over iterations of the slowest rank; ! = wrong elements"
+  echo "# busbw = size/time * 2(n-1)/n, n = $world; every iteration after an untimed barrier; baton:" \
+    "median of the slowest rank; gloo, mpi: median over iterations of the slowest rank; ! = wrong elements"
   awk -v libs="$libs" -v dir="$dir/raw" -v n="$world" '
     BEGIN {
       nl = split(libs, lib, ",")

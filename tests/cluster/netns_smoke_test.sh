@@ -25,13 +25,15 @@ tx_bytes() {
 declare -a tx_before
 for ((i = 0; i < hosts; i++)); do tx_before[i]=$(tx_bytes $i); done
 
-if ! "$baton" bench --cluster "$dir" -b 8 -e $max_bytes -n $iters -w $warmup \
+# With a barrier before every iteration, as compare_allreduce.sh runs it.
+if ! "$baton" bench --cluster "$dir" -b 8 -e $max_bytes -n $iters -w $warmup --barrier \
   --ranks-per-daemon $ranks_per_daemon >"$dir/bench.txt" 2>&1; then
   cat "$dir/bench.txt"
   for ((i = 0; i < hosts; i++)); do tail -n 20 "$dir/host$i.log"; done
   fail "baton bench failed"
 fi
 cat "$dir/bench.txt"
+grep -q "each iteration after a barrier" "$dir/bench.txt" || fail "bench did not say it used --barrier"
 
 # The table's columns by their header names: size, time (us), algbw, busbw, #wrong, ...
 rows=$(awk '
