@@ -175,8 +175,7 @@ void LinkMonitor::Record(const Member& peer, const absl::StatusOr<Member>& answe
     link.data_rtt = WindowMedian(link.data_rtts);
   }
   if (measured.bandwidth > 0) {
-    const double bandwidth = measured.bandwidth;
-    Push(link.bandwidths, bandwidth);
+    Push(link.bandwidths, measured.bandwidth);
     link.bandwidth = WindowMedian(link.bandwidths);
     link.best_bandwidth = *std::max_element(link.bandwidths.begin(), link.bandwidths.end());
   }
@@ -226,10 +225,7 @@ void LinkMonitor::ProbeOnce() {
   }
   absl::flat_hash_set<std::string> current;
   for (size_t i = 0; i < peers.size(); ++i) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-    }
+    if (Stopping()) return;
     const Member& peer = peers[i];
     current.insert(peer.peer_address);
     const bool bulk = (i + peers.size() - cursor) % peers.size() < kBulkPeersPerRound;

@@ -88,6 +88,12 @@ class PiggybackEndpointTest : public ::testing::Test {
     EXPECT_TRUE(endpoint.ok()) << endpoint.status();
     return *std::move(endpoint);
   }
+  // Posts the receive of c's two-byte answer into `answer`.
+  std::unique_ptr<PostedRecv> PostAnswer(std::string& answer) {
+    answer.assign(2, '\0');
+    return piggyback_.PostRecv("c", data_, std::as_writable_bytes(std::span(answer)), Deadline(),
+                               nullptr);
+  }
   std::string Receive(Endpoint& at, const Tag& tag, size_t size) {
     std::string text(size, '\0');
     const absl::Status status =
@@ -146,9 +152,8 @@ TEST_F(PiggybackEndpointTest, OnlyALargeSendElsewhereSendsTheHeldMessageFirst) {
 TEST_F(PiggybackEndpointTest, TheHeldMessageGoesAloneBeforeAWaitThatBlocks) {
   recording_.set_patience(absl::Milliseconds(50));
   ASSERT_TRUE(piggyback_.Hold("b", held_, Bytes("sig"), Deadline()).ok());
-  std::string answer(2, '\0');
-  std::unique_ptr<PostedRecv> posted = piggyback_.PostRecv(
-      "c", data_, std::as_writable_bytes(std::span(answer)), Deadline(), nullptr);
+  std::string answer;
+  std::unique_ptr<PostedRecv> posted = PostAnswer(answer);
   EXPECT_FALSE(posted->Test());
   EXPECT_TRUE(recording_.calls().empty()) << "Test must not send";
   auto peer = std::async(std::launch::async, [&] {
@@ -166,9 +171,8 @@ TEST_F(PiggybackEndpointTest, TheHeldMessageGoesAloneBeforeAWaitThatBlocks) {
 TEST_F(PiggybackEndpointTest, AMessageWithinTheBriefWaitKeepsTheMessageHeld) {
   recording_.set_patience(absl::Seconds(20));
   ASSERT_TRUE(piggyback_.Hold("b", held_, Bytes("sig"), Deadline()).ok());
-  std::string answer(2, '\0');
-  std::unique_ptr<PostedRecv> posted = piggyback_.PostRecv(
-      "c", data_, std::as_writable_bytes(std::span(answer)), Deadline(), nullptr);
+  std::string answer;
+  std::unique_ptr<PostedRecv> posted = PostAnswer(answer);
   auto peer = std::async(std::launch::async, [&] {
     absl::SleepFor(absl::Milliseconds(20));
     return c_->Send("a", data_, Bytes("ok"), Deadline());
@@ -183,9 +187,8 @@ TEST_F(PiggybackEndpointTest, AMessageWithinTheBriefWaitKeepsTheMessageHeld) {
 
 TEST_F(PiggybackEndpointTest, AWaitThatNeedNotBlockKeepsTheMessageHeld) {
   ASSERT_TRUE(c_->Send("a", data_, Bytes("ok"), Deadline()).ok());
-  std::string answer(2, '\0');
-  std::unique_ptr<PostedRecv> posted = piggyback_.PostRecv(
-      "c", data_, std::as_writable_bytes(std::span(answer)), Deadline(), nullptr);
+  std::string answer;
+  std::unique_ptr<PostedRecv> posted = PostAnswer(answer);
   ASSERT_TRUE(piggyback_.Hold("b", held_, Bytes("sig"), Deadline()).ok());
   ASSERT_TRUE(posted->Wait().ok());
   EXPECT_TRUE(recording_.calls().empty());

@@ -458,25 +458,38 @@ TEST_P(ConnectionChoiceTest, AReceiveCompletesOverEitherConnection) {
 INSTANTIATE_TEST_SUITE_P(EndpointAddressSortsFirstOrLast, ConnectionChoiceTest,
                          ::testing::Values("0-sorts-first", "z-sorts-last"));
 
+// An endpoint whose waiting threads spin for `spin`, and a raw peer connected and introduced to it.
+struct SpinningEndpoint {
+  std::unique_ptr<Endpoint> endpoint;
+  RawListener peer;
+  FileDescriptor raw;
+};
+SpinningEndpoint NewSpinningEndpoint(absl::Duration spin) {
+  TcpOptions options = Options("127.0.0.1:0");
+  options.receive_spin = spin;
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
+  EXPECT_TRUE(endpoint.ok()) << endpoint.status();
+  if (!endpoint.ok()) return SpinningEndpoint{};
+  SpinningEndpoint result{*std::move(endpoint), BindLoopback(/*listening=*/true), {}};
+  result.raw = RawConnect(result.endpoint->address());
+  WriteHello(result.raw.get(), result.peer.address);
+  return result;
+}
+
 // A thread waiting for a small message spins on the connection for a while, then sleeps in
 // poll(); the message arrives whether it comes during the spin, after it, or with no spin at all.
 TEST(TcpTransportTest, AWaitingReceiverGetsItsMessageWhetherItSpinsOrSleeps) {
   for (const absl::Duration spin : {absl::ZeroDuration(), absl::Milliseconds(1)}) {
-    TcpOptions options = Options("127.0.0.1:0");
-    options.receive_spin = spin;
-    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
-    ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-    RawListener peer = BindLoopback(/*listening=*/true);
-    FileDescriptor raw = RawConnect((*endpoint)->address());
-    WriteHello(raw.get(), peer.address);
+    SpinningEndpoint e = NewSpinningEndpoint(spin);
+    ASSERT_NE(e.endpoint, nullptr);
     uint64_t seq = 1;
     for (const absl::Duration delay : {absl::ZeroDuration(), absl::Microseconds(200),
                                        absl::Milliseconds(5), absl::Microseconds(100)}) {
-      auto received = std::async(std::launch::async, [&endpoint, &peer, seq] {
-        return RecvString(**endpoint, peer.address, Tag{.seq = seq}, 4);
+      auto received = std::async(std::launch::async, [&e, seq] {
+        return RecvString(*e.endpoint, e.peer.address, Tag{.seq = seq}, 4);
       });
       absl::SleepFor(delay);
-      WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = seq}, 4}, Bytes("spin"));
+      WriteFrame(e.raw.get(), FrameHeader{FrameType::kData, Tag{.seq = seq}, 4}, Bytes("spin"));
       EXPECT_EQ(received.get(), "spin") << "spin " << spin << ", message after " << delay;
       ++seq;
     }
@@ -491,25 +504,20 @@ TEST(TcpTransportTest, AWaitingReceiverGetsItsMessageWhetherItSpinsOrSleeps) {
 TEST(TcpTransportTest, WaitBrieflyWaitsAsLongAsTheSpin) {
   for (const absl::Duration spin : {absl::Seconds(30), absl::Seconds(1)}) {
     SCOPED_TRACE(absl::StrCat("spin ", absl::FormatDuration(spin)));
-    TcpOptions options = Options("127.0.0.1:0");
-    options.receive_spin = spin;
-    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
-    ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-    RawListener peer = BindLoopback(/*listening=*/true);
-    FileDescriptor raw = RawConnect((*endpoint)->address());
-    WriteHello(raw.get(), peer.address);
+    SpinningEndpoint e = NewSpinningEndpoint(spin);
+    ASSERT_NE(e.endpoint, nullptr);
     // Once this arrives the connection is known (a brief wait needs one to read).
-    WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 0}, 1}, Bytes("x"));
-    EXPECT_EQ(RecvString(**endpoint, peer.address, Tag{.seq = 0}, 1), "x");
+    WriteFrame(e.raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 0}, 1}, Bytes("x"));
+    EXPECT_EQ(RecvString(*e.endpoint, e.peer.address, Tag{.seq = 0}, 1), "x");
     std::string text(4, '\0');
     std::unique_ptr<PostedRecv> posted =
-        (*endpoint)->PostRecv(peer.address, Tag{.seq = 1}, std::as_writable_bytes(std::span(text)),
-                              absl::Now() + absl::Minutes(2), nullptr);
+        e.endpoint->PostRecv(e.peer.address, Tag{.seq = 1}, std::as_writable_bytes(std::span(text)),
+                             absl::Now() + absl::Minutes(2), nullptr);
     absl::Time start = absl::Now();
     if (spin == absl::Seconds(30)) {
-      auto writer = std::async(std::launch::async, [&raw] {
+      auto writer = std::async(std::launch::async, [&e] {
         absl::SleepFor(absl::Milliseconds(20));
-        WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, 4}, Bytes("soon"));
+        WriteFrame(e.raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, 4}, Bytes("soon"));
       });
       EXPECT_TRUE(posted->WaitBriefly());
       EXPECT_LT(absl::Now() - start, spin) << "the message ends the brief wait";
@@ -522,7 +530,7 @@ TEST(TcpTransportTest, WaitBrieflyWaitsAsLongAsTheSpin) {
     start = absl::Now();
     EXPECT_FALSE(posted->WaitBriefly());
     EXPECT_LT(absl::Now() - start, spin / 2);
-    WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, 4}, Bytes("late"));
+    WriteFrame(e.raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, 4}, Bytes("late"));
     ASSERT_TRUE(posted->Wait().ok());
     EXPECT_EQ(text, "late");
   }

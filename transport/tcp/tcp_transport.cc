@@ -9,6 +9,7 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <deque>
 #include <list>
 #include <memory>
@@ -845,8 +846,10 @@ absl::StatusOr<absl::Duration> TcpEndpoint::RoundTrip(const std::string& peer,
     id = next_ping_++;
     pings_[id] = absl::InfinitePast();
   }
+  // The identifier is opaque to the peer, which echoes its bytes: host byte order will do.
   std::array<std::byte, kPingPayloadBytes> payload;
-  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(id >> (8 * i));
+  static_assert(sizeof(id) == kPingPayloadBytes);
+  std::memcpy(payload.data(), &id, sizeof(id));
   const OutMessage ping{Tag{}, payload};
   const absl::Time start = absl::Now();
   const absl::Status sent = SendFrames(peer, FrameType::kPing, std::span(&ping, 1), deadline);
@@ -883,7 +886,7 @@ absl::Status TcpEndpoint::ReadPingOrPong(Conn& conn, const FrameHeader& header, 
     return absl::OkStatus();
   }
   uint64_t id = 0;
-  for (size_t i = 0; i < payload.size(); ++i) id |= static_cast<uint64_t>(payload[i]) << (8 * i);
+  std::memcpy(&id, payload.data(), sizeof(id));
   // A pong for a ping that gave up is dropped.
   if (auto it = pings_.find(id); it != pings_.end()) it->second = now;
   return absl::OkStatus();
