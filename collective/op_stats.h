@@ -2,8 +2,10 @@
 
 // Where one operation spends its time: waiting on the transport, and in reduction kernels. The
 // daemon reports the rest of an operation's time as dispatch overhead (docs/metrics.md,
-// baton_collective_time_seconds_total). An operation runs on one thread, so plain fields do.
+// baton_collective_time_seconds_total). An operation runs on one thread, so plain fields do;
+// reduction run elsewhere meanwhile is added at the end (CountReductionInWait).
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -19,6 +21,15 @@ struct OpStats {
   std::chrono::nanoseconds transport{0};  // blocked in Send and Recv
   std::chrono::nanoseconds reduce{0};     // in reduction kernels
 };
+
+// Moves `reduce` of what stats->transport counts to stats->reduce: reduction that another thread
+// ran while this one was waiting on the transport (a consumer of Endpoint::PostConsume). Does
+// nothing if stats is null.
+inline void CountReductionInWait(OpStats* stats, std::chrono::nanoseconds reduce) {
+  if (stats == nullptr) return;
+  stats->reduce += reduce;
+  stats->transport -= std::min(stats->transport, reduce);
+}
 
 // Adds the time between its construction and destruction to *slot; does nothing if slot is null.
 class PhaseTimer {
@@ -82,6 +93,14 @@ class TimingEndpoint final : public transport::Endpoint {
     PhaseTimer timer(&stats_->transport);
     return std::make_unique<TimedRecv>(
         inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival)), stats_);
+  }
+  std::unique_ptr<transport::PostedRecv> PostConsume(const std::string& peer,
+                                                     const transport::Tag& tag, size_t length,
+                                                     absl::Time deadline,
+                                                     PieceConsumer consume) override {
+    PhaseTimer timer(&stats_->transport);
+    return std::make_unique<TimedRecv>(
+        inner_->PostConsume(peer, tag, length, deadline, std::move(consume)), stats_);
   }
   absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override {
     return inner_->RoundTrip(peer, deadline);

@@ -1,10 +1,13 @@
 #include "collective/ring_steps.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
 #include "collective/reduce.h"
 #include "common/status_macros.h"
@@ -13,13 +16,22 @@
 // send of step i+1 needs only a receive of step i, and the transport accepts messages nobody has
 // asked for yet. Keeping sends at most two chunks ahead of receives bounds what a receiver holds
 // unasked to a few chunks per peer.
+//
+// A reducing step's chunk is folded into the buffer as it arrives, piece by piece, by whichever
+// thread reads it (Endpoint::PostConsume), while the pieces are still in the cache; so such a
+// receive is posted only once no send still to go out reads the range it writes.
 
 namespace baton::collective::internal {
 namespace {
 
 constexpr size_t kSendsAhead = 2;
-// Receives posted at once, the one waited for included; also the scratch chunks of a reduction.
+// Receives posted at once, the one waited for included.
 constexpr size_t kRecvWindow = 4;
+
+bool Overlap(const ElementRange& a, const ElementRange& b) {
+  return a.length > 0 && b.length > 0 && a.begin < b.begin + b.length &&
+         b.begin < a.begin + a.length;
+}
 
 }  // namespace
 
@@ -51,24 +63,37 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     size_t part;
   };
   std::vector<Receive> receives;
-  bool reducing = false;
-  size_t needed = 0;  // elements of the largest chunk a reducing step receives
+  // Per step: its chunks still to be sent.
+  std::vector<size_t> unsent(steps.size());
   for (size_t i = 0; i < steps.size(); ++i) {
     const size_t chunks = ChunkCount(steps[i].recv.length, chunk_elements_);
     for (size_t part = 0; part < chunks; ++part) receives.push_back({i, part});
-    if (steps[i].reduce) {
-      reducing = true;
-      needed = std::max(needed, std::min(chunk_elements_, steps[i].recv.length));
-    }
+    unsent[i] = ChunkCount(steps[i].send.length, chunk_elements_);
   }
-  // Receive r of a reducing step lands in scratch slot r % kRecvWindow, which is free again once
-  // receive r - kRecvWindow has been folded in.
-  if (reducing && needed * kRecvWindow > scratch_elements_) {
-    scratch_ = std::make_unique_for_overwrite<std::byte[]>(needed * kRecvWindow * element_size_);
-    scratch_elements_ = needed * kRecvWindow;
-  }
-  auto scratch_slot = [&](size_t r, size_t bytes) {
-    return transport::ByteSpan(scratch_.get() + (r % kRecvWindow) * needed * element_size_, bytes);
+  size_t first_unsent = 0;  // the first step with chunks still to be sent
+
+  // The reduction time of the consumers, which run in the transport's threads while this one
+  // waits; moved from the operation's transport time to its reduction time at the end (the
+  // receives they ran for are complete by then).
+  std::atomic<int64_t> consumed_ns{0};
+  auto consumer = [&](const RingStep& step,
+                      const ElementRange& chunk) -> transport::Endpoint::PieceConsumer {
+    std::byte* const own = BytesOf(data_, element_size_, chunk).data();
+    const bool from_inputs =
+        step.own_from_input && !(inputs_.size() == 1 && inputs_.front() == data_);
+    return [this, own, chunk, from_inputs, &consumed_ns](size_t offset,
+                                                         transport::ConstByteSpan piece) {
+      const auto start = std::chrono::steady_clock::now();
+      const size_t length = piece.size() / element_size_;
+      if (from_inputs) {
+        const ElementRange part{chunk.begin + offset / element_size_, length};
+        ReduceMany(type_, op_, own + offset, InputsOf(part, piece.data()), length);
+      } else {
+        ReduceInto(type_, op_, own + offset, piece.data(), length);
+      }
+      consumed_ns.fetch_add((std::chrono::steady_clock::now() - start).count(),
+                            std::memory_order_relaxed);
+    };
   };
 
   auto tag_of = [&](size_t step, size_t part) {
@@ -93,6 +118,8 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     ready.pop_front();
     ++issued;
     const RingStep& step = steps[next.step];
+    --unsent[next.step];
+    while (first_unsent < steps.size() && unsent[first_unsent] == 0) ++first_unsent;
     const ElementRange chunk = ChunkOf(step.send, chunk_elements_, next.part);
     if (step.send_from_input && inputs_.size() > 1) {
       // Several inputs: their reduction is what goes out; it is built in the buffer, which no
@@ -113,24 +140,38 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
   };
 
   // Receives posted ahead of the one waited for, so that chunks arriving early go straight to
-  // where they belong. A reducing step's receive may be posted any time (it lands in scratch); a
-  // storing step's only once its step is current and no earlier step's send is still to go out
-  // (the chunk overwrites the buffer, which such a send may still have to read).
+  // where they belong. A reducing step's receive is posted once no earlier step's send that reads
+  // its range is still to go out (it changes the range as it arrives); a storing step's only once
+  // its step is current and no earlier step's send is still to go out (the chunk overwrites the
+  // buffer, which such a send may still have to read).
+  auto can_post = [&](const Receive& r, size_t current_step) {
+    const RingStep& step = steps[r.step];
+    if (!step.reduce) {
+      return r.step == current_step && (ready.empty() || ready.front().step >= r.step);
+    }
+    const ElementRange chunk = ChunkOf(step.recv, chunk_elements_, r.part);
+    for (size_t k = first_unsent; k < r.step; ++k) {
+      if (unsent[k] > 0 && Overlap(steps[k].send, chunk)) return false;
+    }
+    return true;
+  };
   std::deque<std::unique_ptr<transport::PostedRecv>> posted;
   size_t next_post = 0;
   auto post_ahead = [&](size_t current_step) {
     while (next_post < receives.size() && next_post < received + kRecvWindow) {
       const Receive& r = receives[next_post];
+      if (!can_post(r, current_step)) return;
       const RingStep& step = steps[r.step];
-      if (!step.reduce &&
-          (r.step != current_step || (!ready.empty() && ready.front().step < r.step))) {
-        return;
-      }
       const ElementRange chunk = ChunkOf(step.recv, chunk_elements_, r.part);
-      const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
-      posted.push_back(ctx_.endpoint->PostRecv(
-          ring_.prev, tag_of(r.step, r.part),
-          step.reduce ? scratch_slot(next_post, own.size()) : own, ctx_.deadline, nullptr));
+      if (step.reduce) {
+        posted.push_back(ctx_.endpoint->PostConsume(ring_.prev, tag_of(r.step, r.part),
+                                                    chunk.length * element_size_, ctx_.deadline,
+                                                    consumer(step, chunk)));
+      } else {
+        posted.push_back(ctx_.endpoint->PostRecv(ring_.prev, tag_of(r.step, r.part),
+                                                 BytesOf(data_, element_size_, chunk),
+                                                 ctx_.deadline, nullptr));
+      }
       ++next_post;
     }
   };
@@ -141,30 +182,20 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     const bool next_chained = i + 1 < steps.size() && chained(i + 1);
     const size_t chunks = ChunkCount(step.recv.length, chunk_elements_);
     for (size_t part = 0; part < chunks; ++part) {
-      // A receive stored straight into the buffer must not overwrite data still waiting to go
-      // out from an earlier step.
-      while (!step.reduce && !ready.empty() && ready.front().step < i) {
+      // The receive waited for next must not change data still waiting to go out from an earlier
+      // step: such sends go first. (Every send of an earlier step is ready by now.)
+      while (next_post == received && !can_post(receives[next_post], i)) {
+        if (ready.empty()) return absl::InternalError(absl::StrCat(where(i), ": nothing to send"));
         BATON_RETURN_IF_ERROR(issue());
       }
       post_ahead(i);
       while (!ready.empty() && issued < received + kSendsAhead) BATON_RETURN_IF_ERROR(issue());
-      // This step's receive is posted now: it is within the window, and a storing step's sends of
-      // earlier steps have all gone out above.
+      // This step's receive is posted now: it is within the window, and the sends it had to
+      // wait for have gone out above.
       const absl::Status status = posted.front()->Wait();
       posted.pop_front();
       if (!status.ok())
         return AnnotateTransportError(status, where(i), "receiving from", ring_.prev);
-      if (step.reduce) {
-        const ElementRange chunk = ChunkOf(step.recv, chunk_elements_, part);
-        const transport::ByteSpan own = BytesOf(data_, element_size_, chunk);
-        const transport::ByteSpan into = scratch_slot(received, own.size());
-        PhaseTimer timer(ReduceSlot(ctx_));
-        if (step.own_from_input && !(inputs_.size() == 1 && inputs_.front() == data_)) {
-          ReduceMany(type_, op_, own.data(), InputsOf(chunk, into.data()), chunk.length);
-        } else {
-          ReduceInto(type_, op_, own.data(), into.data(), chunk.length);
-        }
-      }
       ++received;
       // Chained: the next step sends exactly this chunk, which is final now.
       if (next_chained) ready.push_back({i + 1, part});
@@ -172,6 +203,8 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
     if (i + 1 < steps.size() && !next_chained) queue_all(i + 1);
   }
   while (!ready.empty()) BATON_RETURN_IF_ERROR(issue());
+  CountReductionInWait(ctx_.stats,
+                       std::chrono::nanoseconds(consumed_ns.load(std::memory_order_relaxed)));
   return absl::OkStatus();
 }
 

@@ -66,8 +66,6 @@ class RingSteps {
   const ReduceOp op_;
   const size_t element_size_;
   const size_t chunk_elements_;
-  std::unique_ptr<std::byte[]> scratch_;  // what a reducing step receives before folding it in
-  size_t scratch_elements_ = 0;
 };
 
 }  // namespace baton::collective::internal

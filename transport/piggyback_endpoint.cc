@@ -80,4 +80,11 @@ std::unique_ptr<PostedRecv> PiggybackEndpoint::PostRecv(const std::string& peer,
       this, inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival)));
 }
 
+std::unique_ptr<PostedRecv> PiggybackEndpoint::PostConsume(const std::string& peer, const Tag& tag,
+                                                           size_t length, absl::Time deadline,
+                                                           PieceConsumer consume) {
+  return std::make_unique<FlushingRecv>(
+      this, inner_->PostConsume(peer, tag, length, deadline, std::move(consume)));
+}
+
 }  // namespace baton::transport

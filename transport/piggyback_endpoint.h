@@ -47,6 +47,8 @@ class PiggybackEndpoint final : public Endpoint {
   // The receive flushes before its Wait may sleep.
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
                                        absl::Time deadline, ArrivalCallback on_arrival) override;
+  std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
+                                          absl::Time deadline, PieceConsumer consume) override;
   absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override {
     return inner_->RoundTrip(peer, deadline);
   }

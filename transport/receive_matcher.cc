@@ -44,11 +44,12 @@ bool ReceiveMatcher::Delivery::cancelled() const {
 // neither is the case, which the destructor ensures.
 class ReceiveMatcher::Posted final : public PostedRecv {
  public:
-  Posted(ReceiveMatcher* matcher, std::string peer, const Tag& tag, ByteSpan data,
+  Posted(ReceiveMatcher* matcher, std::string peer, const Tag& tag, ByteSpan data, size_t length,
          absl::Time deadline)
       : matcher_(matcher), key_{std::move(peer), tag} {
     recv_.comm = tag.comm;
     recv_.data = data;
+    recv_.length = length;
     recv_.deadline = deadline;
   }
   ~Posted() override {
@@ -90,8 +91,34 @@ class ReceiveMatcher::Posted final : public PostedRecv {
 std::unique_ptr<PostedRecv> ReceiveMatcher::Post(const std::string& peer, const Tag& tag,
                                                  ByteSpan data, absl::Time deadline,
                                                  Endpoint::ArrivalCallback on_arrival) {
-  auto posted = std::make_unique<Posted>(this, peer, tag, data, deadline);
+  return PostImpl(peer, tag, data, data.size(), deadline, nullptr, std::move(on_arrival));
+}
+
+std::unique_ptr<PostedRecv> ReceiveMatcher::PostConsume(const std::string& peer, const Tag& tag,
+                                                        size_t length, absl::Time deadline,
+                                                        Endpoint::PieceConsumer consume,
+                                                        Endpoint::ArrivalCallback on_arrival) {
+  return PostImpl(peer, tag, ByteSpan(), length, deadline, std::move(consume),
+                  std::move(on_arrival));
+}
+
+void ReceiveMatcher::Fill(PendingRecv& recv, const std::byte* data, uint64_t length) {
+  if (length == 0) return;
+  if (recv.consume != nullptr) {
+    recv.consume(0, ConstByteSpan(data, length));
+  } else {
+    std::memcpy(recv.data.data(), data, length);
+  }
+}
+
+std::unique_ptr<PostedRecv> ReceiveMatcher::PostImpl(const std::string& peer, const Tag& tag,
+                                                     ByteSpan data, size_t length,
+                                                     absl::Time deadline,
+                                                     Endpoint::PieceConsumer consume,
+                                                     Endpoint::ArrivalCallback on_arrival) {
+  auto posted = std::make_unique<Posted>(this, peer, tag, data, length, deadline);
   PendingRecv& recv = posted->recv_;
+  recv.consume = std::move(consume);
   recv.on_arrival = std::move(on_arrival);
   Unexpected message;
   {
@@ -121,11 +148,11 @@ std::unique_ptr<PostedRecv> ReceiveMatcher::Post(const std::string& peer, const 
   }
   // Not shared with anyone yet: completed without the lock.
   recv.done = true;
-  if (message.length != data.size()) {
-    recv.result = LengthMismatch(peer, tag, message.length, data.size());
+  if (message.length != length) {
+    recv.result = LengthMismatch(peer, tag, message.length, length);
     return posted;
   }
-  if (message.length > 0) std::memcpy(data.data(), message.data.get(), message.length);
+  Fill(recv, message.data.get(), message.length);
   if (recv.on_arrival) std::move(recv.on_arrival)();
   return posted;
 }
@@ -166,8 +193,8 @@ std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std:
     if (it != pending_.end()) {
       PendingRecv* recv = it->second;
       pending_.erase(it);
-      if (recv->data.size() != length) {
-        CompleteLocked(recv, LengthMismatch(peer, tag, length, recv->data.size()));
+      if (recv->length != length) {
+        CompleteLocked(recv, LengthMismatch(peer, tag, length, recv->length));
         return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
       }
       recv->claimed = true;
@@ -224,8 +251,8 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
       }
       target = it->second;
       pending_.erase(it);
-      if (target->data.size() != delivery.length_) {
-        CompleteLocked(target, LengthMismatch(peer, tag, delivery.length_, target->data.size()));
+      if (target->length != delivery.length_) {
+        CompleteLocked(target, LengthMismatch(peer, tag, delivery.length_, target->length));
         return;
       }
       target->claimed = true;
@@ -234,9 +261,7 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
     }
   }
   // Copy outside the lock; the claim keeps the receive (and its buffer) alive meanwhile.
-  if (delivery.length_ > 0) {
-    std::memcpy(target->data.data(), delivery.storage_.get(), delivery.length_);
-  }
+  Fill(*target, delivery.storage_.get(), delivery.length_);
   if (target->on_arrival) std::move(target->on_arrival)();
   absl::MutexLock lock(&mu_);
   claimed_.erase(target);

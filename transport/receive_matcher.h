@@ -5,10 +5,10 @@
 // lost peers and shutdown exactly as transport.h specifies, so all transports behave alike.
 //
 // A transport calls Recv() from Endpoint::Recv, and for each incoming message BeginDelivery() ->
-// write the payload into Delivery::buffer() -> FinishDelivery(). When a matching receive is already
-// posted, buffer() is the receiver's own buffer, so a stream transport can read the payload from
-// its socket straight into it (no extra copy); otherwise it is a fresh buffer that becomes an
-// unexpected message.
+// write the payload into Delivery::buffer() (or hand it to Delivery::Consume, when consuming()) ->
+// FinishDelivery(). When a matching receive is already posted, buffer() is the receiver's own
+// buffer, so a stream transport can read the payload from its socket straight into it (no extra
+// copy); otherwise it is a fresh buffer that becomes an unexpected message.
 //
 // Thread-safe. Receive-side link counters (rx bytes and messages, link up) are kept here too, so
 // that a completed Recv is always already reflected in them.
@@ -49,8 +49,14 @@ class ReceiveMatcher {
     // True when nobody wants the payload (its communicator is aborted, the posted receive had the
     // wrong length, or the matcher is shut down): the transport must consume and drop it.
     bool discard() const { return kind_ == Kind::kDiscard; }
-    // Where the payload goes; exactly as long as the message unless discard().
+    // Where the payload goes; exactly as long as the message unless discard() or consuming().
     ByteSpan buffer() const { return buffer_; }
+    // True when the posted receive consumes the message (Endpoint::PostConsume): the payload goes
+    // to Consume, in order, instead of into buffer() (which is empty).
+    bool consuming() const { return kind_ == Kind::kPosted && recv_->consume != nullptr; }
+    // Hands the next piece of the payload, at `offset`, to the receive's consumer. Every piece but
+    // the last must be a multiple of Endpoint::kPieceAlignment bytes.
+    void Consume(size_t offset, ConstByteSpan piece) const { recv_->consume(offset, piece); }
     // How long the receiver waits: writing into a posted receive's buffer must stop by then
     // (finish with RecvDeadlineExceeded). InfiniteFuture for an unexpected message.
     absl::Time deadline() const;
@@ -101,6 +107,12 @@ class ReceiveMatcher {
   std::unique_ptr<PostedRecv> Post(const std::string& peer, const Tag& tag, ByteSpan data,
                                    absl::Time deadline,
                                    Endpoint::ArrivalCallback on_arrival = nullptr);
+  // Endpoint::PostConsume: as Post, for a message of `length` bytes handed to `consume` instead of
+  // written into a buffer (by the transport, or whole by this call or FinishDelivery when it was
+  // kept unexpected).
+  std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
+                                          absl::Time deadline, Endpoint::PieceConsumer consume,
+                                          Endpoint::ArrivalCallback on_arrival = nullptr);
   // Endpoint::Recv: Post(...)->Wait().
   absl::Status Recv(const std::string& peer, const Tag& tag, ByteSpan data, absl::Time deadline) {
     return Post(peer, tag, data, deadline)->Wait();
@@ -143,7 +155,9 @@ class ReceiveMatcher {
   class Posted;
   struct PendingRecv {
     uint64_t comm = 0;
-    ByteSpan data;
+    ByteSpan data;                    // empty when consumed
+    size_t length = 0;                // the message's expected length
+    Endpoint::PieceConsumer consume;  // PostConsume's; null for a receive into `data`
     absl::Time deadline;
     bool claimed = false;  // a Delivery is writing into `data`; only it may complete this receive
     bool done = false;
@@ -167,6 +181,12 @@ class ReceiveMatcher {
     uint64_t length = 0;
   };
 
+  std::unique_ptr<PostedRecv> PostImpl(const std::string& peer, const Tag& tag, ByteSpan data,
+                                       size_t length, absl::Time deadline,
+                                       Endpoint::PieceConsumer consume,
+                                       Endpoint::ArrivalCallback on_arrival);
+  // Writes a whole message kept unexpected into `recv`'s buffer, or hands it to its consumer.
+  static void Fill(PendingRecv& recv, const std::byte* data, uint64_t length);
   std::optional<Delivery> StartDelivery(const std::string& peer, const Tag& tag, uint64_t length,
                                         bool wait_for_room) ABSL_LOCKS_EXCLUDED(mu_);
   void CompleteLocked(PendingRecv* recv, absl::Status result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

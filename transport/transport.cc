@@ -1,5 +1,8 @@
 #include "transport/transport.h"
 
+#include <memory>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -28,6 +31,41 @@ absl::Status Endpoint::SendAll(const std::string& peer, std::span<const OutMessa
     BATON_RETURN_IF_ERROR(Send(peer, message.tag, message.data, deadline));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// Endpoint::PostConsume's default: the message goes into a buffer of its own, handed over whole.
+class BufferedConsume final : public PostedRecv {
+ public:
+  explicit BufferedConsume(size_t length)
+      : buffer_(std::make_unique_for_overwrite<std::byte[]>(length)), length_(length) {}
+  absl::Status Wait() override { return inner_->Wait(); }
+  bool Test() override { return inner_->Test(); }
+  bool WaitBriefly() override { return inner_->WaitBriefly(); }
+
+  ByteSpan buffer() { return ByteSpan(buffer_.get(), length_); }
+  void set_inner(std::unique_ptr<PostedRecv> inner) { inner_ = std::move(inner); }
+
+ private:
+  const std::unique_ptr<std::byte[]> buffer_;
+  const size_t length_;
+  // Declared last, so destroyed first: it may still be writing into the buffer.
+  std::unique_ptr<PostedRecv> inner_;
+};
+
+}  // namespace
+
+std::unique_ptr<PostedRecv> Endpoint::PostConsume(const std::string& peer, const Tag& tag,
+                                                  size_t length, absl::Time deadline,
+                                                  PieceConsumer consume) {
+  auto recv = std::make_unique<BufferedConsume>(length);
+  const ByteSpan buffer = recv->buffer();
+  recv->set_inner(
+      PostRecv(peer, tag, buffer, deadline, [buffer, consume = std::move(consume)]() mutable {
+        if (!buffer.empty()) consume(0, buffer);
+      }));
+  return recv;
 }
 
 absl::StatusOr<absl::Duration> Endpoint::RoundTrip(const std::string& peer, absl::Time) {

@@ -132,6 +132,24 @@ class Endpoint {
                                                ByteSpan data, absl::Time deadline,
                                                ArrivalCallback on_arrival) = 0;
 
+  // Posts a receive whose message is handed to `consume` as it arrives instead of being written
+  // into a buffer: in pieces, in order, each with its offset in the message, in whichever thread
+  // reads it, with no lock of the endpoint held. Every piece but the last is a multiple of
+  // kPieceAlignment bytes, so no piece splits an element. `length` is the message's length; the
+  // receive completes (and fails) as PostRecv's into a buffer of that many bytes would, once
+  // `consume` has returned for the last piece; a receive that fails may have handed over part of
+  // the message. `consume` must not block: the transport reads nothing else meanwhile.
+  //
+  // What it is for: a stream transport reads each piece into a small buffer of its own (TCP: 256
+  // KiB), so a consumer that folds the pieces into its data (a reduction) finds them in the cache,
+  // instead of reading a whole message back from memory after the transport wrote it there. This
+  // default receives into a buffer of `length` bytes and hands it over whole on arrival.
+  static constexpr size_t kPieceAlignment = 64;
+  using PieceConsumer = absl::AnyInvocable<void(size_t offset, ConstByteSpan piece)>;
+  virtual std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag,
+                                                  size_t length, absl::Time deadline,
+                                                  PieceConsumer consume);
+
   // Times one small message to `peer` and its answer, over the connections the data travels on
   // (TCP: a ping frame, answered by the peer's endpoint with a pong). What the tuner's link model
   // takes as a message's latency. Errors: Unavailable when the peer cannot be reached,

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "collective/half.h"
 #include "collective/reduce.h"
 #include "transport/inmemory/inmemory_transport.h"
+#include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 
 // Every rank runs as a thread with its own in-memory endpoint; the results are compared bit for
@@ -637,6 +639,77 @@ TEST(RingAllReduceTest, MissingRankTimesOutNamingThePeerWaitedFor) {
   EXPECT_THAT(statuses[0].message(), HasSubstr("receiving from rank2"));
   EXPECT_EQ(statuses[1].code(), absl::StatusCode::kDeadlineExceeded) << statuses[1];
   EXPECT_THAT(statuses[1].message(), HasSubstr("receiving from rank0"));
+}
+
+// Over TCP the reducing steps' chunks are folded in piece by piece, by each connection's reader
+// thread, while the rank's own thread sends: the result must be the same, in place, out of place
+// and with several local inputs, for chunks that are several pieces long and ones that are not.
+TEST(RingAllReduceTest, OverTcpEachPieceIsFoldedInAsItArrives) {
+  constexpr int kRanks = 4;
+  std::vector<std::unique_ptr<Endpoint>> endpoints;
+  for (int r = 0; r < kRanks; ++r) {
+    transport::TcpOptions options;
+    options.listen_address = "127.0.0.1:0";  // loopback and port 0 only
+    absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = transport::NewTcpEndpoint(options);
+    ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+    endpoints.push_back(*std::move(endpoint));
+  }
+  auto ring_of = [&](int r) {
+    return Ring{r, kRanks, endpoints[(r + kRanks - 1) % kRanks]->address(),
+                endpoints[(r + 1) % kRanks]->address()};
+  };
+  const size_t count = (size_t{3} << 20) / 4 + 37;  // 3 MiB of float32 and an odd tail
+  std::vector<std::vector<std::byte>> inputs, extra;
+  for (int r = 0; r < kRanks; ++r) {
+    inputs.push_back(Input(DataType::kFloat32, ReduceOp::kSum, 2 * kRanks, r, count));
+    extra.push_back(Input(DataType::kFloat32, ReduceOp::kSum, 2 * kRanks, kRanks + r, count));
+  }
+  std::vector<std::vector<std::byte>> all = inputs;
+  all.insert(all.end(), extra.begin(), extra.end());
+  const std::vector<std::byte> expected =
+      SerialReference(inputs, count, DataType::kFloat32, ReduceOp::kSum);
+  const std::vector<std::byte> expected_two =
+      SerialReference(all, count, DataType::kFloat32, ReduceOp::kSum);
+  enum class Mode { kInPlace, kOutOfPlace, kTwoInputs };
+  uint64_t seq = 0;
+  for (size_t chunk_bytes : {size_t{1} << 20, size_t{64} << 10}) {
+    for (Mode mode : {Mode::kInPlace, Mode::kOutOfPlace, Mode::kTwoInputs}) {
+      SCOPED_TRACE(absl::StrCat("chunk ", chunk_bytes, " mode ", static_cast<int>(mode)));
+      std::vector<std::vector<std::byte>> outputs =
+          mode == Mode::kInPlace
+              ? inputs
+              : std::vector<std::vector<std::byte>>(
+                    kRanks, std::vector<std::byte>(inputs[0].size(), std::byte{0xA5}));
+      OpContext base = TestContext(++seq, absl::Seconds(60));
+      base.chunk_bytes = chunk_bytes;
+      std::vector<absl::Status> statuses(kRanks);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < kRanks; ++r) {
+        threads.emplace_back([&, r] {
+          OpContext ctx = base;
+          ctx.endpoint = endpoints[r].get();
+          if (mode == Mode::kTwoInputs) {
+            const std::array<const void*, 2> sources = {inputs[r].data(), extra[r].data()};
+            statuses[r] = RingAllReduce(ctx, ring_of(r), sources, outputs[r].data(), count,
+                                        DataType::kFloat32, ReduceOp::kSum);
+          } else if (mode == Mode::kOutOfPlace) {
+            statuses[r] = RingAllReduce(ctx, ring_of(r), inputs[r].data(), outputs[r].data(), count,
+                                        DataType::kFloat32, ReduceOp::kSum);
+          } else {
+            statuses[r] = RingAllReduce(ctx, ring_of(r), outputs[r].data(), count,
+                                        DataType::kFloat32, ReduceOp::kSum);
+          }
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      for (int r = 0; r < kRanks; ++r) {
+        ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+        const int64_t diff = FirstDifference(
+            outputs[r], mode == Mode::kTwoInputs ? expected_two : expected, sizeof(float));
+        EXPECT_EQ(diff, -1) << "rank " << r << " differs from the reference at element " << diff;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -10,8 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -437,6 +440,42 @@ TEST(TcpTransportTest, AWaitingReceiverReadsForItselfAndLeavesLargeFramesToTheRe
     EXPECT_EQ(medium.get(), "mid");
     EXPECT_EQ(RecvString(*endpoint, peer.address, Tag{.seq = seq}, big.size()), big);
   }
+}
+
+// A consumed message is handed over in pieces of at most 256 KiB as it is read, not once it is
+// all there: its first pieces come while the rest has not been sent yet.
+TEST(TcpTransportTest, AConsumedMessageIsHandedOverAsItArrives) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  RawListener peer = BindLoopback(/*listening=*/true);
+  FileDescriptor raw = RawConnect(endpoint->address());
+  WriteHello(raw.get(), peer.address);
+  constexpr size_t kSize = size_t{3} << 20;
+  std::vector<std::byte> sent(kSize);
+  for (size_t i = 0; i < kSize; ++i) sent[i] = static_cast<std::byte>(i * 7 % 251);
+  std::vector<std::byte> received(kSize);
+  std::atomic<size_t> consumed{0};
+  std::atomic<size_t> largest{0};
+  std::unique_ptr<PostedRecv> posted = endpoint->PostConsume(
+      peer.address, Tag{.seq = 1}, kSize, Deadline(), [&](size_t offset, ConstByteSpan piece) {
+        std::copy(piece.begin(), piece.end(), received.begin() + static_cast<ptrdiff_t>(offset));
+        largest.store(std::max(largest.load(), piece.size()));
+        consumed.fetch_add(piece.size());
+      });
+  std::array<std::byte, kFrameHeaderBytes> header;
+  EncodeFrameHeader(FrameHeader{FrameType::kData, Tag{.seq = 1}, kSize}, header);
+  WriteRaw(raw.get(), header);
+  const size_t half = kSize / 2;
+  WriteRaw(raw.get(), std::span(sent).first(half));
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (consumed.load() < half / 2 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_GE(consumed.load(), half / 2) << "nothing handed over before the message was whole";
+  EXPECT_FALSE(posted->Test());
+  WriteRaw(raw.get(), std::span(sent).subspan(half));
+  ASSERT_TRUE(posted->Wait().ok());
+  EXPECT_EQ(consumed.load(), kSize);
+  EXPECT_LE(largest.load(), size_t{256} << 10);
+  EXPECT_TRUE(received == sent);
 }
 
 // With two connections to the same peer, a message that comes over the one the waiting thread

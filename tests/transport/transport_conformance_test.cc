@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -103,6 +104,43 @@ class TcpHarness final : public TransportHarness {
   void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
     endpoints[index].reset();
   }
+};
+
+// An endpoint that forwards everything but PostConsume, so that the interface's own PostConsume
+// (a receive into a buffer, handed over whole) is what runs.
+class DefaultConsumeEndpoint final : public Endpoint {
+ public:
+  explicit DefaultConsumeEndpoint(std::unique_ptr<Endpoint> inner) : inner_(std::move(inner)) {}
+  std::string address() const override { return inner_->address(); }
+  absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                    absl::Time deadline) override {
+    return inner_->Send(peer, tag, data, deadline);
+  }
+  std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
+                                       absl::Time deadline, ArrivalCallback on_arrival) override {
+    return inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival));
+  }
+  void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
+  void Forget(uint64_t comm) override { inner_->Forget(comm); }
+  std::vector<LinkStats> Stats() const override { return inner_->Stats(); }
+
+ private:
+  const std::unique_ptr<Endpoint> inner_;
+};
+
+class DefaultConsumeHarness final : public TransportHarness {
+ public:
+  absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) override {
+    absl::StatusOr<std::unique_ptr<Endpoint>> inner = inner_.NewEndpoint(index);
+    if (!inner.ok()) return inner.status();
+    return std::make_unique<DefaultConsumeEndpoint>(*std::move(inner));
+  }
+  void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
+    inner_.KillEndpoint(endpoints, index);
+  }
+
+ private:
+  InMemoryHarness inner_;
 };
 
 struct TransportParam {
@@ -352,6 +390,108 @@ TEST_P(TransportConformanceTest, ArrivalCallbackRunsOnceTheMessageIsInTheBuffer)
       ep(1).PostRecv(addr(0), Tag{.comm = 11, .seq = 2}, buffer, Deadline(), nullptr);
   ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 11, .seq = 1}, Pattern(16, 1), Deadline()));
   EXPECT_EQ(stopped->Wait(), reason);
+}
+
+// What a consumer of Endpoint::PostConsume was handed, checked against the contract as it runs.
+class Consumed {
+ public:
+  explicit Consumed(size_t length) : bytes_(length) {}
+  Endpoint::PieceConsumer Consumer() {
+    return [this](size_t offset, ConstByteSpan piece) {
+      // In order, back to back, within the message, never empty; aligned unless the last.
+      EXPECT_EQ(offset, next_);
+      EXPECT_FALSE(piece.empty());
+      EXPECT_LE(offset + piece.size(), bytes_.size());
+      if (offset + piece.size() < bytes_.size()) {
+        EXPECT_EQ(piece.size() % Endpoint::kPieceAlignment, 0u) << "piece at " << offset;
+      }
+      if (offset + piece.size() <= bytes_.size()) {
+        std::copy(piece.begin(), piece.end(), bytes_.begin() + static_cast<ptrdiff_t>(offset));
+      }
+      next_ = offset + piece.size();
+      pieces_.fetch_add(1);
+    };
+  }
+  // Read after the receive completed (which orders them after the consumer's calls).
+  const std::vector<std::byte>& bytes() const { return bytes_; }
+  size_t consumed() const { return next_; }
+  int pieces() const { return pieces_.load(); }
+
+ private:
+  std::vector<std::byte> bytes_;
+  size_t next_ = 0;
+  std::atomic<int> pieces_{0};
+};
+
+TEST_P(TransportConformanceTest, ConsumedMessagesArriveWholeInOrderedPieces) {
+  MakeEndpoints(2);
+  // Below and above the size a TCP receive is read by its waiting thread, and an odd length.
+  for (size_t size : {size_t{1000}, size_t{3} * 1024 * 1024 + 5}) {
+    const std::vector<std::byte> sent = Pattern(size, size);
+    for (bool early : {true, false}) {
+      SCOPED_TRACE(absl::StrCat(size, " bytes, ", early ? "posted first" : "sent first"));
+      const Tag tag{.comm = 30, .seq = size, .part = early ? 1u : 2u};
+      if (!early) {
+        ASSERT_OK(ep(0).Send(addr(1), tag, sent, Deadline()));
+        LetReceiverPost();  // lets the message arrive first (either order is correct)
+      }
+      Consumed consumed(size);
+      std::unique_ptr<PostedRecv> posted =
+          ep(1).PostConsume(addr(0), tag, size, Deadline(), consumed.Consumer());
+      if (early) ASSERT_OK(ep(0).Send(addr(1), tag, sent, Deadline()));
+      ASSERT_OK(posted->Wait());
+      EXPECT_EQ(consumed.consumed(), size);
+      EXPECT_TRUE(consumed.bytes() == sent);
+    }
+  }
+  // An empty message completes without a piece.
+  Consumed none(0);
+  std::unique_ptr<PostedRecv> empty =
+      ep(1).PostConsume(addr(0), Tag{.comm = 31}, 0, Deadline(), none.Consumer());
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 31}, {}, Deadline()));
+  ASSERT_OK(empty->Wait());
+  EXPECT_EQ(none.pieces(), 0);
+}
+
+TEST_P(TransportConformanceTest, ConsumedReceiveFailsAsAReceiveIntoABufferWould) {
+  MakeEndpoints(2);
+  // The wrong length, whether the message was waiting or not: nothing handed over, both lengths
+  // named, and the link still fine.
+  const std::vector<std::byte> ten = Pattern(10, 3);
+  for (bool early : {true, false}) {
+    const Tag tag{.comm = 32, .seq = early ? 1u : 2u};
+    if (!early) {
+      ASSERT_OK(ep(0).Send(addr(1), tag, ten, Deadline()));
+      LetReceiverPost();
+    }
+    Consumed consumed(8);
+    std::unique_ptr<PostedRecv> posted =
+        ep(1).PostConsume(addr(0), tag, 8, Deadline(), consumed.Consumer());
+    if (early) ASSERT_OK(ep(0).Send(addr(1), tag, ten, Deadline()));
+    const absl::Status status = posted->Wait();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_THAT(status.message(), HasSubstr("10 bytes"));
+    EXPECT_THAT(status.message(), HasSubstr("8 bytes"));
+    EXPECT_EQ(consumed.pieces(), 0);
+  }
+  std::vector<std::byte> received(10);
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 32, .seq = 3}, ten, Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 32, .seq = 3}, received, Deadline()));
+  EXPECT_EQ(received, ten);
+
+  // The abort reason, and the deadline, promptly.
+  const absl::Time start = absl::Now();
+  Consumed never(16);
+  std::unique_ptr<PostedRecv> timed = ep(1).PostConsume(
+      addr(0), Tag{.comm = 33}, 16, Deadline(absl::Milliseconds(50)), never.Consumer());
+  std::unique_ptr<PostedRecv> aborted =
+      ep(1).PostConsume(addr(0), Tag{.comm = 34}, 16, Deadline(), never.Consumer());
+  const absl::Status reason = absl::AbortedError("rank 2 failed");
+  ep(1).Abort(34, reason);
+  EXPECT_EQ(aborted->Wait(), reason);
+  EXPECT_EQ(timed->Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, kPrompt);
+  EXPECT_EQ(never.pieces(), 0);
 }
 
 TEST_P(TransportConformanceTest, ZeroLengthMessages) {
@@ -626,7 +766,9 @@ INSTANTIATE_TEST_SUITE_P(
     Transports, TransportConformanceTest,
     ::testing::Values(TransportParam{"InMemory",
                                      [] { return std::make_unique<InMemoryHarness>(); }},
-                      TransportParam{"Tcp", [] { return std::make_unique<TcpHarness>(); }}),
+                      TransportParam{"Tcp", [] { return std::make_unique<TcpHarness>(); }},
+                      TransportParam{"InMemoryDefaultConsume",
+                                     [] { return std::make_unique<DefaultConsumeHarness>(); }}),
     [](const ::testing::TestParamInfo<TransportParam>& info) { return info.param.name; });
 
 }  // namespace

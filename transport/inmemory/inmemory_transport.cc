@@ -30,6 +30,10 @@ class InMemoryEndpoint final : public Endpoint {
                                        absl::Time deadline, ArrivalCallback on_arrival) override {
     return matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
   }
+  std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
+                                          absl::Time deadline, PieceConsumer consume) override {
+    return matcher_.PostConsume(peer, tag, length, deadline, std::move(consume));
+  }
   void Abort(uint64_t comm, const absl::Status& reason) override { matcher_.Abort(comm, reason); }
   void Forget(uint64_t comm) override { matcher_.Forget(comm); }
   std::vector<LinkStats> Stats() const override;
@@ -128,7 +132,9 @@ absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::st
         ReceiveMatcher& matcher = target->second.endpoint->matcher();
         matcher.PeerConnected(sender_address);
         ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(sender_address, tag, data.size());
-        if (!delivery.discard() && !data.empty()) {
+        if (delivery.consuming() && !data.empty()) {
+          delivery.Consume(0, data);
+        } else if (!delivery.discard() && !data.empty()) {
           std::memcpy(delivery.buffer().data(), data.data(), data.size());
         }
         matcher.FinishDelivery(std::move(delivery), absl::OkStatus());

@@ -40,8 +40,12 @@ namespace {
 constexpr size_t kStreamsPerPeer = 1;
 // How long an accepted connection may take to introduce itself.
 constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
-// Payload bytes that nobody wants are read into a scratch buffer of this size.
-constexpr size_t kDiscardChunkBytes = 64 * 1024;
+// Payload bytes that nobody wants, and the pieces of a consumed message (Endpoint::PostConsume),
+// are read into a buffer of this size: small enough that a piece is still in the cache when its
+// consumer reads it.
+constexpr size_t kPieceBytes = 256 * 1024;
+static_assert(kPieceBytes % Endpoint::kPieceAlignment == 0);
+
 // A receive of at most this many bytes is read by the thread that waits for it (see
 // TcpEndpoint::ReadForReceive); larger ones are left to the connection's reader thread, which
 // reads them while the waiting thread sends, so that both directions of bulk data keep moving.
@@ -103,6 +107,8 @@ class TcpEndpoint final : public Endpoint {
                        absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
                                        absl::Time deadline, ArrivalCallback on_arrival) override;
+  std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
+                                          absl::Time deadline, PieceConsumer consume) override;
   absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override;
   void Abort(uint64_t comm, const absl::Status& reason) override;
   void Forget(uint64_t comm) override;
@@ -148,13 +154,19 @@ class TcpEndpoint final : public Endpoint {
   class Recv;
   enum class FrameRead { kDone, kLeftToReader };
 
+  // PostRecv and PostConsume: wraps the matcher's receive that `post` makes (given the callback
+  // to run on arrival) in a Recv, read by the waiting thread when `length` is small.
+  std::unique_ptr<PostedRecv> PostWith(
+      const std::string& peer, absl::Time deadline, size_t length, ArrivalCallback on_arrival,
+      absl::FunctionRef<std::unique_ptr<PostedRecv>(ArrivalCallback)> post);
+
   void ListenLoop();
   void ReapFinishedReaders() ABSL_LOCKS_EXCLUDED(mu_);
   // Sets up the read side of a connection whose fd is set, before anyone reads it.
   void PrepareReadSide(Conn& conn) const {
     conn.kick = FileDescriptor(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     conn.in.emplace(conn.fd.get());
-    conn.scratch.resize(kDiscardChunkBytes);
+    conn.scratch.resize(kPieceBytes);
     conn.read_spin = AdaptiveSpin(receive_spin_);
   }
   // Counts an established connection with its peer and starts its reader.
@@ -506,14 +518,26 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
     if (!status.ok()) CountError(peer);
     return status;
   }
-  // Straight into the receiver's buffer when a receive is posted; the delivery says how long the
-  // receiver is willing to wait and whether it has been aborted meanwhile.
+  // Straight into the receiver's buffer when a receive is posted, or a piece at a time through
+  // the scratch buffer to its consumer; the delivery says how long the receiver is willing to
+  // wait and whether it has been aborted meanwhile.
   size_t read = 0;
   // A posted receive's own deadline bounds the read into its buffer; `limit` bounds the rest.
   const absl::Time deadline =
       delivery.deadline() == absl::InfiniteFuture() ? limit : delivery.deadline();
-  const absl::Status status = conn.in->Read(
-      delivery.buffer(), deadline, [&delivery] { return delivery.cancelled(); }, &read);
+  auto cancelled = [&delivery] { return delivery.cancelled(); };
+  absl::Status status;
+  if (delivery.consuming()) {
+    while (status.ok() && read < header.payload_bytes) {
+      const size_t offset = read;
+      const ByteSpan piece(conn.scratch.data(),
+                           std::min<uint64_t>(header.payload_bytes - offset, conn.scratch.size()));
+      status = conn.in->Read(piece, deadline, cancelled, &read);
+      if (status.ok()) delivery.Consume(offset, piece);
+    }
+  } else {
+    status = conn.in->Read(delivery.buffer(), deadline, cancelled, &read);
+  }
   left -= read;
   if (status.ok()) {
     matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
@@ -585,17 +609,33 @@ class TcpEndpoint::Recv final : public PostedRecv {
 std::unique_ptr<PostedRecv> TcpEndpoint::PostRecv(const std::string& peer, const Tag& tag,
                                                   ByteSpan data, absl::Time deadline,
                                                   ArrivalCallback on_arrival) {
-  const bool read_for_receive = data.size() <= kReadForReceiveMaxBytes;
+  return PostWith(peer, deadline, data.size(), std::move(on_arrival), [&](ArrivalCallback arrived) {
+    return matcher_.Post(peer, tag, data, deadline, std::move(arrived));
+  });
+}
+
+std::unique_ptr<PostedRecv> TcpEndpoint::PostConsume(const std::string& peer, const Tag& tag,
+                                                     size_t length, absl::Time deadline,
+                                                     PieceConsumer consume) {
+  return PostWith(peer, deadline, length, nullptr, [&](ArrivalCallback arrived) {
+    return matcher_.PostConsume(peer, tag, length, deadline, std::move(consume),
+                                std::move(arrived));
+  });
+}
+
+std::unique_ptr<PostedRecv> TcpEndpoint::PostWith(
+    const std::string& peer, absl::Time deadline, size_t length, ArrivalCallback on_arrival,
+    absl::FunctionRef<std::unique_ptr<PostedRecv>(ArrivalCallback)> post) {
+  const bool read_for_receive = length <= kReadForReceiveMaxBytes;
   auto recv = std::make_unique<Recv>(this, peer, deadline, read_for_receive);
   if (!read_for_receive) {
-    recv->inner_ = matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
+    recv->inner_ = post(std::move(on_arrival));
     return recv;
   }
-  recv->inner_ = matcher_.Post(peer, tag, data, deadline,
-                               [recv = recv.get(), on_arrival = std::move(on_arrival)]() mutable {
-                                 if (on_arrival) std::move(on_arrival)();
-                                 recv->Arrived();
-                               });
+  recv->inner_ = post([recv = recv.get(), on_arrival = std::move(on_arrival)]() mutable {
+    if (on_arrival) std::move(on_arrival)();
+    recv->Arrived();
+  });
   return recv;
 }
 
