@@ -74,7 +74,13 @@ bool IsRunning(pid_t pid) {
   int status = 0;
   const pid_t reaped = waitpid(pid, &status, WNOHANG);
   if (reaped == pid) return false;  // it was our child and has exited
-  return kill(pid, 0) == 0 || errno == EPERM;
+  if (kill(pid, 0) != 0 && errno != EPERM) return false;
+  // Exited but not yet reaped by its parent (a zombie, state Z): it holds nothing any more.
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t name_end = line.rfind(") ");
+  return name_end == std::string::npos || line.compare(name_end + 2, 1, "Z") != 0;
 }
 
 bool StopProcess(pid_t pid, absl::Duration grace) {

@@ -94,6 +94,14 @@ unavailable() {
 # --- names and addresses -------------------------------------------------------------------
 
 canonical_dir() { realpath -m -- "$1"; }
+# True while process $1 runs: an exited one that nobody has reaped yet (a zombie, state Z in
+# /proc/PID/stat) does not count, and holds nothing any more.
+running() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
 
 default_prefix() {
   local hash
@@ -261,7 +269,7 @@ cmd_up() {
   [ -n "$prefix" ] || prefix=$(default_prefix "$dir")
   local pid
   while read -r pid; do
-    if kill -0 "$pid" 2>/dev/null; then
+    if running "$pid"; then
       die "up: $dir/cluster.txt lists a running daemon (pid $pid); stop that cluster first"
     fi
   done < <(sed -n 's/.* pid=\([0-9]*\) .*/\1/p' "$dir/cluster.txt" 2>/dev/null)
@@ -330,7 +338,7 @@ cmd_up() {
   local deadline=$((SECONDS + start_timeout))
   for ((i = 0; i < hosts; i++)); do
     while [ ! -s "$dir/host$i.ready" ]; do
-      if ! kill -0 "${pids[i]}" 2>/dev/null; then
+      if ! running "${pids[i]}"; then
         log "host$i's batond exited during start; $dir/host$i.log ends with:"
         tail -n 20 -- "$dir/host$i.log" >&2 || true
         exit 1
@@ -410,7 +418,7 @@ cmd_down() {
     local deadline=$((SECONDS + grace)) alive
     while :; do
       alive=()
-      for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
+      for pid in "${pids[@]}"; do running "$pid" && alive+=("$pid"); done
       [ ${#alive[@]} -gt 0 ] || break
       if [ $SECONDS -ge $deadline ]; then
         log "down: killing ${#alive[@]} process(es) still running after ${grace}s: ${alive[*]}"

@@ -95,6 +95,67 @@ TEST(DaemonLifecycleTest, HealthReadinessAndMetricsAreServedOverHttp) {
       << metrics;
 }
 
+// After an operation (peer connections, link probes and a metrics scrape behind it) each daemon
+// exits well within a second of SIGTERM. Before, stopping took 1-3 s (the HTTP server's accept
+// loop polls for 2 s at a time; the last gRPC channel shut gRPC down and waited on its timers),
+// once 9 s.
+TEST(DaemonLifecycleTest, SigtermStopsPromptlyAfterWork) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
+      auto comm = client->Join(id, 2, rank, absl::Seconds(30));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      std::vector<float> data(1 << 20, 1.0f);
+      ASSERT_TRUE(
+          (*comm)
+              ->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum)
+              .ok());
+    });
+  }
+  for (auto& t : ranks) t.join();
+  ASSERT_EQ(testing::HttpGet(cluster.daemons()[0].metrics_address, "/metrics").substr(0, 3), "200");
+  for (const auto& daemon : cluster.daemons()) {
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(client::StopProcess(daemon.pid, absl::Seconds(10)));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << daemon.log;
+  }
+}
+
+// A process that has exited but that its parent has not reaped (a zombie) is not running: `baton
+// local down` and the tests wait for daemons whose parent is long gone.
+TEST(DaemonLifecycleTest, AnExitedProcessNobodyReapedIsNotRunning) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    // Forks a child that exits at once, tells the test its pid, and never reaps it.
+    const pid_t child = fork();
+    if (child == 0) _exit(0);
+    (void)write(pipe_fds[1], &child, sizeof(child));
+    sleep(30);
+    _exit(0);
+  }
+  pid_t zombie = 0;
+  ASSERT_EQ(read(pipe_fds[0], &zombie, sizeof(zombie)), static_cast<ssize_t>(sizeof(zombie)));
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+  // Until it has exited it may still count as running; it must not for long.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (client::IsRunning(zombie) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_FALSE(client::IsRunning(zombie));
+  EXPECT_EQ(kill(zombie, 0), 0) << "the child should still be a zombie of its parent";
+  EXPECT_TRUE(client::IsRunning(parent));
+  kill(parent, SIGKILL);
+  int status = 0;
+  waitpid(parent, &status, 0);
+  EXPECT_FALSE(client::IsRunning(parent));
+}
+
 TEST(DaemonLifecycleTest, SigtermFailsInFlightOperationsAndRemovesTheSocket) {
   TestCluster cluster(2);
   ASSERT_TRUE(cluster.ok());
