@@ -51,6 +51,10 @@ void RegisterOptions(OptionSet& options, Config& config) {
                       "how long a thread waiting for a small message (at most 64 KiB) from a peer "
                       "daemon spins, yielding its core, before it sleeps; only while messages have "
                       "been arriving within that time (0 to 1ms; longer trades CPU for latency)");
+  options.AddInt("tcp_streams", &config.tcp_streams,
+                 "TCP connections to each peer daemon that messages of 256 KiB and more take "
+                 "turns on, so that as many threads copy one link's bulk data in parallel (1 to "
+                 "16)");
 }
 
 absl::Status CheckChunkBytes(int64_t chunk_bytes, absl::string_view where) {
@@ -94,6 +98,10 @@ absl::Status FinalizeConfig(Config& config) {
   }
   if (config.peer_linger < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("peer_linger must not be negative");
+  }
+  if (config.tcp_streams < 1 || config.tcp_streams > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tcp_streams must be between 1 and 16, got ", config.tcp_streams));
   }
   return absl::OkStatus();
 }

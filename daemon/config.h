@@ -33,6 +33,8 @@ struct Config {
   absl::Duration submit_spin = absl::Microseconds(20);
   // How long a thread waiting for a small message from a peer daemon spins before it sleeps.
   absl::Duration receive_spin = absl::Microseconds(200);
+  // TCP connections to each peer daemon that large messages take turns on.
+  int64_t tcp_streams = 1;
 };
 
 // Registers every Config field on `options`, pointing at `config`.

@@ -91,6 +91,7 @@ class DaemonImpl final : public Daemon {
     tcp.listen_address = config_.data_listen;
     tcp.advertise_host = config_.advertise_host;
     tcp.receive_spin = config_.receive_spin;
+    tcp.streams_per_peer = static_cast<int>(config_.tcp_streams);
     BATON_ASSIGN_OR_RETURN(endpoint_, transport::NewTcpEndpoint(tcp));
 
     // grpc.health.v1 on both servers: "" reports SERVING while the daemon serves.

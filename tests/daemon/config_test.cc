@@ -34,5 +34,20 @@ TEST(ConfigTest, TheSpinsAreSetByFlagAndBoundedToAMillisecond) {
   EXPECT_EQ(defaults.receive_spin, absl::Microseconds(200));
 }
 
+TEST(ConfigTest, TcpStreamsAreOneToSixteen) {
+  Config config;
+  ASSERT_TRUE(Configure(config, "tcp_streams", "4").ok());
+  EXPECT_EQ(config.tcp_streams, 4);
+  for (const std::string bad : {"0", "17", "-1"}) {
+    Config refused;
+    const absl::Status status = Configure(refused, "tcp-streams", bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("between 1 and 16"), std::string::npos) << status;
+  }
+  Config defaults;
+  ASSERT_TRUE(FinalizeConfig(defaults).ok());
+  EXPECT_EQ(defaults.tcp_streams, 1);
+}
+
 }  // namespace
 }  // namespace baton::daemon

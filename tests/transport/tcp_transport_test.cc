@@ -442,6 +442,50 @@ TEST(TcpTransportTest, AWaitingReceiverReadsForItselfAndLeavesLargeFramesToTheRe
   }
 }
 
+// With two streams per peer, messages of 256 KiB and more take turns on two connections (the
+// second opened by the second such message), and smaller ones keep to the first.
+TEST(TcpTransportTest, LargeMessagesTakeTurnsOnTheStreamsOfAPeer) {
+  TcpOptions options = Options("127.0.0.1:0");
+  options.streams_per_peer = 2;
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  RawListener peer = BindLoopback(/*listening=*/true);
+  const std::string large(kStripeMinBytes, 'L');
+  auto sends = std::async(std::launch::async, [&] {
+    for (uint64_t seq = 1; seq <= 4; ++seq) {
+      EXPECT_TRUE((*endpoint)->Send(peer.address, Tag{.seq = seq}, Bytes(large), Deadline()).ok());
+    }
+    EXPECT_TRUE((*endpoint)->Send(peer.address, Tag{.seq = 5}, Bytes("small"), Deadline()).ok());
+  });
+  // Each connection introduces itself, then carries its frames in order.
+  auto read_frames = [&](int fd, size_t frames) {
+    std::vector<uint64_t> seqs;
+    EXPECT_EQ(ReadHeader(fd).type, FrameType::kHello);
+    EXPECT_EQ(ReadString(fd, (*endpoint)->address().size()), (*endpoint)->address());
+    for (size_t i = 0; i < frames; ++i) {
+      const FrameHeader header = ReadHeader(fd);
+      seqs.push_back(header.tag.seq);
+      ReadString(fd, header.payload_bytes);
+    }
+    return seqs;
+  };
+  FileDescriptor first = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+  ASSERT_TRUE(first.valid());
+  auto on_first = std::async(std::launch::async, [&] { return read_frames(first.get(), 3); });
+  FileDescriptor second = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+  ASSERT_TRUE(second.valid());
+  EXPECT_EQ(read_frames(second.get(), 2), (std::vector<uint64_t>{2, 4}));
+  EXPECT_EQ(on_first.get(), (std::vector<uint64_t>{1, 3, 5}));
+  sends.get();
+  // No third connection.
+  EXPECT_FALSE(AcceptWithin(peer.fd.get(), absl::Milliseconds(100)).valid());
+
+  options.streams_per_peer = 0;
+  EXPECT_EQ(NewTcpEndpoint(options).status().code(), absl::StatusCode::kInvalidArgument);
+  options.streams_per_peer = 17;
+  EXPECT_EQ(NewTcpEndpoint(options).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // A consumed message is handed over in pieces of at most 256 KiB as it is read, not once it is
 // all there: its first pieces come while the rest has not been sent yet.
 TEST(TcpTransportTest, AConsumedMessageIsHandedOverAsItArrives) {

@@ -96,14 +96,19 @@ class InMemoryHarness final : public TransportHarness {
 
 class TcpHarness final : public TransportHarness {
  public:
+  explicit TcpHarness(int streams_per_peer = 1) : streams_per_peer_(streams_per_peer) {}
   absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) override {
     TcpOptions options;
     options.listen_address = "127.0.0.1:0";  // loopback and port 0 only, in every test
+    options.streams_per_peer = streams_per_peer_;
     return NewTcpEndpoint(options);
   }
   void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
     endpoints[index].reset();
   }
+
+ private:
+  const int streams_per_peer_;
 };
 
 // An endpoint that forwards everything but PostConsume, so that the interface's own PostConsume
@@ -764,11 +769,12 @@ TEST_P(TransportConformanceTest, StatsCountPayloadPlusFrameHeader) {
 
 INSTANTIATE_TEST_SUITE_P(
     Transports, TransportConformanceTest,
-    ::testing::Values(TransportParam{"InMemory",
-                                     [] { return std::make_unique<InMemoryHarness>(); }},
-                      TransportParam{"Tcp", [] { return std::make_unique<TcpHarness>(); }},
-                      TransportParam{"InMemoryDefaultConsume",
-                                     [] { return std::make_unique<DefaultConsumeHarness>(); }}),
+    ::testing::Values(
+        TransportParam{"InMemory", [] { return std::make_unique<InMemoryHarness>(); }},
+        TransportParam{"Tcp", [] { return std::make_unique<TcpHarness>(); }},
+        TransportParam{"TcpThreeStreams", [] { return std::make_unique<TcpHarness>(3); }},
+        TransportParam{"InMemoryDefaultConsume",
+                       [] { return std::make_unique<DefaultConsumeHarness>(); }}),
     [](const ::testing::TestParamInfo<TransportParam>& info) { return info.param.name; });
 
 }  // namespace

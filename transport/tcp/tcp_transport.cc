@@ -35,9 +35,6 @@
 namespace baton::transport {
 namespace {
 
-// Connections per peer that Sends use. The receive side already treats a peer as connected while
-// any connection with it is up, so raising this only changes how Send picks a stream.
-constexpr size_t kStreamsPerPeer = 1;
 // How long an accepted connection may take to introduce itself.
 constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
 // Payload bytes that nobody wants, and the pieces of a consumed message (Endpoint::PostConsume),
@@ -85,6 +82,7 @@ class TcpEndpoint final : public Endpoint {
         wake_(std::move(wake)),
         address_(std::move(address)),
         receive_spin_(options.receive_spin),
+        streams_per_peer_(static_cast<size_t>(options.streams_per_peer)),
         matcher_(options.max_unexpected_bytes_per_peer) {}
   ~TcpEndpoint() override;
 
@@ -212,10 +210,12 @@ class TcpEndpoint final : public Endpoint {
   // The error that stops sending on `comm` now (shut down or aborted), or OK.
   absl::Status SendBlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool SendCancelled(uint64_t comm) const ABSL_LOCKS_EXCLUDED(mu_);
-  // Reserves an idle connection to `peer` (connecting one if there are fewer than
-  // kStreamsPerPeer).
+  // Reserves an idle connection to `peer` for `bytes` of frames: the preferred one (see
+  // PreferredLocked) for less than kStripeMinBytes, else the next in turn, connecting one more
+  // while there are fewer than streams_per_peer_ (or none).
   absl::StatusOr<std::shared_ptr<Conn>> AcquireStream(const std::string& peer, const Tag& tag,
-                                                      absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+                                                      size_t bytes, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<FileDescriptor> ConnectAndIntroduce(const std::string& peer, uint64_t comm,
                                                      absl::Time deadline);
   // Returns a stream after a Send; a broken one is dropped so that the next Send reconnects.
@@ -239,6 +239,7 @@ class TcpEndpoint final : public Endpoint {
   const FileDescriptor wake_;  // eventfd that stops ListenLoop
   const std::string address_;
   const absl::Duration receive_spin_;
+  const size_t streams_per_peer_;
   ReceiveMatcher matcher_;
   std::thread listener_thread_;
 
@@ -251,6 +252,8 @@ class TcpEndpoint final : public Endpoint {
   absl::flat_hash_map<std::string, std::vector<std::shared_ptr<Conn>>> out_ ABSL_GUARDED_BY(mu_);
   // Every connection with a reader thread, until the thread is joined.
   std::list<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
+  // Per peer: where the next striped send starts looking in out_[peer].
+  absl::flat_hash_map<std::string, size_t> stripe_turn_ ABSL_GUARDED_BY(mu_);
   // Established connections per peer address (accepted ones once introduced).
   absl::flat_hash_map<std::string, int> connections_ ABSL_GUARDED_BY(mu_);
   // tx counters and errors; rx counters and `up` come from matcher_.
@@ -811,7 +814,7 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
     }
     total += kFrameHeaderBytes + message.data.size();
   }
-  BATON_ASSIGN_OR_RETURN(std::shared_ptr<Conn> stream, AcquireStream(peer, tag, deadline));
+  BATON_ASSIGN_OR_RETURN(std::shared_ptr<Conn> stream, AcquireStream(peer, tag, total, deadline));
   const int fd = stream->fd.get();
   bool closed = false;
   {
@@ -956,14 +959,15 @@ void TcpEndpoint::PongLoop() {
 }
 
 absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
-    const std::string& peer, const Tag& tag, absl::Time deadline) {
+    const std::string& peer, const Tag& tag, size_t bytes, absl::Time deadline) {
+  const bool striped = bytes >= kStripeMinBytes && streams_per_peer_ > 1;
   std::shared_ptr<Conn> stream;
   {
     absl::MutexLock lock(&mu_);
     auto ready = [this, &peer, &tag]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (!SendBlockingErrorLocked(tag.comm).ok()) return true;
       auto it = out_.find(peer);
-      if (it == out_.end() || it->second.size() < kStreamsPerPeer) return true;
+      if (it == out_.end() || it->second.size() < streams_per_peer_) return true;
       return std::any_of(it->second.begin(), it->second.end(),
                          [](const auto& s) { return !s->busy; });
     };
@@ -973,10 +977,22 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
     }
     BATON_RETURN_IF_ERROR(SendBlockingErrorLocked(tag.comm));
     std::vector<std::shared_ptr<Conn>>& streams = out_[peer];
-    const std::shared_ptr<Conn> idle =
-        PreferredLocked(peer, streams, [](const Conn& conn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return !conn.busy;  // mu_ is held
-        });
+    std::shared_ptr<Conn> idle;
+    if (!striped) {
+      idle = PreferredLocked(peer, streams, [](const Conn& conn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !conn.busy;  // mu_ is held
+      });
+    } else if (streams.size() >= streams_per_peer_) {
+      // The next idle one in turn after the last striped send's.
+      size_t& turn = stripe_turn_[peer];
+      for (size_t k = 0; k < streams.size() && idle == nullptr; ++k) {
+        const std::shared_ptr<Conn>& candidate = streams[(turn + k) % streams.size()];
+        if (!candidate->busy) {
+          idle = candidate;
+          turn = (turn + k + 1) % streams.size();
+        }
+      }
+    }
     if (idle != nullptr) {
       idle->busy = true;
       return idle;
@@ -1125,6 +1141,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& optio
   const std::string address = JoinHostPort(host, listener.port);
   if (options.receive_spin < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("receive_spin must not be negative");
+  }
+  if (options.streams_per_peer < 1 || options.streams_per_peer > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("streams_per_peer must be between 1 and 16, got ", options.streams_per_peer));
   }
   auto endpoint =
       std::make_unique<TcpEndpoint>(std::move(listener), std::move(wake), address, options);

@@ -28,7 +28,15 @@ struct TcpOptions {
   // that connection's messages have been arriving within this time, so a quiet link costs no CPU.
   // Waking a sleeping thread costs tens of microseconds where cores are few or virtual.
   absl::Duration receive_spin = absl::Microseconds(200);
+  // Connections to each peer that messages of at least kStripeMinBytes take turns on, so that
+  // as many threads on each side copy (and reduce) the bulk data of one link in parallel, as
+  // NCCL's sockets per thread do. Smaller messages keep to the one connection both sides prefer,
+  // where acknowledgements ride on the answers. 1 .. 16.
+  int streams_per_peer = 1;
 };
+
+// Messages this large and larger take turns on the connections of TcpOptions::streams_per_peer.
+inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 
 // Starts listening and returns the endpoint. Its address() is "<advertise host>:<bound port>".
 absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& options);
