@@ -49,6 +49,26 @@ TEST(DaemonLifecycleTest, ASecondDaemonOnTheSameSocketRefusesToStart) {
   EXPECT_TRUE(client->CreateCommId().ok());
 }
 
+// One all-reduce of `count` floats, one rank on each daemon of `cluster`.
+void AllReduceOnce(TestCluster& cluster, size_t count) {
+  const int size = static_cast<int>(cluster.daemons().size());
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < size; ++rank) {
+    ranks.emplace_back([&, rank] {
+      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
+      auto comm = client->Join(id, size, rank, absl::Seconds(30));
+      ASSERT_TRUE(comm.ok()) << comm.status();
+      std::vector<float> data(count, 1.0f);
+      ASSERT_TRUE(
+          (*comm)
+              ->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum)
+              .ok());
+    });
+  }
+  for (auto& t : ranks) t.join();
+}
+
 TEST(DaemonLifecycleTest, HealthReadinessAndMetricsAreServedOverHttp) {
   TestCluster cluster(2);
   ASSERT_TRUE(cluster.ok());
@@ -58,21 +78,7 @@ TEST(DaemonLifecycleTest, HealthReadinessAndMetricsAreServedOverHttp) {
   EXPECT_EQ(testing::HttpGet(http, "/nope").substr(0, 3), "404");
 
   // One all-reduce of 1000 floats between the two daemons, then the counters show it.
-  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
-      auto comm = client->Join(id, 2, rank, absl::Seconds(30));
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      std::vector<float> data(1000, 1.0f);
-      ASSERT_TRUE(
-          (*comm)
-              ->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum)
-              .ok());
-    });
-  }
-  for (auto& t : ranks) t.join();
+  AllReduceOnce(cluster, 1000);
   const std::string metrics = testing::HttpGet(http, "/metrics");
   ASSERT_EQ(metrics.substr(0, 3), "200") << metrics;
   const std::string labels = "{local_node=\"node-0\",peer_node=\"node-1\",transport=\"tcp\"}";
@@ -102,21 +108,7 @@ TEST(DaemonLifecycleTest, HealthReadinessAndMetricsAreServedOverHttp) {
 TEST(DaemonLifecycleTest, SigtermStopsPromptlyAfterWork) {
   TestCluster cluster(2);
   ASSERT_TRUE(cluster.ok());
-  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
-      auto comm = client->Join(id, 2, rank, absl::Seconds(30));
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      std::vector<float> data(1 << 20, 1.0f);
-      ASSERT_TRUE(
-          (*comm)
-              ->AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum)
-              .ok());
-    });
-  }
-  for (auto& t : ranks) t.join();
+  AllReduceOnce(cluster, 1 << 20);
   ASSERT_EQ(testing::HttpGet(cluster.daemons()[0].metrics_address, "/metrics").substr(0, 3), "200");
   for (const auto& daemon : cluster.daemons()) {
     const absl::Time start = absl::Now();
