@@ -1,18 +1,14 @@
 #include "daemon/http_server.h"
 
-#include <arpa/inet.h>
 #include <civetweb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <chrono>
-#include <cstdint>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "transport/tcp/socket.h"
 
 namespace baton::daemon {
 namespace {
@@ -48,8 +44,9 @@ class CivetHttpServer final : public HttpServer {
     std::atomic<bool> stopped{false};
     std::thread waker([this, &stopped] {
       while (!stopped.load()) {
-        Poke();
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        (void)transport::ConnectWithRetry(wake_address_, absl::Now() + absl::Milliseconds(10),
+                                          [&stopped] { return stopped.load(); });
+        absl::SleepFor(absl::Milliseconds(10));
       }
     });
     mg_stop(context_);
@@ -77,53 +74,24 @@ class CivetHttpServer final : public HttpServer {
     const int n = mg_get_server_ports(context_, 4, ports);
     const std::string host = listen_address.substr(0, listen_address.rfind(':'));
     address_ = absl::StrCat(host, ":", n > 0 ? ports[0].port : 0);
-    port_ = n > 0 ? static_cast<uint16_t>(ports[0].port) : 0;
-    host_ = host.size() >= 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
-    ipv6_ = host_.find(':') != std::string::npos;
+    // A wildcard listening address is reached through loopback.
+    absl::StatusOr<transport::HostPort> bound = transport::SplitHostPort(address_);
+    if (bound.ok()) {
+      std::string wake_host = bound->host;
+      if (wake_host.empty() || wake_host == "0.0.0.0") wake_host = "127.0.0.1";
+      if (wake_host == "::") wake_host = "::1";
+      wake_address_ = transport::JoinHostPort(wake_host, n > 0 ? ports[0].port : 0);
+    }
     return absl::OkStatus();
   }
 
   std::string address() const override { return address_; }
 
  private:
-  // Opens and closes a connection to the listening port (a wildcard address through loopback).
-  void Poke() const {
-    sockaddr_storage addr{};
-    socklen_t length = 0;
-    if (port_ == 0) return;
-    if (ipv6_) {
-      auto* in6 = reinterpret_cast<sockaddr_in6*>(&addr);
-      in6->sin6_family = AF_INET6;
-      in6->sin6_port = htons(port_);
-      if (inet_pton(AF_INET6, host_.c_str(), &in6->sin6_addr) != 1 ||
-          IN6_IS_ADDR_UNSPECIFIED(&in6->sin6_addr)) {
-        in6->sin6_addr = in6addr_loopback;
-      }
-      length = sizeof(sockaddr_in6);
-    } else {
-      auto* in = reinterpret_cast<sockaddr_in*>(&addr);
-      in->sin_family = AF_INET;
-      in->sin_port = htons(port_);
-      if (inet_pton(AF_INET, host_.c_str(), &in->sin_addr) != 1 ||
-          in->sin_addr.s_addr == htonl(INADDR_ANY)) {
-        in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      }
-      length = sizeof(sockaddr_in);
-    }
-    const int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return;
-    const timeval timeout{0, 100 * 1000};  // bounds connect(); a local port answers at once
-    (void)setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    (void)connect(fd, reinterpret_cast<const sockaddr*>(&addr), length);
-    close(fd);
-  }
-
   std::vector<HttpRoute> routes_;  // addresses handed to civetweb: never resized after Start
   mg_context* context_ = nullptr;
   std::string address_;
-  std::string host_;  // the listening host, without brackets
-  uint16_t port_ = 0;
-  bool ipv6_ = false;
+  std::string wake_address_;  // where the destructor connects to wake civetweb's accept loop
 };
 
 }  // namespace

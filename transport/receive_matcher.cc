@@ -39,6 +39,15 @@ bool ReceiveMatcher::Delivery::cancelled() const {
   return kind_ == Kind::kPosted && recv_->cancelled.load(std::memory_order_acquire);
 }
 
+void ReceiveMatcher::Delivery::Write(ConstByteSpan payload) const {
+  if (discard() || payload.empty()) return;
+  if (consuming()) {
+    Consume(0, payload);
+  } else {
+    std::memcpy(buffer_.data(), payload.data(), payload.size());
+  }
+}
+
 // A posted receive. Until it is done, its PendingRecv is either in the matcher's pending_ (not yet
 // matched) or claimed by a delivery that is writing into its buffer; it must stay alive until
 // neither is the case, which the destructor ensures.

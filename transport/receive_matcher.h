@@ -57,6 +57,9 @@ class ReceiveMatcher {
     // Hands the next piece of the payload, at `offset`, to the receive's consumer. Every piece but
     // the last must be a multiple of Endpoint::kPieceAlignment bytes.
     void Consume(size_t offset, ConstByteSpan piece) const { recv_->consume(offset, piece); }
+    // Writes the whole payload at once, for a transport that holds it in memory: into buffer(),
+    // or to the consumer when consuming(); nothing when discard().
+    void Write(ConstByteSpan payload) const;
     // How long the receiver waits: writing into a posted receive's buffer must stop by then
     // (finish with RecvDeadlineExceeded). InfiniteFuture for an unexpected message.
     absl::Time deadline() const;

@@ -353,25 +353,15 @@ inline std::vector<SweepCase> SweepCases(bool reduces, bool rooted,
 
 // ---- Failures ----
 
-// Forwards to a real endpoint and kills it (through the fabric, as if its process died) right
-// after its `kill_after`-th send, or before its first operation when kill_after is 0.
-class DyingEndpoint final : public transport::Endpoint {
+// Forwards every call to another endpoint; a test endpoint overrides what it changes.
+class ForwardingEndpoint : public transport::Endpoint {
  public:
-  DyingEndpoint(transport::Endpoint* inner, transport::InMemoryFabric* fabric, int kill_after)
-      : inner_(inner), fabric_(fabric), kill_after_(kill_after) {
-    if (kill_after_ == 0) fabric_->Kill(inner_->address());
-  }
-
-  // Whether it has been killed, and how many sends it attempted after that.
-  bool killed() const { return sends_.load() >= kill_after_; }
-  int sends_after_death() const { return std::max(0, sends_.load() - kill_after_); }
+  explicit ForwardingEndpoint(transport::Endpoint* inner) : inner_(inner) {}
 
   std::string address() const override { return inner_->address(); }
   absl::Status Send(const std::string& peer, const transport::Tag& tag,
                     transport::ConstByteSpan data, absl::Time deadline) override {
-    absl::Status status = inner_->Send(peer, tag, data, deadline);
-    if (++sends_ == kill_after_) fabric_->Kill(inner_->address());
-    return status;
+    return inner_->Send(peer, tag, data, deadline);
   }
   std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
                                                   const transport::Tag& tag,
@@ -379,12 +369,44 @@ class DyingEndpoint final : public transport::Endpoint {
                                                   ArrivalCallback on_arrival) override {
     return inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival));
   }
+  std::unique_ptr<transport::PostedRecv> PostConsume(const std::string& peer,
+                                                     const transport::Tag& tag, size_t length,
+                                                     absl::Time deadline,
+                                                     PieceConsumer consume) override {
+    return inner_->PostConsume(peer, tag, length, deadline, std::move(consume));
+  }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }
   std::vector<transport::LinkStats> Stats() const override { return inner_->Stats(); }
 
+ protected:
+  transport::Endpoint* inner() const { return inner_; }
+
  private:
   transport::Endpoint* const inner_;
+};
+
+// Forwards to a real endpoint and kills it (through the fabric, as if its process died) right
+// after its `kill_after`-th send, or before its first operation when kill_after is 0.
+class DyingEndpoint final : public ForwardingEndpoint {
+ public:
+  DyingEndpoint(transport::Endpoint* inner, transport::InMemoryFabric* fabric, int kill_after)
+      : ForwardingEndpoint(inner), fabric_(fabric), kill_after_(kill_after) {
+    if (kill_after_ == 0) fabric_->Kill(inner->address());
+  }
+
+  // Whether it has been killed, and how many sends it attempted after that.
+  bool killed() const { return sends_.load() >= kill_after_; }
+  int sends_after_death() const { return std::max(0, sends_.load() - kill_after_); }
+
+  absl::Status Send(const std::string& peer, const transport::Tag& tag,
+                    transport::ConstByteSpan data, absl::Time deadline) override {
+    absl::Status status = inner()->Send(peer, tag, data, deadline);
+    if (++sends_ == kill_after_) fabric_->Kill(inner()->address());
+    return status;
+  }
+
+ private:
   transport::InMemoryFabric* const fabric_;
   const int kill_after_;
   std::atomic<int> sends_{0};

@@ -22,35 +22,18 @@ using test::Group;
 using test::RingOf;
 
 // Holds back the sends of one step for a while, as a busy link or a descheduled thread would.
-class SlowStepEndpoint final : public transport::Endpoint {
+class SlowStepEndpoint final : public test::ForwardingEndpoint {
  public:
   SlowStepEndpoint(transport::Endpoint* inner, uint32_t slow_step, absl::Duration delay)
-      : inner_(inner), slow_step_(slow_step), delay_(delay) {}
+      : ForwardingEndpoint(inner), slow_step_(slow_step), delay_(delay) {}
 
-  std::string address() const override { return inner_->address(); }
   absl::Status Send(const std::string& peer, const transport::Tag& tag,
                     transport::ConstByteSpan data, absl::Time deadline) override {
     if (tag.step == slow_step_) absl::SleepFor(delay_);
-    return inner_->Send(peer, tag, data, deadline);
+    return inner()->Send(peer, tag, data, deadline);
   }
-  std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
-                                                  const transport::Tag& tag,
-                                                  transport::ByteSpan data, absl::Time deadline,
-                                                  ArrivalCallback on_arrival) override {
-    return inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival));
-  }
-  std::unique_ptr<transport::PostedRecv> PostConsume(const std::string& peer,
-                                                     const transport::Tag& tag, size_t length,
-                                                     absl::Time deadline,
-                                                     PieceConsumer consume) override {
-    return inner_->PostConsume(peer, tag, length, deadline, std::move(consume));
-  }
-  void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
-  void Forget(uint64_t comm) override { inner_->Forget(comm); }
-  std::vector<transport::LinkStats> Stats() const override { return inner_->Stats(); }
 
  private:
-  transport::Endpoint* const inner_;
   const uint32_t slow_step_;
   const absl::Duration delay_;
 };

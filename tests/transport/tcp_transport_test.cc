@@ -412,15 +412,31 @@ TEST_P(ConnectionChoiceTest, BothEndsUseTheConnectionOfTheLowerAddress) {
   }
 }
 
+// An endpoint whose waiting threads spin for `spin`, and a raw peer connected and introduced to
+// it: what the peer writes to `raw` arrives at the endpoint from `peer.address`.
+struct EndpointWithRawPeer {
+  std::unique_ptr<Endpoint> endpoint;
+  RawListener peer;
+  FileDescriptor raw;
+};
+EndpointWithRawPeer NewEndpointWithRawPeer(absl::Duration spin = TcpOptions().receive_spin) {
+  TcpOptions options = Options("127.0.0.1:0");
+  options.receive_spin = spin;
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
+  EXPECT_TRUE(endpoint.ok()) << endpoint.status();
+  if (!endpoint.ok()) return EndpointWithRawPeer{};
+  EndpointWithRawPeer result{*std::move(endpoint), BindLoopback(/*listening=*/true), {}};
+  result.raw = RawConnect(result.endpoint->address());
+  WriteHello(result.raw.get(), result.peer.address);
+  return result;
+}
+
 // A thread waiting for a small message reads the connection itself; whatever else it meets
 // there reaches its own receiver, and a frame too large for it to read is left to the
 // connection's reader thread, whichever of the two gets to it first.
 TEST(TcpTransportTest, AWaitingReceiverReadsForItselfAndLeavesLargeFramesToTheReader) {
-  auto endpoint = NewLoopbackEndpoint();
+  auto [endpoint, peer, raw] = NewEndpointWithRawPeer();
   ASSERT_NE(endpoint, nullptr);
-  RawListener peer = BindLoopback(/*listening=*/true);
-  FileDescriptor raw = RawConnect(endpoint->address());
-  WriteHello(raw.get(), peer.address);
   WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 1}, 1}, Bytes("x"));
   EXPECT_EQ(RecvString(*endpoint, peer.address, Tag{.seq = 1}, 1), "x");
 
@@ -489,11 +505,8 @@ TEST(TcpTransportTest, LargeMessagesTakeTurnsOnTheStreamsOfAPeer) {
 // A consumed message is handed over in pieces of at most 256 KiB as it is read, not once it is
 // all there: its first pieces come while the rest has not been sent yet.
 TEST(TcpTransportTest, AConsumedMessageIsHandedOverAsItArrives) {
-  auto endpoint = NewLoopbackEndpoint();
+  auto [endpoint, peer, raw] = NewEndpointWithRawPeer();
   ASSERT_NE(endpoint, nullptr);
-  RawListener peer = BindLoopback(/*listening=*/true);
-  FileDescriptor raw = RawConnect(endpoint->address());
-  WriteHello(raw.get(), peer.address);
   constexpr size_t kSize = size_t{3} << 20;
   std::vector<std::byte> sent(kSize);
   for (size_t i = 0; i < kSize; ++i) sent[i] = static_cast<std::byte>(i * 7 % 251);
@@ -541,29 +554,11 @@ TEST_P(ConnectionChoiceTest, AReceiveCompletesOverEitherConnection) {
 INSTANTIATE_TEST_SUITE_P(EndpointAddressSortsFirstOrLast, ConnectionChoiceTest,
                          ::testing::Values("0-sorts-first", "z-sorts-last"));
 
-// An endpoint whose waiting threads spin for `spin`, and a raw peer connected and introduced to it.
-struct SpinningEndpoint {
-  std::unique_ptr<Endpoint> endpoint;
-  RawListener peer;
-  FileDescriptor raw;
-};
-SpinningEndpoint NewSpinningEndpoint(absl::Duration spin) {
-  TcpOptions options = Options("127.0.0.1:0");
-  options.receive_spin = spin;
-  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
-  EXPECT_TRUE(endpoint.ok()) << endpoint.status();
-  if (!endpoint.ok()) return SpinningEndpoint{};
-  SpinningEndpoint result{*std::move(endpoint), BindLoopback(/*listening=*/true), {}};
-  result.raw = RawConnect(result.endpoint->address());
-  WriteHello(result.raw.get(), result.peer.address);
-  return result;
-}
-
 // A thread waiting for a small message spins on the connection for a while, then sleeps in
 // poll(); the message arrives whether it comes during the spin, after it, or with no spin at all.
 TEST(TcpTransportTest, AWaitingReceiverGetsItsMessageWhetherItSpinsOrSleeps) {
   for (const absl::Duration spin : {absl::ZeroDuration(), absl::Milliseconds(1)}) {
-    SpinningEndpoint e = NewSpinningEndpoint(spin);
+    EndpointWithRawPeer e = NewEndpointWithRawPeer(spin);
     ASSERT_NE(e.endpoint, nullptr);
     uint64_t seq = 1;
     for (const absl::Duration delay : {absl::ZeroDuration(), absl::Microseconds(200),
@@ -587,7 +582,7 @@ TEST(TcpTransportTest, AWaitingReceiverGetsItsMessageWhetherItSpinsOrSleeps) {
 TEST(TcpTransportTest, WaitBrieflyWaitsAsLongAsTheSpin) {
   for (const absl::Duration spin : {absl::Seconds(30), absl::Seconds(1)}) {
     SCOPED_TRACE(absl::StrCat("spin ", absl::FormatDuration(spin)));
-    SpinningEndpoint e = NewSpinningEndpoint(spin);
+    EndpointWithRawPeer e = NewEndpointWithRawPeer(spin);
     ASSERT_NE(e.endpoint, nullptr);
     // Once this arrives the connection is known (a brief wait needs one to read).
     WriteFrame(e.raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 0}, 1}, Bytes("x"));

@@ -1,7 +1,6 @@
 #include "transport/inmemory/inmemory_transport.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -132,11 +131,7 @@ absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::st
         ReceiveMatcher& matcher = target->second.endpoint->matcher();
         matcher.PeerConnected(sender_address);
         ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(sender_address, tag, data.size());
-        if (delivery.consuming() && !data.empty()) {
-          delivery.Consume(0, data);
-        } else if (!delivery.discard() && !data.empty()) {
-          std::memcpy(delivery.buffer().data(), data.data(), data.size());
-        }
+        delivery.Write(data);
         matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
         return absl::OkStatus();
       }
