@@ -32,7 +32,7 @@ Commands:
       $kPeerPort, $kDataPort and $kMetricsPort of the host's address) and waits until each is ready. Writes
       DIR/cluster.txt (the format of \`baton local\`, so \`baton bench --cluster DIR\` and
       \`baton status --socket DIR/host0.sock\` work from the root namespace) and DIR/hosts.txt
-      (one line per host: host, index, netns, address, dev, rate, rate_bits, socket).
+      (one line per host: host, index, netns, address, dev, rate, rate_bits, socket, cpu).
       On failure everything it created is removed again.
         --rate RATE          rate of every host's link in both directions, as tc writes it
                              (100mbit, 1gbit, 10gbit, 500kbit, 125mbps = bytes/s), or "none" for
@@ -43,6 +43,9 @@ Commands:
                              NAME-sw and NAME-h<i>
         --batond PATH        batond binary (default: build/bin/batond of this checkout, else PATH)
         --start-timeout S    seconds to wait for the daemons to become ready (default: 30)
+        --pin                run host I's batond (and what \`exec\` runs in host I) on one CPU,
+                             the (I mod C)-th of the C CPUs this script may use, as if each host
+                             had CPUs of its own (hosts.txt: cpu=N; without --pin: cpu=any)
         -- BATOND_ARGS...    extra flags for every batond, e.g. -- --op-timeout=10s; in them
                              {index} is the host's index, {address} its address and {peers}
                              the other hosts' peer addresses (A:$kPeerPort,B:$kPeerPort,...)
@@ -53,7 +56,8 @@ Commands:
       cluster.txt and hosts.txt; logs are kept. Idempotent; safe after a partial \`up\`.
 
   exec --dir DIR I -- CMD [ARGS...]
-      Runs CMD in host I's namespace, with BATON_SOCKET set to host I's daemon socket.
+      Runs CMD in host I's namespace, with BATON_SOCKET set to host I's daemon socket (on host
+      I's CPU if the cluster was started with --pin).
 
   shape --dir DIR I RATE
       Changes host I's link rate (both directions) on the fly; RATE "none" removes shaping.
@@ -191,6 +195,23 @@ shape_host() {
 
 # --- up ------------------------------------------------------------------------------------
 
+# The CPUs this process may run on, one number each (Cpus_allowed_list: "0-3,8,10-11").
+allowed_cpus() {
+  local list range c
+  local -a ranges=()
+  list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  local -a out=()
+  IFS=, read -r -a ranges <<<"$list"
+  for range in "${ranges[@]}"; do
+    if [[ $range =~ ^([0-9]+)-([0-9]+)$ ]]; then
+      for ((c = BASH_REMATCH[1]; c <= BASH_REMATCH[2]; c++)); do out+=("$c"); done
+    elif [[ $range =~ ^[0-9]+$ ]]; then
+      out+=("$range")
+    fi
+  done
+  echo "${out[*]}"
+}
+
 require_root() {
   [ "$(id -u)" -eq 0 ] || unavailable "needs root (network namespaces, veths and tc)"
   command -v ip >/dev/null || unavailable "ip (iproute2) is not installed"
@@ -217,7 +238,7 @@ clean_up_failed_up() {
 }
 
 cmd_up() {
-  local dir="" hosts="" rate=1gbit mtu=1500 prefix="" batond="" start_timeout=30
+  local dir="" hosts="" rate=1gbit mtu=1500 prefix="" batond="" start_timeout=30 pin=0
   local -a host_rates=() extra=()
   while [ $# -gt 0 ]; do
     case $1 in
@@ -229,6 +250,7 @@ cmd_up() {
     --prefix) prefix=${2:?--prefix needs a value}; shift 2 ;;
     --batond) batond=${2:?--batond needs a value}; shift 2 ;;
     --start-timeout) start_timeout=${2:?--start-timeout needs a value}; shift 2 ;;
+    --pin) pin=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h | --help) usage; exit 0 ;;
     *) die "up: unknown argument '$1' (see --help)" ;;
@@ -262,6 +284,13 @@ cmd_up() {
   fi
   [ -x "$batond" ] || die "up: $batond is not executable"
   batond=$(realpath -- "$batond")
+  local -a cpus=() host_cpu=()
+  read -r -a cpus <<<"$(allowed_cpus)"
+  [ ${#cpus[@]} -gt 0 ] || die "up: cannot read the CPUs this process may use"
+  for ((i = 0; i < hosts; i++)); do
+    host_cpu[i]=any
+    [ "$pin" -eq 0 ] || host_cpu[i]=${cpus[i % ${#cpus[@]}]}
+  done
 
   require_root
   mkdir -p -- "$dir"
@@ -327,8 +356,10 @@ cmd_up() {
       args+=("${arg//\{peers\}/$peers}")
     done
     rm -f -- "$dir/host$i.ready"
+    local -a on_cpu=()
+    [ "${host_cpu[i]}" = any ] || on_cpu=(taskset -c "${host_cpu[i]}")
     # setsid: the daemons outlive this script and the terminal's signals.
-    ip netns exec "$ns" setsid "$batond" --node-name="host$i" --socket="$dir/host$i.sock" \
+    ip netns exec "$ns" setsid "${on_cpu[@]}" "$batond" --node-name="host$i" --socket="$dir/host$i.sock" \
       --peer-listen="$addr:$kPeerPort" --data-listen="$addr:$kDataPort" \
       --metrics-listen="$addr:$kMetricsPort" --advertise-host="$addr" \
       --ready-file="$dir/host$i.ready" "${args[@]}" </dev/null >>"$dir/host$i.log" 2>&1 &
@@ -368,7 +399,8 @@ cmd_up() {
     echo "# baton netns cluster ($prefix): one host per line; rate_bits 0 = unshaped"
     for ((i = 0; i < hosts; i++)); do
       echo "host=host$i index=$i netns=$(host_ns "$prefix" "$i") address=$(host_address "$i")" \
-        "dev=eth0 rate=${rates[i],,} rate_bits=$(rate_bits "${rates[i]}") socket=$dir/host$i.sock"
+        "dev=eth0 rate=${rates[i],,} rate_bits=$(rate_bits "${rates[i]}") socket=$dir/host$i.sock" \
+        "cpu=${host_cpu[i]}"
     done
   } >"$dir/hosts.txt.tmp"
   mv -- "$dir/hosts.txt.tmp" "$dir/hosts.txt"
@@ -465,7 +497,7 @@ parse_dir_and_host() {
 }
 
 cmd_exec() {
-  local parsed_dir parsed_host
+  local parsed_dir parsed_host cpu
   parse_dir_and_host "$@"
   shift 3
   [ "${1:-}" = -- ] && shift
@@ -473,6 +505,8 @@ cmd_exec() {
   local ns socket
   ns=$(host_field "$parsed_dir" "$parsed_host" netns)
   socket=$(host_field "$parsed_dir" "$parsed_host" socket)
+  cpu=$(host_field "$parsed_dir" "$parsed_host" cpu)
+  [ -z "$cpu" ] || [ "$cpu" = any ] || set -- taskset -c "$cpu" "$@"
   BATON_SOCKET=$socket exec ip netns exec "$ns" "$@"
 }
 
