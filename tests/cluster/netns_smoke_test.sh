@@ -3,6 +3,8 @@
 # to 1 Gbit/s both ways, one batond per host; `baton bench` runs an all-reduce over 2 ranks per
 # daemon from 8 B to 4 MiB. Checks that every result is right, that the 4 MiB all-reduce did not
 # beat the links (a physical bound, not a timing assertion) and that its bytes crossed the veths.
+# The cluster is started with --pin: each daemon, and what `exec` runs on its host, keeps to the
+# CPU hosts.txt names.
 # Exits 77 (skipped) where network namespaces cannot be created (not root, no veth/bridge/tbf).
 # Usage: netns_smoke_test.sh NETNS_CLUSTER_SH BATOND BATON
 set -euo pipefail
@@ -17,7 +19,28 @@ source "$(dirname "$0")/cluster_test_lib.sh"
 start_cluster_dir
 
 BATON_NETNS_UNAVAILABLE_STATUS=77 bash "$netns_cluster" up --dir "$dir" --hosts $hosts \
-  --rate $rate --batond "$batond" -- --op-timeout=60s
+  --rate $rate --pin --batond "$batond" -- --op-timeout=60s
+
+# --pin: host i's daemon and `exec` in host i run on the one CPU hosts.txt gives host i, the
+# (i mod C)-th of the CPUs allowed here.
+allowed=()
+IFS=, read -r -a ranges < <(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+for range in "${ranges[@]}"; do
+  for ((c = ${range%-*}; c <= ${range#*-}; c++)); do allowed+=("$c"); done
+done
+for ((i = 0; i < hosts; i++)); do
+  cpu=$(awk -v i=$i '$2 == "index=" i { for (f = 1; f <= NF; f++) if ($f ~ /^cpu=/) print substr($f, 5) }' \
+    "$dir/hosts.txt")
+  [ "$cpu" = "${allowed[i % ${#allowed[@]}]}" ] ||
+    fail "hosts.txt gives host$i cpu '$cpu'; expected ${allowed[i % ${#allowed[@]}]}"
+  pid=$(awk -v n="node=host$i" '$1 == n { sub(/^pid=/, "", $2); print $2 }' "$dir/cluster.txt")
+  daemon_cpus=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "/proc/$pid/status")
+  [ "$daemon_cpus" = "$cpu" ] || fail "host$i's batond may run on CPUs $daemon_cpus, not just $cpu"
+  exec_cpus=$(bash "$netns_cluster" exec --dir "$dir" $i -- \
+    sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  [ "$exec_cpus" = "$cpu" ] || fail "exec in host$i may run on CPUs $exec_cpus, not just $cpu"
+done
+echo "pinned: each host's daemon and exec on its own CPU"
 
 tx_bytes() {
   bash "$netns_cluster" exec --dir "$dir" "$1" -- cat /sys/class/net/eth0/statistics/tx_bytes
