@@ -577,6 +577,60 @@ TEST(TcpTransportTest, AWaitingReceiverGetsItsMessageWhetherItSpinsOrSleeps) {
   EXPECT_EQ(NewTcpEndpoint(negative).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Two endpoints exchange messages too large for the sockets to hold, each posting its receive,
+// then sending, then waiting: both sends finish only once both sides read. Right after small
+// messages that their waiting threads read themselves, both reader threads linger (here: for 10
+// minutes); posting a receive that only the reader serves must end that at once.
+TEST(TcpTransportTest, PostingALargeReceiveEndsTheReadersLinger) {
+  TcpOptions options = Options("127.0.0.1:0");
+  options.reader_linger = absl::Minutes(10);
+  absl::StatusOr<std::unique_ptr<Endpoint>> a = NewTcpEndpoint(options);
+  absl::StatusOr<std::unique_ptr<Endpoint>> b = NewTcpEndpoint(options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  Endpoint& ea = **a;
+  Endpoint& eb = **b;
+  // Connect, then a small message each way that a waiting thread reads (posted before it comes).
+  ASSERT_TRUE(ea.Send(eb.address(), Tag{.seq = 1}, Bytes("hi"), Deadline()).ok());
+  EXPECT_EQ(RecvString(eb, ea.address(), Tag{.seq = 1}, 2), "hi");
+  for (const auto& [to, from, seq] : {std::tuple{&eb, &ea, 2}, std::tuple{&ea, &eb, 3}}) {
+    auto received = std::async(std::launch::async, [to, from, seq] {
+      return RecvString(*to, from->address(), Tag{.seq = static_cast<uint64_t>(seq)}, 5);
+    });
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_TRUE(from->Send(to->address(), Tag{.seq = static_cast<uint64_t>(seq)}, Bytes("small"),
+                           Deadline())
+                    .ok());
+    EXPECT_EQ(received.get(), "small");
+  }
+
+  constexpr size_t kBytes = size_t{48} << 20;
+  auto exchange = [kBytes](Endpoint& self, const std::string& peer, std::byte fill) {
+    std::vector<std::byte> out(kBytes, fill);
+    std::vector<std::byte> in(kBytes);
+    const absl::Time deadline = Deadline(absl::Seconds(10));
+    std::unique_ptr<PostedRecv> posted =
+        self.PostRecv(peer, Tag{.seq = 4}, std::span(in), deadline, nullptr);
+    absl::Status sent = self.Send(peer, Tag{.seq = 4}, std::span(out), deadline);
+    if (!sent.ok()) return sent;
+    absl::Status received = posted->Wait();
+    if (!received.ok()) return received;
+    for (std::byte x : in) {
+      if (x == fill || x == std::byte{0}) return absl::DataLossError("wrong bytes received");
+    }
+    return absl::OkStatus();
+  };
+  auto from_a =
+      std::async(std::launch::async, [&] { return exchange(ea, eb.address(), std::byte{1}); });
+  const absl::Status from_b = exchange(eb, ea.address(), std::byte{2});
+  EXPECT_TRUE(from_b.ok()) << from_b;
+  const absl::Status a_status = from_a.get();
+  EXPECT_TRUE(a_status.ok()) << a_status;
+
+  TcpOptions negative = Options("127.0.0.1:0");
+  negative.reader_linger = -absl::Microseconds(1);
+  EXPECT_EQ(NewTcpEndpoint(negative).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // WaitBriefly waits for a small message as long as the spin lasts: true if it came within it;
 // false once the spin is over, and at once while the spin is off after a wait that outlasted it.
 TEST(TcpTransportTest, WaitBrieflyWaitsAsLongAsTheSpin) {

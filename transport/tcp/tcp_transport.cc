@@ -47,10 +47,6 @@ static_assert(kPieceBytes % Endpoint::kPieceAlignment == 0);
 // TcpEndpoint::ReadForReceive); larger ones are left to the connection's reader thread, which
 // reads them while the waiting thread sends, so that both directions of bulk data keep moving.
 constexpr size_t kReadForReceiveMaxBytes = 64 * 1024;
-// After the last waiting thread stops reading a connection, its reader thread leaves it alone
-// this long before it reads again: a run of small operations then never hands the connection
-// back and forth, and frames nobody waits for are read at most this late.
-constexpr absl::Duration kReaderLinger = absl::Milliseconds(1);
 // A thread reading for its receive looks at least this often whether the receive has failed
 // (aborted, peer lost, shut down) or its message came over another connection.
 constexpr absl::Duration kReadForReceiveSlice = absl::Milliseconds(20);
@@ -82,6 +78,7 @@ class TcpEndpoint final : public Endpoint {
         wake_(std::move(wake)),
         address_(std::move(address)),
         receive_spin_(options.receive_spin),
+        reader_linger_(options.reader_linger),
         streams_per_peer_(static_cast<size_t>(options.streams_per_peer)),
         matcher_(options.max_unexpected_bytes_per_peer) {}
   ~TcpEndpoint() override;
@@ -173,7 +170,7 @@ class TcpEndpoint final : public Endpoint {
   void ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted);
   absl::StatusOr<std::string> ReadHello(int fd);
   // The reader thread's turn to read: waits while threads read for their receives (and
-  // kReaderLinger after), then takes `reading`. False once the connection has ended.
+  // reader_linger_ after), then takes `reading`. False once the connection has ended.
   bool TakeReaderTurn(Conn& conn);
   // Reads one frame (or what `pending` left of one) and delivers it. With `for_receive` (a
   // thread reading for its own receive) it does not wait on room for unexpected messages, nor
@@ -239,6 +236,7 @@ class TcpEndpoint final : public Endpoint {
   const FileDescriptor wake_;  // eventfd that stops ListenLoop
   const std::string address_;
   const absl::Duration receive_spin_;
+  const absl::Duration reader_linger_;  // TcpOptions::reader_linger
   const size_t streams_per_peer_;
   ReceiveMatcher matcher_;
   std::thread listener_thread_;
@@ -440,8 +438,8 @@ bool TcpEndpoint::TakeReaderTurn(Conn& conn) {
     conn.read_mu.Await(absl::Condition(&free));
     if (!conn.ended.ok()) return false;
     const absl::Duration idle = absl::Now() - conn.last_read_for_receive;
-    if (idle >= kReaderLinger || conn.wanted) break;
-    conn.read_mu.AwaitWithTimeout(absl::Condition(&stop_lingering), kReaderLinger - idle);
+    if (idle >= reader_linger_ || conn.wanted) break;
+    conn.read_mu.AwaitWithTimeout(absl::Condition(&stop_lingering), reader_linger_ - idle);
   }
   conn.wanted = false;
   conn.reading = true;
@@ -633,6 +631,10 @@ std::unique_ptr<PostedRecv> TcpEndpoint::PostWith(
   auto recv = std::make_unique<Recv>(this, peer, deadline, read_for_receive);
   if (!read_for_receive) {
     recv->inner_ = post(std::move(on_arrival));
+    // Nobody reads for this receive but the reader thread, so it must not linger from now on:
+    // the thread that posted it may first send a large message to the same peer, and the two
+    // sends can only both finish once both sides read (an exchange).
+    WantReader(peer);
     return recv;
   }
   recv->inner_ = post([recv = recv.get(), on_arrival = std::move(on_arrival)]() mutable {
@@ -1141,6 +1143,9 @@ absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& optio
   const std::string address = JoinHostPort(host, listener.port);
   if (options.receive_spin < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("receive_spin must not be negative");
+  }
+  if (options.reader_linger < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("reader_linger must not be negative");
   }
   if (options.streams_per_peer < 1 || options.streams_per_peer > 16) {
     return absl::InvalidArgumentError(

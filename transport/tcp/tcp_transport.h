@@ -28,6 +28,12 @@ struct TcpOptions {
   // that connection's messages have been arriving within this time, so a quiet link costs no CPU.
   // Waking a sleeping thread costs tens of microseconds where cores are few or virtual.
   absl::Duration receive_spin = absl::Microseconds(200);
+  // After the last thread that waited for a small message stops reading its connection, the
+  // connection's reader thread leaves it alone this long before it reads again, unless a receive
+  // that only the reader thread serves (a larger one) is posted: a run of small operations then
+  // never hands the connection back and forth, and frames nobody waits for are read at most this
+  // late. Not negative.
+  absl::Duration reader_linger = absl::Milliseconds(1);
   // Connections to each peer that messages of at least kStripeMinBytes take turns on, so that
   // as many threads on each side copy (and reduce) the bulk data of one link in parallel, as
   // NCCL's sockets per thread do. Smaller messages keep to the one connection both sides prefer,
