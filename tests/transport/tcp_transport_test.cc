@@ -16,10 +16,12 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "transport/frame.h"
@@ -577,51 +579,70 @@ TEST(TcpTransportTest, AWaitingReceiverGetsItsMessageWhetherItSpinsOrSleeps) {
   EXPECT_EQ(NewTcpEndpoint(negative).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// Two endpoints exchange messages too large for the sockets to hold, each posting its receive,
-// then sending, then waiting: both sends finish only once both sides read. Right after small
-// messages that their waiting threads read themselves, both reader threads linger (here: for 10
-// minutes); posting a receive that only the reader serves must end that at once.
-TEST(TcpTransportTest, PostingALargeReceiveEndsTheReadersLinger) {
+// Two endpoints whose reader threads linger for 10 minutes (TcpOptions::reader_linger) after
+// a small message each way, read by the waiting threads themselves (posted before it came).
+struct LingeringPair {
+  std::unique_ptr<Endpoint> a, b;
+};
+LingeringPair NewLingeringPair() {
   TcpOptions options = Options("127.0.0.1:0");
   options.reader_linger = absl::Minutes(10);
   absl::StatusOr<std::unique_ptr<Endpoint>> a = NewTcpEndpoint(options);
   absl::StatusOr<std::unique_ptr<Endpoint>> b = NewTcpEndpoint(options);
-  ASSERT_TRUE(a.ok() && b.ok());
-  Endpoint& ea = **a;
-  Endpoint& eb = **b;
-  // Connect, then a small message each way that a waiting thread reads (posted before it comes).
-  ASSERT_TRUE(ea.Send(eb.address(), Tag{.seq = 1}, Bytes("hi"), Deadline()).ok());
+  if (!a.ok() || !b.ok()) {
+    ADD_FAILURE() << a.status() << " " << b.status();
+    return {};
+  }
+  LingeringPair pair{*std::move(a), *std::move(b)};
+  Endpoint& ea = *pair.a;
+  Endpoint& eb = *pair.b;
+  EXPECT_TRUE(ea.Send(eb.address(), Tag{.seq = 1}, Bytes("hi"), Deadline()).ok());  // connects
   EXPECT_EQ(RecvString(eb, ea.address(), Tag{.seq = 1}, 2), "hi");
   for (const auto& [to, from, seq] : {std::tuple{&eb, &ea, 2}, std::tuple{&ea, &eb, 3}}) {
     auto received = std::async(std::launch::async, [to, from, seq] {
       return RecvString(*to, from->address(), Tag{.seq = static_cast<uint64_t>(seq)}, 5);
     });
     absl::SleepFor(absl::Milliseconds(50));
-    ASSERT_TRUE(from->Send(to->address(), Tag{.seq = static_cast<uint64_t>(seq)}, Bytes("small"),
+    EXPECT_TRUE(from->Send(to->address(), Tag{.seq = static_cast<uint64_t>(seq)}, Bytes("small"),
                            Deadline())
                     .ok());
     EXPECT_EQ(received.get(), "small");
   }
+  return pair;
+}
 
+// Sends 48 MiB to `peer` (more than the sockets hold) and receives as much from it, posting the
+// receive before the send or, with `post_after_send`, only once the send is done; checks that
+// the peer's bytes arrived.
+absl::Status ExchangeLarge(Endpoint& self, const std::string& peer, std::byte fill,
+                           bool post_after_send) {
   constexpr size_t kBytes = size_t{48} << 20;
-  auto exchange = [kBytes](Endpoint& self, const std::string& peer, std::byte fill) {
-    std::vector<std::byte> out(kBytes, fill);
-    std::vector<std::byte> in(kBytes);
-    const absl::Time deadline = Deadline(absl::Seconds(10));
-    std::unique_ptr<PostedRecv> posted =
-        self.PostRecv(peer, Tag{.seq = 4}, std::span(in), deadline, nullptr);
-    absl::Status sent = self.Send(peer, Tag{.seq = 4}, std::span(out), deadline);
-    if (!sent.ok()) return sent;
-    absl::Status received = posted->Wait();
-    if (!received.ok()) return received;
-    for (std::byte x : in) {
-      if (x == fill || x == std::byte{0}) return absl::DataLossError("wrong bytes received");
-    }
-    return absl::OkStatus();
-  };
-  auto from_a =
-      std::async(std::launch::async, [&] { return exchange(ea, eb.address(), std::byte{1}); });
-  const absl::Status from_b = exchange(eb, ea.address(), std::byte{2});
+  std::vector<std::byte> out(kBytes, fill);
+  std::vector<std::byte> in(kBytes);
+  const absl::Time deadline = Deadline(absl::Seconds(10));
+  std::unique_ptr<PostedRecv> posted;
+  if (!post_after_send)
+    posted = self.PostRecv(peer, Tag{.seq = 4}, std::span(in), deadline, nullptr);
+  BATON_RETURN_IF_ERROR(self.Send(peer, Tag{.seq = 4}, std::span(out), deadline));
+  if (post_after_send)
+    posted = self.PostRecv(peer, Tag{.seq = 4}, std::span(in), deadline, nullptr);
+  BATON_RETURN_IF_ERROR(posted->Wait());
+  for (std::byte x : in) {
+    if (x == fill || x == std::byte{0}) return absl::DataLossError("wrong bytes received");
+  }
+  return absl::OkStatus();
+}
+
+// Both sides post their receive, then send: each send finishes only once the other side reads,
+// so posting a receive that only the reader thread serves must end that reader's linger.
+TEST(TcpTransportTest, PostingALargeReceiveEndsTheReadersLinger) {
+  LingeringPair pair = NewLingeringPair();
+  ASSERT_NE(pair.b, nullptr);
+  auto from_a = std::async(std::launch::async, [&pair] {
+    return ExchangeLarge(*pair.a, pair.b->address(), std::byte{1}, /*post_after_send=*/false);
+  });
+  const absl::Status from_b =
+      ExchangeLarge(*pair.b, pair.a->address(), std::byte{2}, /*post_after_send=*/false);
   EXPECT_TRUE(from_b.ok()) << from_b;
   const absl::Status a_status = from_a.get();
   EXPECT_TRUE(a_status.ok()) << a_status;
@@ -629,6 +650,22 @@ TEST(TcpTransportTest, PostingALargeReceiveEndsTheReadersLinger) {
   TcpOptions negative = Options("127.0.0.1:0");
   negative.reader_linger = -absl::Microseconds(1);
   EXPECT_EQ(NewTcpEndpoint(negative).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Both sides send before they post their receive (as a daemon stuck sending to a peer that is
+// stuck sending to it, or around a cycle of them): a send that waits for room ends the linger of
+// the sender's readers, which read what is coming in as unexpected messages.
+TEST(TcpTransportTest, ASendThatWaitsForRoomEndsTheReadersLinger) {
+  LingeringPair pair = NewLingeringPair();
+  ASSERT_NE(pair.b, nullptr);
+  auto from_a = std::async(std::launch::async, [&pair] {
+    return ExchangeLarge(*pair.a, pair.b->address(), std::byte{1}, /*post_after_send=*/true);
+  });
+  const absl::Status from_b =
+      ExchangeLarge(*pair.b, pair.a->address(), std::byte{2}, /*post_after_send=*/true);
+  EXPECT_TRUE(from_b.ok()) << from_b;
+  const absl::Status a_status = from_a.get();
+  EXPECT_TRUE(a_status.ok()) << a_status;
 }
 
 // WaitBriefly waits for a small message as long as the spin lasts: true if it came within it;

@@ -193,7 +193,8 @@ absl::StatusOr<FileDescriptor> ConnectWithRetry(const std::string& address, absl
 namespace {
 
 absl::Status WriteFullImpl(int fd, std::span<iovec> iov, absl::Time deadline,
-                           const absl::FunctionRef<bool()>* cancelled, size_t* written) {
+                           const absl::FunctionRef<bool()>* cancelled,
+                           const absl::FunctionRef<void()>* on_full, size_t* written) {
   while (!iov.empty() && iov.front().iov_len == 0) iov = iov.subspan(1);
   while (!iov.empty()) {
     msghdr msg{};
@@ -203,6 +204,7 @@ absl::Status WriteFullImpl(int fd, std::span<iovec> iov, absl::Time deadline,
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (on_full != nullptr) (*on_full)();
         BATON_RETURN_IF_ERROR(WaitFor(fd, POLLOUT, deadline, cancelled, "write"));
         continue;
       }
@@ -246,12 +248,18 @@ absl::Status ReadFullImpl(int fd, ByteSpan buffer, absl::Time deadline,
 }  // namespace
 
 absl::Status WriteFull(int fd, std::span<iovec> iov, absl::Time deadline, size_t* written) {
-  return WriteFullImpl(fd, iov, deadline, nullptr, written);
+  return WriteFullImpl(fd, iov, deadline, nullptr, nullptr, written);
 }
 
 absl::Status WriteFull(int fd, std::span<iovec> iov, absl::Time deadline,
                        absl::FunctionRef<bool()> cancelled, size_t* written) {
-  return WriteFullImpl(fd, iov, deadline, &cancelled, written);
+  return WriteFullImpl(fd, iov, deadline, &cancelled, nullptr, written);
+}
+
+absl::Status WriteFull(int fd, std::span<iovec> iov, absl::Time deadline,
+                       absl::FunctionRef<bool()> cancelled, absl::FunctionRef<void()> on_full,
+                       size_t* written) {
+  return WriteFullImpl(fd, iov, deadline, &cancelled, &on_full, written);
 }
 
 absl::Status ReadFull(int fd, ByteSpan buffer, absl::Time deadline, size_t* read) {

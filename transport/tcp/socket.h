@@ -75,6 +75,10 @@ absl::StatusOr<FileDescriptor> ConnectWithRetry(const std::string& address, absl
 absl::Status WriteFull(int fd, std::span<iovec> iov, absl::Time deadline, size_t* written);
 absl::Status WriteFull(int fd, std::span<iovec> iov, absl::Time deadline,
                        absl::FunctionRef<bool()> cancelled, size_t* written);
+// The same, calling `on_full()` each time the socket's send buffer is full, before it waits.
+absl::Status WriteFull(int fd, std::span<iovec> iov, absl::Time deadline,
+                       absl::FunctionRef<bool()> cancelled, absl::FunctionRef<void()> on_full,
+                       size_t* written);
 
 // Reads exactly `buffer.size()` bytes. Adds the bytes read to `*read`. Errors: Unavailable
 // ("connection closed by the peer") at EOF, DeadlineExceeded, Cancelled (as for WriteFull), or

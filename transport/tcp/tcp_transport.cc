@@ -194,6 +194,10 @@ class TcpEndpoint final : public Endpoint {
   // Tells the reader thread of the connection from `peer` not to linger: a receive it alone reads
   // is being waited for.
   void WantReader(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the linger of every connection's reader thread (see TcpOptions::reader_linger): called
+  // by a send that waits for room, since the peer may be waiting to send to this endpoint too,
+  // or to one that is, and nobody here may be about to read for a receive.
+  void StopLingering() ABSL_LOCKS_EXCLUDED(mu_);
   // Of `conns` (`peer`'s) that `usable` accepts: when both sides connected to each other at once,
   // the one opened by the endpoint whose address sorts first, so that both send on it and the
   // acknowledgements ride on data; else any. Null if none.
@@ -673,6 +677,18 @@ void TcpEndpoint::WantReader(const std::string& peer) {
   conn->wanted = true;
 }
 
+void TcpEndpoint::StopLingering() {
+  std::vector<std::shared_ptr<Conn>> conns;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [peer, list] : out_) conns.insert(conns.end(), list.begin(), list.end());
+  }
+  for (const std::shared_ptr<Conn>& conn : conns) {
+    absl::MutexLock lock(&conn->read_mu);
+    conn->wanted = true;
+  }
+}
+
 void TcpEndpoint::ReadForReceive(Recv& recv, bool briefly) {
   const std::shared_ptr<Conn> conn = ConnFrom(recv.peer_);
   const int event = ThreadEvent();
@@ -855,7 +871,8 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
   }
   size_t written = 0;
   const absl::Status status = WriteFull(
-      fd, iov, deadline, [this, &tag] { return SendCancelled(tag.comm); }, &written);
+      fd, iov, deadline, [this, &tag] { return SendCancelled(tag.comm); },
+      [this] { StopLingering(); }, &written);
   // A frame cut short leaves the stream unusable, and so does a socket error; a frame that was
   // never started because the deadline passed or the communicator was aborted does not.
   ReleaseStream(peer, stream,
