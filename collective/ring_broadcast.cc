@@ -30,7 +30,7 @@ absl::Status RingBroadcast(const OpContext& ctx, const Ring& ring, int root, voi
   const bool receives = distance != 0;
   const bool sends = distance != n - 1;
   const size_t element_size = DataTypeSize(type);
-  const size_t chunk_elements = ChunkElements(ctx.chunk_bytes, type);
+  const size_t chunk_elements = ChainChunkElements(ctx.chunk_bytes, count, type);
   const size_t chunks = ChunkCount(count, chunk_elements);
   auto where = [&](size_t part) {
     return absl::StrCat("ring broadcast rank ", ring.rank, "/", n, " (root ", root, "), chunk ",

@@ -7,9 +7,9 @@
 // Buffers: one buffer of `count` elements per participant. The root's `data` is read; every
 // other participant's `data` is overwritten with it.
 //
-// Traffic: with D = count * element size and C = ChunkCount(count, ChunkElements(
-// ctx.chunk_bytes, type)), every participant except the root's predecessor (rank root-1 mod size)
-// transmits D + kFrameHeaderBytes * C bytes to ring.next; the root's predecessor transmits
+// Traffic: with D = count * element size and C = ChunkCount(count, ChainChunkElements(
+// ctx.chunk_bytes, count, type)), every participant except the root's predecessor (rank root-1 mod
+// size) transmits D + kFrameHeaderBytes * C bytes to ring.next; the root's predecessor transmits
 // nothing. In all (size-1) * D bytes of payload.
 //
 // Tags: step 0, part = chunk.

@@ -36,7 +36,7 @@ absl::Status RingReduce(const OpContext& ctx, const Ring& ring, int root, void* 
   const bool receives = position != 0;
   const bool is_root = position == n - 1;
   const size_t element_size = DataTypeSize(type);
-  const size_t chunk_elements = ChunkElements(ctx.chunk_bytes, type);
+  const size_t chunk_elements = ChainChunkElements(ctx.chunk_bytes, count, type);
   const size_t chunks = ChunkCount(count, chunk_elements);
   std::unique_ptr<std::byte[]> scratch;
   if (receives) {

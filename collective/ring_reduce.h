@@ -8,9 +8,9 @@
 // op(every participant's data); the other participants' `data` is left unchanged (they reduce
 // into a one-chunk scratch buffer). The result is combined in chain order, root+1 first.
 //
-// Traffic: with D = count * element size and C = ChunkCount(count, ChunkElements(
-// ctx.chunk_bytes, type)), every participant except the root transmits D + kFrameHeaderBytes * C
-// bytes to ring.next; the root transmits nothing. In all (size-1) * D bytes of payload.
+// Traffic: with D = count * element size and C = ChunkCount(count, ChainChunkElements(
+// ctx.chunk_bytes, count, type)), every participant except the root transmits D + kFrameHeaderBytes
+// * C bytes to ring.next; the root transmits nothing. In all (size-1) * D bytes of payload.
 //
 // Tags: step 0, part = chunk.
 

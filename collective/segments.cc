@@ -18,6 +18,16 @@ size_t ChunkElements(size_t chunk_bytes, DataType type) {
   return std::max<size_t>(1, chunk_bytes / element_size);
 }
 
+size_t ChainChunkElements(size_t chunk_bytes, size_t count, DataType type) {
+  const size_t element_size = DataTypeSize(type);
+  if (element_size == 0) return 0;
+  const size_t per_chunk = count / kChainChunks;
+  const size_t wanted =
+      per_chunk > chunk_bytes / element_size ? chunk_bytes : per_chunk * element_size;
+  const size_t smallest = std::min(kMinChainChunkBytes, chunk_bytes);
+  return ChunkElements(std::clamp(wanted, smallest, chunk_bytes), type);
+}
+
 size_t ChunkCount(size_t length, size_t chunk_elements) {
   return length / chunk_elements + (length % chunk_elements != 0 ? 1 : 0);
 }

@@ -34,6 +34,18 @@ size_t ChunkElements(size_t chunk_bytes, DataType type);
 // length / chunk_elements rounded up (0 for an empty range), without overflowing.
 size_t ChunkCount(size_t length, size_t chunk_elements);
 
+// A chain (ring broadcast and reduce) forwards a chunk only once it has all of it, so a buffer of
+// a few chunks crosses the chain nearly one hop at a time, the links taking turns: 1 MiB in one
+// 1 MiB chunk over 4 daemons at 1 Gbit/s took 21 ms, against 8.4 ms for the bytes themselves.
+// A chain cuts its buffer into kChainChunks chunks, each at least kMinChainChunkBytes (a message
+// the waiting thread reads itself) and at most chunk_bytes.
+inline constexpr size_t kChainChunks = 16;
+inline constexpr size_t kMinChainChunkBytes = size_t{64} << 10;
+
+// The elements one message of a chain over `count` elements carries: count / kChainChunks,
+// within [min(kMinChainChunkBytes, chunk_bytes), chunk_bytes] in bytes, as ChunkElements rounds.
+size_t ChainChunkElements(size_t chunk_bytes, size_t count, DataType type);
+
 // Chunk `part` of `range` at `chunk_elements` per chunk; the last one may be shorter.
 ElementRange ChunkOf(const ElementRange& range, size_t chunk_elements, size_t part);
 

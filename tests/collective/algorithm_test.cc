@@ -92,5 +92,29 @@ TEST(SegmentsTest, Chunks) {
   EXPECT_EQ(ChunkOf({10, 15}, 7, 2), (ElementRange{24, 1}));
 }
 
+// A chain cuts its buffer into kChainChunks chunks of at least 64 KiB and at most chunk_bytes.
+TEST(SegmentsTest, ChainChunks) {
+  constexpr size_t kMiB = size_t{1} << 20;
+  constexpr size_t kFloats = kMiB / 4;  // float32 elements in 1 MiB
+  // 1 MiB: 16 chunks of 64 KiB instead of one of chunk_bytes.
+  EXPECT_EQ(ChainChunkElements(kMiB, kFloats, DataType::kFloat32), kFloats / 16);
+  // 4 MiB: 256 KiB chunks; from 16 MiB on, chunk_bytes.
+  EXPECT_EQ(ChainChunkElements(kMiB, 4 * kFloats, DataType::kFloat32), kFloats / 4);
+  EXPECT_EQ(ChainChunkElements(kMiB, 16 * kFloats, DataType::kFloat32), kFloats);
+  EXPECT_EQ(ChainChunkElements(kMiB, 1000 * kFloats, DataType::kFloat32), kFloats);
+  // Small buffers: 64 KiB chunks, so one chunk up to 64 KiB.
+  EXPECT_EQ(ChainChunkElements(kMiB, 100, DataType::kFloat32), (size_t{64} << 10) / 4);
+  EXPECT_EQ(ChunkCount(100, ChainChunkElements(kMiB, 100, DataType::kFloat32)), 1u);
+  // chunk_bytes below 64 KiB bounds the chunk from both sides.
+  EXPECT_EQ(ChainChunkElements(100, kFloats, DataType::kFloat32), 25u);
+  EXPECT_EQ(ChainChunkElements(4096, 10, DataType::kFloat64), 512u);
+  // No overflow for counts whose bytes do not fit, nor for an unknown type.
+  EXPECT_EQ(ChainChunkElements(kMiB, SIZE_MAX, DataType::kFloat64), kMiB / 8);
+  EXPECT_EQ(ChainChunkElements(kMiB, kFloats, static_cast<DataType>(77)), 0u);
+  // Two-byte elements: count / 16 of them per chunk.
+  EXPECT_EQ(ChainChunkElements(kMiB, 3 * kFloats, DataType::kFloat16),
+            ChunkElements(3 * kFloats / 16 * 2, DataType::kFloat16));
+}
+
 }  // namespace
 }  // namespace baton::collective

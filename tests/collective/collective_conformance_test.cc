@@ -121,6 +121,11 @@ std::map<int, uint64_t> ExpectedTx(const Call& call, int rank, int size, size_t 
     return length * element + transport::kFrameHeaderBytes * ChunkCount(length, chunk);
   };
   auto segment_cost = [&](int j) { return cost(SegmentOf(call.count, size, j).length); };
+  auto chain_cost = [&](size_t length) {
+    return length * element +
+           transport::kFrameHeaderBytes *
+               ChunkCount(length, ChainChunkElements(chunk_bytes, length, call.type));
+  };
   auto mod = [&](int i) { return (i % size + size) % size; };
   std::map<int, uint64_t> tx;
   if (size == 1) return tx;
@@ -181,10 +186,10 @@ std::map<int, uint64_t> ExpectedTx(const Call& call, int rank, int size, size_t 
       }
       break;
     case Collective::kBroadcast:
-      if (rank != mod(call.root - 1)) tx[next] += cost(call.count);
+      if (rank != mod(call.root - 1)) tx[next] += chain_cost(call.count);
       break;
     case Collective::kReduce:
-      if (rank != call.root) tx[next] += cost(call.count);
+      if (rank != call.root) tx[next] += chain_cost(call.count);
       break;
     case Collective::kAllToAll:
       for (int peer = 0; peer < size; ++peer) {
