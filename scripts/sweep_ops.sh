@@ -34,7 +34,9 @@ Options:
   --pin                each host's batond on one CPU of its own (netns_cluster.sh up --pin)
   --ops LIST           comma-separated subset of $kAllOps (default all)
   -b, -e BYTES         smallest and largest size (default 1K, 16M)
-  -n ITERS, -w WARMUP  timed and warm-up iterations per size (default 20, 3)
+  -n ITERS, -w WARMUP  timed and warm-up iterations per size (default 20, 10; with few warm-up
+                       iterations the smallest size also times a fresh communicator's first
+                       operations, and is often marked)
   --dir DIR            working directory (default /tmp/baton-sweep)
   --bin DIR            baton and batond (default: build/bin of this checkout)
   --strict             exit 3 if any size is marked
@@ -43,7 +45,7 @@ Example:
 EOF
 }
 
-hosts=4 rate=1gbit per_host=1 pin=0 ops=$kAllOps min_bytes=1K max_bytes=16M iters=20 warmup=3
+hosts=4 rate=1gbit per_host=1 pin=0 ops=$kAllOps min_bytes=1K max_bytes=16M iters=20 warmup=10
 dir=/tmp/baton-sweep bin="$kRoot/build/bin" strict=0
 while [ $# -gt 0 ]; do
   case $1 in
