@@ -2,18 +2,21 @@
 
 #include <cstdint>
 #include <cstring>
-#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
 #include "collective/segments.h"
 #include "common/status_macros.h"
 
-// In step s (1 <= s < size) rank r sends its block for rank r+s and receives rank r-s's block
-// for it, so that in every step each rank sends to one peer and receives from another, and no
-// rank is flooded by everyone at once. Within a step the sends run one chunk ahead of the
-// receives, as in the ring (ring_steps.cc): sends return once the transport has the bytes, so
-// nobody waits for a peer that is itself waiting.
+// Step s (1 <= s < size) carries rank r's block for rank r+s. Every receive is posted first,
+// straight into `recv`; then the blocks go out in step order, so that at any time each rank
+// mostly sends to one peer and receives from another, and no rank is flooded by everyone at once;
+// then the receives are waited for. No send waits for a receive of its own rank: the lockstep of
+// one step at a time left links idle while the slowest pair of a step finished (4 unshaped hosts,
+// 512 KiB: 1.07-1.16 ms, 0.64-0.91 ms without it).
 
 namespace baton::collective {
 namespace {
@@ -52,42 +55,48 @@ absl::Status DirectAllToAll(const OpContext& ctx, const Participants& participan
 
   const size_t chunk_elements = ChunkElements(ctx.chunk_bytes, type);
   const size_t chunks = ChunkCount(count, chunk_elements);
+  auto where = [&](int s) {
+    return absl::StrCat("direct all-to-all rank ", r, "/", n, ", step ", s, "/", n - 1);
+  };
+  auto tag = [&](int s, size_t part) {
+    return transport::Tag{ctx.comm, ctx.seq, ctx.first_step + static_cast<uint32_t>(s),
+                          static_cast<uint32_t>(part)};
+  };
+  auto chunk_of = [&](int block, size_t part) {
+    return ChunkOf({static_cast<size_t>(block) * count, count}, chunk_elements, part);
+  };
+  // Every receive is posted before the first send, straight into `recv`, so no send waits for a
+  // step's receive and the links stay busy from the first chunk to the last.
+  std::vector<std::unique_ptr<transport::PostedRecv>> posted;
+  posted.reserve(static_cast<size_t>(n - 1) * chunks);
+  for (int s = 1; s < n; ++s) {
+    const int from = (r - s + n) % n;
+    for (size_t part = 0; part < chunks; ++part) {
+      posted.push_back(ctx.endpoint->PostRecv(
+          participants.addresses[from], tag(s, part),
+          internal::BytesOf(recv, element_size, chunk_of(from, part)), ctx.deadline, nullptr));
+    }
+  }
   // Sending never writes: the const_cast only lets BytesOf serve both buffers.
   void* const send_data = const_cast<void*>(send);
   for (int s = 1; s < n; ++s) {
     const int to = (r + s) % n;
-    const int from = (r - s + n) % n;
     const std::string& to_address = participants.addresses[to];
-    const std::string& from_address = participants.addresses[from];
-    auto where = [&] {
-      return absl::StrCat("direct all-to-all rank ", r, "/", n, ", step ", s, "/", n - 1);
-    };
-    auto tag = [&](size_t part) {
-      return transport::Tag{ctx.comm, ctx.seq, ctx.first_step + static_cast<uint32_t>(s),
-                            static_cast<uint32_t>(part)};
-    };
-    auto chunk_of = [&](int block, size_t part) {
-      return ChunkOf({static_cast<size_t>(block) * count, count}, chunk_elements, part);
-    };
-    size_t sent = 0;
-    auto send_next = [&]() -> absl::Status {
-      if (sent == chunks) return absl::OkStatus();
-      const transport::ByteSpan bytes =
-          internal::BytesOf(send_data, element_size, chunk_of(to, sent));
-      const absl::Status status = ctx.endpoint->Send(to_address, tag(sent), bytes, ctx.deadline);
-      ++sent;
-      if (!status.ok()) {
-        return internal::AnnotateTransportError(status, where(), "sending to", to_address);
-      }
-      return absl::OkStatus();
-    };
-    BATON_RETURN_IF_ERROR(send_next());
     for (size_t part = 0; part < chunks; ++part) {
-      BATON_RETURN_IF_ERROR(send_next());
-      const transport::ByteSpan into = internal::BytesOf(recv, element_size, chunk_of(from, part));
-      const absl::Status status = ctx.endpoint->Recv(from_address, tag(part), into, ctx.deadline);
+      const absl::Status status = ctx.endpoint->Send(
+          to_address, tag(s, part), internal::BytesOf(send_data, element_size, chunk_of(to, part)),
+          ctx.deadline);
       if (!status.ok()) {
-        return internal::AnnotateTransportError(status, where(), "receiving from", from_address);
+        return internal::AnnotateTransportError(status, where(s), "sending to", to_address);
+      }
+    }
+  }
+  for (int s = 1; s < n; ++s) {
+    const std::string& from_address = participants.addresses[(r - s + n) % n];
+    for (size_t part = 0; part < chunks; ++part) {
+      const absl::Status status = posted[static_cast<size_t>(s - 1) * chunks + part]->Wait();
+      if (!status.ok()) {
+        return internal::AnnotateTransportError(status, where(s), "receiving from", from_address);
       }
     }
   }
