@@ -9,6 +9,8 @@ set -euo pipefail
 kRoot=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 readonly kRoot
 readonly kAllLibs="baton,gloo_ring_chunked,gloo_halving_doubling,mpi"
+# shellcheck source=scripts/size_tables.awk.sh
+source "$kRoot/scripts/size_tables.awk.sh"
 
 usage() {
   cat <<EOF
@@ -248,22 +250,11 @@ done
   echo "# run time (s): $(for l in "${lib_list[@]}"; do printf '%s %s  ' "$l" "${seconds_of[$l]}"; done)"
   echo "# busbw = size/time * 2(n-1)/n, n = $world; every iteration after an untimed barrier; baton:" \
     "median of the slowest rank; gloo, mpi: median over iterations of the slowest rank; ! = wrong elements"
-  awk -v libs="$libs" -v dir="$dir/raw" -v n="$world" '
+  awk -v libs="$libs" -v dir="$dir/raw" -v n="$world" "$kReadSizeTablesAwk"'
     BEGIN {
-      nl = split(libs, lib, ",")
+      nl = read_size_tables(libs, dir)
+      for (i = 1; i <= nl; i++) lib[i] = col[i]
       factor = n > 1 ? 2 * (n - 1) / n : 0
-      for (i = 1; i <= nl; i++) {
-        file = dir "/" lib[i] ".tsv"
-        while ((getline line < file) > 0) {
-          split(line, f, " ")
-          t[i, f[1]] = f[2]; bad[i, f[1]] = f[3] + 0; sizes[f[1]] = 1
-        }
-      }
-      ns = 0
-      for (s in sizes) order[++ns] = s + 0
-      for (a = 2; a <= ns; a++) for (b = a; b > 1 && order[b - 1] > order[b]; b--) {
-        x = order[b]; order[b] = order[b - 1]; order[b - 1] = x
-      }
       printf "%12s", "size(B)"
       for (i = 1; i <= nl; i++) printf " %22s", lib[i]
       print "   baton/best-other"

@@ -9,6 +9,8 @@ set -euo pipefail
 kRoot=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 readonly kRoot
 readonly kAllOps="all_reduce,reduce_scatter,all_gather,broadcast,reduce,all_to_all"
+# shellcheck source=scripts/size_tables.awk.sh
+source "$kRoot/scripts/size_tables.awk.sh"
 
 usage() {
   cat <<EOF
@@ -105,21 +107,10 @@ done
     "$iters iterations after $warmup warm-up, each after a barrier; slowest rank's median (us);" \
     "$(date -u +%Y-%m-%dT%H:%MZ)"
   echo "# < slower than at twice the size by > 25 %; ! > 3 x the time at half the size; W wrong elements"
-  awk -v ops="$ops" -v dir="$dir/raw" '
+  awk -v ops="$ops" -v dir="$dir/raw" "$kReadSizeTablesAwk"'
     BEGIN {
-      n = split(ops, op, ",")
-      for (i = 1; i <= n; i++) {
-        file = dir "/" op[i] ".tsv"
-        while ((getline line < file) > 0) {
-          split(line, f, " ")
-          t[i, f[1]] = f[2]; bad[i, f[1]] = f[3] + 0; sizes[f[1]] = 1
-        }
-      }
-      ns = 0
-      for (s in sizes) order[++ns] = s + 0
-      for (a = 2; a <= ns; a++) for (b = a; b > 1 && order[b - 1] > order[b]; b--) {
-        x = order[b]; order[b] = order[b - 1]; order[b - 1] = x
-      }
+      n = read_size_tables(ops, dir)
+      for (i = 1; i <= n; i++) op[i] = col[i]
       printf "%12s", "size(B)"
       for (i = 1; i <= n; i++) printf " %15s", op[i]
       print ""

@@ -633,19 +633,24 @@ absl::Status ExchangeLarge(Endpoint& self, const std::string& peer, std::byte fi
   return absl::OkStatus();
 }
 
+// Both endpoints of a lingering pair run ExchangeLarge with each other at once; both succeed.
+void ExpectLingeringPairExchanges(bool post_after_send) {
+  LingeringPair pair = NewLingeringPair();
+  ASSERT_NE(pair.b, nullptr);
+  auto from_a = std::async(std::launch::async, [&pair, post_after_send] {
+    return ExchangeLarge(*pair.a, pair.b->address(), std::byte{1}, post_after_send);
+  });
+  const absl::Status from_b =
+      ExchangeLarge(*pair.b, pair.a->address(), std::byte{2}, post_after_send);
+  EXPECT_TRUE(from_b.ok()) << from_b;
+  const absl::Status from_a_status = from_a.get();
+  EXPECT_TRUE(from_a_status.ok()) << from_a_status;
+}
+
 // Both sides post their receive, then send: each send finishes only once the other side reads,
 // so posting a receive that only the reader thread serves must end that reader's linger.
 TEST(TcpTransportTest, PostingALargeReceiveEndsTheReadersLinger) {
-  LingeringPair pair = NewLingeringPair();
-  ASSERT_NE(pair.b, nullptr);
-  auto from_a = std::async(std::launch::async, [&pair] {
-    return ExchangeLarge(*pair.a, pair.b->address(), std::byte{1}, /*post_after_send=*/false);
-  });
-  const absl::Status from_b =
-      ExchangeLarge(*pair.b, pair.a->address(), std::byte{2}, /*post_after_send=*/false);
-  EXPECT_TRUE(from_b.ok()) << from_b;
-  const absl::Status a_status = from_a.get();
-  EXPECT_TRUE(a_status.ok()) << a_status;
+  ExpectLingeringPairExchanges(/*post_after_send=*/false);
 
   TcpOptions negative = Options("127.0.0.1:0");
   negative.reader_linger = -absl::Microseconds(1);
@@ -656,16 +661,7 @@ TEST(TcpTransportTest, PostingALargeReceiveEndsTheReadersLinger) {
 // stuck sending to it, or around a cycle of them): a send that waits for room ends the linger of
 // the sender's readers, which read what is coming in as unexpected messages.
 TEST(TcpTransportTest, ASendThatWaitsForRoomEndsTheReadersLinger) {
-  LingeringPair pair = NewLingeringPair();
-  ASSERT_NE(pair.b, nullptr);
-  auto from_a = std::async(std::launch::async, [&pair] {
-    return ExchangeLarge(*pair.a, pair.b->address(), std::byte{1}, /*post_after_send=*/true);
-  });
-  const absl::Status from_b =
-      ExchangeLarge(*pair.b, pair.a->address(), std::byte{2}, /*post_after_send=*/true);
-  EXPECT_TRUE(from_b.ok()) << from_b;
-  const absl::Status a_status = from_a.get();
-  EXPECT_TRUE(a_status.ok()) << a_status;
+  ExpectLingeringPairExchanges(/*post_after_send=*/true);
 }
 
 // WaitBriefly waits for a small message as long as the spin lasts: true if it came within it;
