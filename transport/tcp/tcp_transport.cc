@@ -192,7 +192,7 @@ class TcpEndpoint final : public Endpoint {
   // `until`. Spins first (SpinUntil) while frames have been arriving within receive_spin_.
   Readable AwaitFrame(Conn& conn, Recv& recv, int event, absl::Time until);
   // Tells the reader thread of the connection from `peer` not to linger: a receive it alone reads
-  // is being waited for.
+  // has been posted or is being waited for.
   void WantReader(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the linger of every connection's reader thread (see TcpOptions::reader_linger): called
   // by a send that waits for room, since the peer may be waiting to send to this endpoint too,
