@@ -197,17 +197,11 @@ shape_host() {
 
 # The CPUs this process may run on, one number each (Cpus_allowed_list: "0-3,8,10-11").
 allowed_cpus() {
-  local list range c
-  local -a ranges=()
-  list=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
-  local -a out=()
-  IFS=, read -r -a ranges <<<"$list"
-  for range in "${ranges[@]}"; do
-    if [[ $range =~ ^([0-9]+)-([0-9]+)$ ]]; then
-      for ((c = BASH_REMATCH[1]; c <= BASH_REMATCH[2]; c++)); do out+=("$c"); done
-    elif [[ $range =~ ^[0-9]+$ ]]; then
-      out+=("$range")
-    fi
+  local range c
+  local -a ranges=() out=()
+  IFS=, read -r -a ranges < <(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+  for range in "${ranges[@]}"; do  # "N-M", or "N" (both ends the same)
+    for ((c = ${range%-*}; c <= ${range#*-}; c++)); do out+=("$c"); done
   done
   echo "${out[*]}"
 }
