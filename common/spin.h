@@ -52,17 +52,47 @@ bool SpinUntil(absl::Duration limit, absl::Duration busy, Done&& done) {
 // it, not at all once it has not. Where the answer takes longer than the spin, spinning would
 // only take a core from whoever must answer, which matters where ranks and daemons share a few
 // cores. A wait that turns out short again turns spinning back on.
+//
+// A wait that does not spin blocks, and its length then includes the wake-up, which on a virtual
+// machine whose idle CPUs halt costs tens of microseconds (docs/benchmarks.md): longer than the
+// limit even where the other side answered within it. So while spinning is off, every
+// `probe_every`-th wait spins anyway to find out; a probe that fails doubles the interval (up to
+// kMaxProbeEvery waits, so that failed probes cost at most limit / kMaxProbeEvery per wait), and
+// one that succeeds turns spinning back on.
 class AdaptiveSpin {
  public:
+  static constexpr int kFirstProbeEvery = 8;
+  static constexpr int kMaxProbeEvery = 256;
+
   explicit AdaptiveSpin(absl::Duration limit) : limit_(limit) {}
-  absl::Duration next() const { return last_ <= limit_ ? limit_ : absl::ZeroDuration(); }
-  void Record(absl::Duration waited) { last_ = waited; }
+  absl::Duration next() const { return on_ || probing() ? limit_ : absl::ZeroDuration(); }
+  void Record(absl::Duration waited) {
+    if (waited <= limit_) {
+      on_ = true;
+      probe_every_ = kFirstProbeEvery;
+    } else {
+      Outlasted();
+    }
+  }
   // A wait that gave up before its answer came (a timeout): as one longer than the spin.
-  void RecordOutlasted() { last_ = absl::InfiniteDuration(); }
+  void RecordOutlasted() { Outlasted(); }
 
  private:
+  bool probing() const { return !on_ && waits_off_ >= probe_every_; }
+  void Outlasted() {
+    const bool probed = probing();
+    if (probed) probe_every_ = std::min(2 * probe_every_, kMaxProbeEvery);
+    if (on_ || probed) {
+      on_ = false;
+      waits_off_ = 0;
+    }
+    ++waits_off_;
+  }
+
   absl::Duration limit_;
-  absl::Duration last_ = absl::ZeroDuration();
+  bool on_ = true;
+  int waits_off_ = 0;  // waits recorded since spinning turned off (or since the last probe)
+  int probe_every_ = kFirstProbeEvery;
 };
 
 }  // namespace baton

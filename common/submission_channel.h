@@ -76,14 +76,14 @@ static_assert(sizeof(Layout) <= 4096);
 
 inline constexpr size_t kChannelBytes = 4096;
 
-// How long a waiter spins before it blocks (SpinUntil: busy, then yielding), while the other side
-// has been answering within it (AdaptiveSpin).
+// How long a waiter spins (yielding its core between looks) before it blocks, while the other
+// side has been answering within it (AdaptiveSpin).
 inline constexpr absl::Duration kDefaultSpin = absl::Microseconds(20);
 
-// Waits until `word` differs from `seen`. Spins for `spin` (SpinUntil), then blocks on the futex
-// (announcing itself in `sleeping` so the other side knows to wake it), in slices of at most 50 ms;
-// before each slice `keep_waiting` (may be empty) may end the wait with its status. Returns OK once
-// the word changed; DeadlineExceeded at `deadline`.
+// Waits until `word` differs from `seen`. Spins for `spin` (SpinUntil, yielding), then blocks on
+// the futex (announcing itself in `sleeping` so the other side knows to wake it), in slices of at
+// most 50 ms; before each slice `keep_waiting` (may be empty) may end the wait with its status.
+// Returns OK once the word changed; DeadlineExceeded at `deadline`.
 absl::Status WaitForChange(const std::atomic<uint32_t>& word, uint32_t seen,
                            std::atomic<uint32_t>& sleeping, absl::Duration spin,
                            absl::Time deadline, const std::function<absl::Status()>& keep_waiting);

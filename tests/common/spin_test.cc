@@ -56,5 +56,45 @@ TEST(AdaptiveSpinTest, SpinsOnlyWhileTheLastWaitEndedWithinTheLimit) {
   EXPECT_EQ(spin.next(), absl::Microseconds(200));
 }
 
+// Spinning off, a wait blocks and its length includes the wake-up, so only a wait that spins can
+// show that answers are quick again: every probe_every-th wait spins, less often after each
+// probe that fails, and one that succeeds turns spinning back on.
+TEST(AdaptiveSpinTest, ProbesWhileOffAndBacksOffAfterFailedProbes) {
+  const absl::Duration limit = absl::Microseconds(20);
+  const absl::Duration slow = absl::Microseconds(90);  // e.g. an answer in 5 us plus a wake-up
+  AdaptiveSpin spin(limit);
+  // Waits that block, counting the one that turned spinning off, until the next probe.
+  auto waits_until_probe = [&] {
+    int waits = 0;
+    while (spin.next() == absl::ZeroDuration()) {
+      spin.Record(slow);
+      ++waits;
+      if (waits > 10 * AdaptiveSpin::kMaxProbeEvery) break;
+    }
+    return waits + 1;
+  };
+  spin.Record(slow);
+  EXPECT_EQ(waits_until_probe(), AdaptiveSpin::kFirstProbeEvery);
+  // Failed probes: the interval doubles up to its maximum.
+  int expected = AdaptiveSpin::kFirstProbeEvery;
+  for (int probe = 0; probe < 8; ++probe) {
+    spin.Record(slow);
+    expected = std::min(2 * expected, AdaptiveSpin::kMaxProbeEvery);
+    EXPECT_EQ(waits_until_probe() - 1, expected - 1) << "after failed probe " << probe;
+  }
+  // A timeout during a probe counts as a failed one.
+  spin.RecordOutlasted();
+  EXPECT_EQ(spin.next(), absl::ZeroDuration());
+  EXPECT_EQ(waits_until_probe(), AdaptiveSpin::kMaxProbeEvery);
+  // A probe answered within the limit: spinning is on again, and the interval starts over.
+  spin.Record(absl::Microseconds(4));
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(spin.next(), limit);
+    spin.Record(absl::Microseconds(4));
+  }
+  spin.Record(slow);
+  EXPECT_EQ(waits_until_probe(), AdaptiveSpin::kFirstProbeEvery);
+}
+
 }  // namespace
 }  // namespace baton
