@@ -5,11 +5,13 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <climits>
 #include <cstring>
 #include <memory>
 
@@ -199,7 +201,8 @@ absl::Status WriteFullImpl(int fd, std::span<iovec> iov, absl::Time deadline,
   while (!iov.empty()) {
     msghdr msg{};
     msg.msg_iov = iov.data();
-    msg.msg_iovlen = iov.size();
+    // sendmsg takes at most IOV_MAX pieces (EMSGSIZE beyond); the loop sends the rest.
+    msg.msg_iovlen = std::min<size_t>(iov.size(), IOV_MAX);
     const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
