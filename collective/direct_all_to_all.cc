@@ -1,5 +1,6 @@
 #include "collective/direct_all_to_all.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -95,6 +96,159 @@ absl::Status DirectAllToAll(const OpContext& ctx, const Participants& participan
     const std::string& from_address = participants.addresses[(r - s + n) % n];
     for (size_t part = 0; part < chunks; ++part) {
       const absl::Status status = posted[static_cast<size_t>(s - 1) * chunks + part]->Wait();
+      if (!status.ok()) {
+        return internal::AnnotateTransportError(status, where(s), "receiving from", from_address);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace baton::collective
+
+namespace baton::collective {
+
+absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& participants,
+                                   const std::vector<std::vector<int>>& ranks_of,
+                                   std::span<const std::byte* const> sends,
+                                   std::span<std::byte* const> recvs, size_t block_bytes) {
+  constexpr absl::string_view kWhat = "direct all-to-all of ranks";
+  const int n = participants.size();
+  const int r = participants.rank;
+  BATON_RETURN_IF_ERROR(internal::CheckRank(kWhat, r, n));
+  if (ranks_of.size() != static_cast<size_t>(n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": ranks listed for ", ranks_of.size(), " participants, expected ", n));
+  }
+  size_t world = 0;
+  size_t most = 0;
+  for (const std::vector<int>& ranks : ranks_of) {
+    world += ranks.size();
+    most = std::max(most, ranks.size());
+  }
+  std::vector<bool> listed(world);
+  for (const std::vector<int>& ranks : ranks_of) {
+    for (int rank : ranks) {
+      if (rank < 0 || static_cast<size_t>(rank) >= world || listed[static_cast<size_t>(rank)]) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            kWhat, ": rank ", rank, " is out of range for ", world, " ranks or listed twice"));
+      }
+      listed[static_cast<size_t>(rank)] = true;
+    }
+  }
+  const std::vector<int>& mine = ranks_of[static_cast<size_t>(r)];
+  if (sends.size() != mine.size() || recvs.size() != mine.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": ", sends.size(), " send and ",
+                                                   recvs.size(), " receive buffers for ",
+                                                   mine.size(), " ranks"));
+  }
+  if (block_bytes == 0 || mine.empty()) return absl::OkStatus();
+  if (block_bytes > SIZE_MAX / world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWhat, ": ", world, " blocks of ", block_bytes, " bytes overflow"));
+  }
+  const size_t buffer_bytes = block_bytes * world;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (sends[i] == nullptr || recvs[i] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kWhat, ": rank ", mine[i], " has no send or receive buffer"));
+    }
+    for (size_t j = 0; j < mine.size(); ++j) {
+      if (Overlap(sends[i], recvs[j], buffer_bytes)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kWhat, ": rank ", mine[i], "'s send buffer overlaps rank ", mine[j],
+                         "'s receive buffer (in place is not supported)"));
+      }
+    }
+  }
+  auto at = [block_bytes](int rank) { return static_cast<size_t>(rank) * block_bytes; };
+  for (size_t i = 0; i < mine.size(); ++i) {
+    for (size_t j = 0; j < mine.size(); ++j) {
+      std::memcpy(recvs[j] + at(mine[i]), sends[i] + at(mine[j]), block_bytes);
+    }
+  }
+  if (n == 1) return absl::OkStatus();
+  BATON_RETURN_IF_ERROR(internal::CheckParticipantLinks(kWhat, ctx, participants));
+
+  const size_t chunk_bytes = ChunkElements(ctx.chunk_bytes, DataType::kUint8);
+  const size_t chunks = ChunkCount(block_bytes, chunk_bytes);
+  if (chunks > UINT32_MAX / (most * most)) {
+    return absl::InvalidArgumentError(absl::StrCat(kWhat, ": ", most * most, " blocks of ", chunks,
+                                                   " chunks each overflow the tag"));
+  }
+  auto tag = [&](int s, size_t from_index, size_t to_index, size_t chunk) {
+    return transport::Tag{ctx.comm, ctx.seq, ctx.first_step + static_cast<uint32_t>(s),
+                          static_cast<uint32_t>((from_index * most + to_index) * chunks + chunk)};
+  };
+  auto chunk_of = [&](size_t chunk) { return ChunkOf({0, block_bytes}, chunk_bytes, chunk); };
+  auto where = [&](int s) {
+    return absl::StrCat(kWhat, " participant ", r, "/", n, ", step ", s, "/", n - 1);
+  };
+  // Every receive first, straight into the ranks' buffers, as DirectAllToAll does.
+  std::vector<std::unique_ptr<transport::PostedRecv>> posted;
+  for (int s = 1; s < n; ++s) {
+    const int from = (r - s + n) % n;
+    const std::vector<int>& sources = ranks_of[static_cast<size_t>(from)];
+    for (size_t a = 0; a < sources.size(); ++a) {
+      for (size_t j = 0; j < mine.size(); ++j) {
+        for (size_t c = 0; c < chunks; ++c) {
+          const ElementRange range = chunk_of(c);
+          posted.push_back(ctx.endpoint->PostRecv(
+              participants.addresses[static_cast<size_t>(from)], tag(s, a, j, c),
+              transport::ByteSpan(recvs[j] + at(sources[a]) + range.begin, range.length),
+              ctx.deadline, nullptr));
+        }
+      }
+    }
+  }
+  // Then the blocks, to every participant in turn, about one chunk's worth to each per round (in
+  // one SendAll, however many blocks that is): each link carries a share of every step at once,
+  // so no participant runs ahead to a step whose receiver is still busy with the one before.
+  // Everything for one participant before the next instead, 4 hosts at 1 Gbit/s with 2 ranks
+  // each, 16 MiB: 242-287 ms in 4 runs, against 229-236 ms in 5 in rounds.
+  std::vector<std::vector<transport::OutMessage>> to_step(static_cast<size_t>(n));
+  for (int s = 1; s < n; ++s) {
+    const std::vector<int>& targets = ranks_of[static_cast<size_t>((r + s) % n)];
+    for (size_t i = 0; i < mine.size(); ++i) {
+      for (size_t j = 0; j < targets.size(); ++j) {
+        for (size_t c = 0; c < chunks; ++c) {
+          const ElementRange range = chunk_of(c);
+          to_step[static_cast<size_t>(s)].push_back(
+              {tag(s, i, j, c),
+               transport::ConstByteSpan(sends[i] + at(targets[j]) + range.begin, range.length)});
+        }
+      }
+    }
+  }
+  std::vector<size_t> sent(static_cast<size_t>(n), 0);
+  for (bool more = true; more;) {
+    more = false;
+    for (int s = 1; s < n; ++s) {
+      const std::vector<transport::OutMessage>& all = to_step[static_cast<size_t>(s)];
+      size_t& first = sent[static_cast<size_t>(s)];
+      if (first == all.size()) continue;
+      size_t end = first;
+      for (size_t bytes = 0; end < all.size() && bytes < chunk_bytes; ++end) {
+        bytes += all[end].data.size();
+      }
+      const int to = (r + s) % n;
+      const std::string& to_address = participants.addresses[static_cast<size_t>(to)];
+      const absl::Status status = ctx.endpoint->SendAll(
+          to_address, std::span(all.data() + first, end - first), ctx.deadline);
+      if (!status.ok()) {
+        return internal::AnnotateTransportError(status, where(s), "sending to", to_address);
+      }
+      first = end;
+      more = more || first < all.size();
+    }
+  }
+  size_t k = 0;
+  for (int s = 1; s < n; ++s) {
+    const int from = (r - s + n) % n;
+    const std::string& from_address = participants.addresses[static_cast<size_t>(from)];
+    const size_t expected = ranks_of[static_cast<size_t>(from)].size() * mine.size() * chunks;
+    for (size_t m = 0; m < expected; ++m, ++k) {
+      const absl::Status status = posted[k]->Wait();
       if (!status.ok()) {
         return internal::AnnotateTransportError(status, where(s), "receiving from", from_address);
       }

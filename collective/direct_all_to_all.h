@@ -15,6 +15,8 @@
 // size), part = chunk.
 
 #include <cstddef>
+#include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "collective/data_type.h"
@@ -28,5 +30,29 @@ namespace baton::collective {
 // with this rank and the peer (on error `recv` is left partly written).
 absl::Status DirectAllToAll(const OpContext& ctx, const Participants& participants,
                             const void* send, void* recv, size_t count, DataType type);
+
+// The same between participants (daemons) that each stand for several ranks, straight between
+// the ranks' own buffers: nothing is packed or copied aside. Each participant sends the others
+// their blocks in rounds, about ctx.chunk_bytes to each in one SendAll per round, so that every
+// link carries all steps at once.
+//
+// `ranks_of[p]` lists the global ranks participant p stands for (the same lists on every
+// participant); `sends[i]` and `recvs[i]` are the buffers of the caller's i-th rank
+// (ranks_of[participants.rank][i]), each holding one block of `block_bytes` per global rank, at
+// rank * block_bytes. Block g of rank a's send ends up as block a of rank g's recv. No send may
+// overlap a recv (in place: pack aside, as the daemon's slab path does). Blocks between two ranks
+// of the caller are copied locally.
+//
+// Tags: step s carries participant p's blocks for participant p+s (mod size); the block from
+// p's i-th rank to the j-th rank of p+s is cut into chunks of ctx.chunk_bytes, chunk c tagged
+// part = (i * most + j) * chunks + c, where most is the most ranks any participant stands for
+// and chunks = ChunkCount(block_bytes, chunk_bytes).
+//
+// Errors: as DirectAllToAll, and InvalidArgument when the lists disagree with the buffers, a rank
+// is out of range or listed twice, or the tag's part number would overflow.
+absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& participants,
+                                   const std::vector<std::vector<int>>& ranks_of,
+                                   std::span<const std::byte* const> sends,
+                                   std::span<std::byte* const> recvs, size_t block_bytes);
 
 }  // namespace baton::collective

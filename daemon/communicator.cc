@@ -619,9 +619,33 @@ absl::Status Communicator::AllToAllAcross(const collective::OpContext& ctx,
   const size_t element = collective::DataTypeSize(first.type);
   const size_t block = first.count * element;  // bytes from one rank to one rank
   if (block == 0) return absl::OkStatus();
-  // Daemon a sends daemon b one slab: for each of a's local ranks (padded to the most ranks any
-  // daemon hosts), the blocks for each of b's local ranks. One direct all-to-all of slabs between
-  // daemons then moves every block, the ones within this daemon included.
+  // Straight between the ranks' buffers where no send overlaps a receive buffer: nothing is
+  // packed, and the links never wait for a copy.
+  const size_t buffer_bytes = block * static_cast<size_t>(plan_.world_size);
+  bool apart = true;
+  for (const OpRequest& a : parts) {
+    for (const OpRequest& b : parts) {
+      const auto send = reinterpret_cast<uintptr_t>(a.send);
+      const auto recv = reinterpret_cast<uintptr_t>(b.recv);
+      apart = apart && (send + buffer_bytes <= recv || recv + buffer_bytes <= send);
+    }
+  }
+  if (apart) {
+    std::vector<std::vector<int>> ranks_of;
+    for (const PlanDaemon& daemon : plan_.daemons) ranks_of.push_back(daemon.ranks);
+    std::vector<const std::byte*> sends;
+    std::vector<std::byte*> recvs;
+    for (const OpRequest& part : parts) {
+      sends.push_back(part.send);
+      recvs.push_back(part.recv);
+    }
+    return collective::DirectAllToAllOfRanks(ctx, DaemonParticipants(), ranks_of, sends, recvs,
+                                             block);
+  }
+  // In place (a rank's output overlaps an input): daemon a sends daemon b one slab: for each of a's
+  // local ranks (padded to the most ranks any daemon hosts), the blocks for each of b's local
+  // ranks. One direct all-to-all of slabs between daemons then moves every block, the ones within
+  // this daemon included.
   size_t most = 0;
   for (const PlanDaemon& daemon : plan_.daemons) most = std::max(most, daemon.ranks.size());
   const size_t daemons = plan_.daemons.size();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -108,6 +109,98 @@ TEST(DirectAllToAllTest, RejectsBadArguments) {
   EXPECT_TRUE(
       DirectAllToAll(OpContext{}, Participants{0, {"x"}}, send, recv, 8, DataType::kInt32).ok());
   EXPECT_TRUE(DirectAllToAll(ctx, two, send, recv, 0, DataType::kInt32).ok());
+}
+
+// DirectAllToAllOfRanks: participants (daemons) standing for several ranks each, placed in any
+// order, some for none; every block must land in its rank's buffer, through several chunks.
+struct RanksCase {
+  std::vector<std::vector<int>> ranks_of;
+  size_t block_bytes;
+  size_t chunk_bytes;
+};
+
+class DirectAllToAllOfRanksTest : public ::testing::TestWithParam<RanksCase> {};
+
+TEST_P(DirectAllToAllOfRanksTest, EveryBlockReachesItsRank) {
+  const RanksCase& c = GetParam();
+  const int daemons = static_cast<int>(c.ranks_of.size());
+  size_t world = 0;
+  for (const auto& ranks : c.ranks_of) world += ranks.size();
+  const size_t total = c.block_bytes * world;
+  // Buffers by global rank.
+  std::vector<std::vector<std::byte>> send, recv;
+  for (size_t g = 0; g < world; ++g) {
+    send.push_back(test::RandomBytes(total, static_cast<int>(g), 6));
+    recv.push_back(test::RandomBytes(total, static_cast<int>(g), 7));
+  }
+  const std::vector<std::vector<std::byte>> inputs = send;
+  OpContext context = test::TestContext(3, absl::Seconds(60));
+  context.chunk_bytes = c.chunk_bytes;
+  Group group(daemons);
+  const auto statuses = group.Run(context, [&](int d, const OpContext& ctx) {
+    std::vector<const std::byte*> sends;
+    std::vector<std::byte*> recvs;
+    for (int g : c.ranks_of[d]) {
+      sends.push_back(send[g].data());
+      recvs.push_back(recv[g].data());
+    }
+    return DirectAllToAllOfRanks(ctx, test::ParticipantsOf(d, daemons), c.ranks_of, sends, recvs,
+                                 c.block_bytes);
+  });
+  for (int d = 0; d < daemons; ++d)
+    ASSERT_TRUE(statuses[d].ok()) << "daemon " << d << ": " << statuses[d];
+  for (size_t g = 0; g < world; ++g) {
+    EXPECT_EQ(send[g], inputs[g]) << "rank " << g << "'s send buffer changed";
+    std::vector<std::byte> expected(total);
+    for (size_t a = 0; a < world; ++a) {
+      std::copy_n(inputs[a].begin() + g * c.block_bytes, c.block_bytes,
+                  expected.begin() + a * c.block_bytes);
+    }
+    EXPECT_EQ(test::FirstDifference(recv[g], expected, 1), -1) << "rank " << g;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, DirectAllToAllOfRanksTest,
+    ::testing::Values(
+        // One daemon: local copies only.
+        RanksCase{{{1, 0, 2}}, 40, 16},
+        // Blocks of ranks, as launchers place them; one chunk and several.
+        RanksCase{{{0, 1}, {2, 3}, {4, 5}, {6, 7}}, 1000, 1 << 20},
+        RanksCase{{{0, 1}, {2, 3}, {4, 5}, {6, 7}}, 1000, 64},
+        // Scattered and uneven placement, a daemon with no rank, a last chunk that is short.
+        RanksCase{{{3, 0}, {5}, {}, {1, 4, 2}}, 257, 100},
+        RanksCase{{{0}, {1}, {2}}, (size_t{1} << 17) + 5, size_t{1} << 15}));
+
+TEST(DirectAllToAllOfRanksArguments, RejectsBadArguments) {
+  std::vector<std::byte> a(64), b(64), c(64), d(64);
+  const std::vector<std::vector<int>> two_daemons = {{0, 1}, {2, 3}};
+  const std::vector<const std::byte*> sends = {a.data(), b.data()};
+  const std::vector<std::byte*> recvs = {c.data(), d.data()};
+  Group group(2);
+  OpContext ctx = test::TestContext(1, absl::Seconds(5));
+  ctx.endpoint = group.endpoint(0);
+  const Participants me = test::ParticipantsOf(0, 2);
+  constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+  auto call = [&](const std::vector<std::vector<int>>& ranks_of, std::vector<const std::byte*> s,
+                  std::vector<std::byte*> r, size_t block) {
+    return DirectAllToAllOfRanks(ctx, me, ranks_of, s, r, block).code();
+  };
+  EXPECT_EQ(call({{0, 1}}, sends, recvs, 16), kInvalid);                   // lists for 1 of 2
+  EXPECT_EQ(call({{0, 1}, {1, 3}}, sends, recvs, 16), kInvalid);           // rank 1 twice
+  EXPECT_EQ(call({{0, 1}, {2, 4}}, sends, recvs, 16), kInvalid);           // rank 4 of 4
+  EXPECT_EQ(call({{0, 1}, {2, -1}}, sends, recvs, 16), kInvalid);          // negative
+  EXPECT_EQ(call({{0}, {1, 2, 3}}, sends, recvs, 16), kInvalid);           // 2 buffers, 1 rank
+  EXPECT_EQ(call(two_daemons, {a.data(), nullptr}, recvs, 16), kInvalid);  // missing buffer
+  EXPECT_EQ(call(two_daemons, sends, recvs, SIZE_MAX / 2), kInvalid);      // overflows
+  // A send overlapping any local receive buffer, its own or another rank's.
+  EXPECT_EQ(call(two_daemons, sends, {c.data(), a.data() + 8}, 4), kInvalid);
+  EXPECT_EQ(call(two_daemons, {a.data(), b.data()}, {b.data(), c.data()}, 4), kInvalid);
+  // Nothing to move, or a missing address.
+  EXPECT_TRUE(DirectAllToAllOfRanks(ctx, me, two_daemons, sends, recvs, 0).ok());
+  EXPECT_EQ(DirectAllToAllOfRanks(ctx, Participants{0, {"rank0", ""}}, two_daemons, sends, recvs, 4)
+                .code(),
+            kInvalid);
 }
 
 }  // namespace

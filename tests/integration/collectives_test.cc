@@ -2,6 +2,7 @@
 // (3 daemons x 2 ranks, ranks 0-1 on daemon 0, ...) and interleaved placement (rank r on daemon
 // r % 2), which takes the daemons' general paths.
 
+#include <algorithm>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -40,6 +41,10 @@ class CollectivesTest : public ::testing::TestWithParam<int> {
 
   // Runs body(rank, comm) on one thread per rank of a fresh communicator.
   void RunRanks(const std::function<void(int, Communicator&)>& body) {
+    RunRanks([&body](int rank, Communicator& comm, Client&) { body(rank, comm); });
+  }
+  // The same, with the rank's client (to allocate buffers the daemons use in place).
+  void RunRanks(const std::function<void(int, Communicator&, Client&)>& body) {
     ASSERT_TRUE(cluster_->ok());
     const Placement where = placement();
     const std::string id = *MustConnect(cluster_->daemons()[0].socket)->CreateCommId();
@@ -50,7 +55,7 @@ class CollectivesTest : public ::testing::TestWithParam<int> {
             MustConnect(cluster_->daemons()[where.daemon_of(rank)].socket);
         auto comm = client->Join(id, kWorld, rank, absl::Seconds(30));
         ASSERT_TRUE(comm.ok()) << comm.status();
-        body(rank, **comm);
+        body(rank, **comm, *client);
       });
     }
     for (auto& t : threads) t.join();
@@ -119,6 +124,44 @@ TEST_P(CollectivesTest, ReduceScatterAllGatherAndAllToAll) {
               << "all_to_all from " << src;
         }
       }
+    }
+  });
+}
+
+// All-to-all in buffers the daemons use in place (from Allocate): straight between the ranks'
+// buffers where send and receive are apart, through packed slabs where they are one buffer.
+TEST_P(CollectivesTest, AllToAllInSharedBuffersApartAndInPlace) {
+  RunRanks([](int rank, Communicator& comm, Client& client) {
+    for (size_t count : kCounts) {
+      const size_t total = std::max<size_t>(1, count * kWorld);
+      absl::StatusOr<void*> send_memory = client.Allocate(total * sizeof(int32_t));
+      absl::StatusOr<void*> recv_memory = client.Allocate(total * sizeof(int32_t));
+      ASSERT_TRUE(send_memory.ok() && recv_memory.ok());
+      auto* send = static_cast<int32_t*>(*send_memory);
+      auto* recv = static_cast<int32_t*>(*recv_memory);
+      auto fill = [&](int32_t* data) {
+        for (int j = 0; j < kWorld; ++j) {
+          for (size_t i = 0; i < count; ++i) {
+            data[j * count + i] = rank * 10000 + j * 100 + static_cast<int32_t>(i % 100);
+          }
+        }
+      };
+      auto check = [&](const int32_t* data, const char* what) {
+        for (int src = 0; src < kWorld; ++src) {
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(data[src * count + i], src * 10000 + rank * 100 + static_cast<int>(i % 100))
+                << what << ", count " << count << ", from rank " << src;
+          }
+        }
+      };
+      fill(send);
+      std::fill_n(recv, total, -1);
+      ASSERT_TRUE(comm.AllToAll(send, recv, count, DataType::kInt32).ok());
+      check(recv, "apart");
+      ASSERT_TRUE(comm.AllToAll(send, send, count, DataType::kInt32).ok());
+      check(send, "in place");
+      ASSERT_TRUE(client.Free(send).ok());
+      ASSERT_TRUE(client.Free(recv).ok());
     }
   });
 }
