@@ -45,8 +45,9 @@ void RegisterOptions(OptionSet& options, Config& config) {
                     "\"pod-a,rack-07\"; default $BATON_LOCALITY); rings cross label boundaries as "
                     "rarely as possible");
   options.AddDuration("submit_spin", &config.submit_spin,
-                      "how long the daemon spins waiting for a rank's next operation before it "
-                      "sleeps (0 to 1ms; longer trades CPU for latency)");
+                      "how long the daemon spins, yielding its core, waiting for a rank's next "
+                      "operation before it sleeps; only while operations have been coming within "
+                      "that time (0 to 1ms; longer trades CPU for latency)");
   options.AddDuration("receive_spin", &config.receive_spin,
                       "how long a thread waiting for a small message (at most 64 KiB) from a peer "
                       "daemon spins, yielding its core, before it sleeps; only while messages have "
