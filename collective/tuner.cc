@@ -103,6 +103,89 @@ Algorithm ChooseByCost(Collective collective, int daemons, size_t bytes, size_t 
   return PredictCosts(collective, daemons, bytes, chunk_bytes, model).front().algorithm;
 }
 
+int MeasuredTimes::Cell(size_t bytes, Algorithm algorithm) {
+  const int size_class =
+      std::min(kClasses - 1, std::max(0, static_cast<int>(std::bit_width(bytes)) - 1));
+  return size_class * kAlgorithms + static_cast<int>(algorithm);
+}
+
+void MeasuredTimes::Add(size_t bytes, Algorithm algorithm, absl::Duration took) {
+  const int cell = Cell(bytes, algorithm);
+  pending_sum_[cell] += absl::ToInt64Nanoseconds(std::max(took, absl::ZeroDuration()));
+  ++pending_count_[cell];
+}
+
+std::vector<int64_t> MeasuredTimes::TakePending() {
+  std::vector<int64_t> counters(pending_sum_.begin(), pending_sum_.end());
+  counters.insert(counters.end(), pending_count_.begin(), pending_count_.end());
+  pending_sum_.fill(0);
+  pending_count_.fill(0);
+  return counters;
+}
+
+absl::Status MeasuredTimes::Merge(std::span<const int64_t> summed) {
+  if (summed.size() != 2 * static_cast<size_t>(kCells)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("measured times: ", summed.size(), " counters, expected ", 2 * kCells));
+  }
+  for (int cell = 0; cell < kCells; ++cell) {
+    if (summed[cell] < 0 || summed[kCells + cell] < 0) {
+      return absl::InvalidArgumentError("measured times: a negative counter");
+    }
+  }
+  for (int cell = 0; cell < kCells; ++cell) {
+    sum_[cell] += summed[cell];
+    count_[cell] += summed[kCells + cell];
+    if (count_[cell] > kMaxSamples) {
+      sum_[cell] /= 2;
+      count_[cell] /= 2;
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t MeasuredTimes::Samples(size_t bytes, Algorithm algorithm) const {
+  return count_[Cell(bytes, algorithm)];
+}
+
+std::optional<absl::Duration> MeasuredTimes::Mean(size_t bytes, Algorithm algorithm) const {
+  const int cell = Cell(bytes, algorithm);
+  if (count_[cell] < kMinSamples) return std::nullopt;
+  return absl::Nanoseconds(sum_[cell] / count_[cell]);
+}
+
+Algorithm MeasuredTimes::Choose(size_t bytes, const std::vector<AlgorithmCost>& costs) {
+  if (costs.empty()) return Algorithm::kRing;
+  const int size_class = Cell(bytes, Algorithm::kRing) / kAlgorithms;
+  const bool explore = ++chosen_[size_class] % kExploreEvery == 0;
+  const absl::Duration limit = costs.front().predicted * kCandidateFactor;
+  std::optional<Algorithm> best;
+  absl::Duration best_mean;
+  for (const AlgorithmCost& cost : costs) {
+    if (cost.predicted > limit) break;
+    const std::optional<absl::Duration> mean = Mean(bytes, cost.algorithm);
+    if (mean && (!best || *mean < best_mean)) {
+      best = cost.algorithm;
+      best_mean = *mean;
+    }
+  }
+  if (explore) {
+    // The least measured candidate, if it is unmeasured or far behind the best.
+    const int64_t enough = best ? Samples(bytes, *best) / 64 : kMinSamples;
+    std::optional<Algorithm> least;
+    for (const AlgorithmCost& cost : costs) {
+      if (cost.predicted > limit) break;
+      const int64_t samples = Samples(bytes, cost.algorithm);
+      if ((samples < kMinSamples || samples < enough) &&
+          (!least || samples < Samples(bytes, *least))) {
+        least = cost.algorithm;
+      }
+    }
+    if (least) return *least;
+  }
+  return best ? *best : costs.front().algorithm;
+}
+
 std::string ExplainCosts(const std::vector<AlgorithmCost>& costs) {
   std::string text;
   for (const AlgorithmCost& cost : costs) {

@@ -26,10 +26,15 @@
 // signature exchange) are the same for every algorithm and left out. Collectives that only one
 // algorithm implements get that one.
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "collective/algorithm.h"
 
@@ -66,6 +71,52 @@ std::vector<AlgorithmCost> PredictCosts(Collective collective, int daemons, size
 // The cheapest algorithm of PredictCosts.
 Algorithm ChooseByCost(Collective collective, int daemons, size_t bytes, size_t chunk_bytes,
                        const LinkModel& model);
+
+// What the daemons of one communicator measured: per size class (bytes in [2^b, 2^(b+1))) and
+// algorithm, the sum and number of all_reduce times. Each daemon adds its own measurements as
+// *pending*; at the same operations everywhere the daemons sum their pending counters (an
+// all-reduce of TakePending's integers) and Merge the sums, so that the *agreed* table, the only
+// one a choice reads, is identical on every daemon. Not thread-safe: one operation at a time.
+class MeasuredTimes {
+ public:
+  static constexpr int kClasses = 48;
+  static constexpr int kAlgorithms = 5;  // Algorithm's values
+  // Fewer agreed samples than this (summed over daemons) and an algorithm counts as unmeasured.
+  static constexpr int64_t kMinSamples = 16;
+  // Beyond this many samples a cell halves at the next merge, so that old times fade.
+  static constexpr int64_t kMaxSamples = 4096;
+  // Every kExploreEvery-th operation of a size class may run an unmeasured candidate.
+  static constexpr int64_t kExploreEvery = 16;
+  // Candidates: algorithms the model predicts within this factor of its cheapest.
+  static constexpr double kCandidateFactor = 2.0;
+
+  // This daemon measured `took` for an all_reduce of `bytes` with `algorithm` (pending).
+  void Add(size_t bytes, Algorithm algorithm, absl::Duration took);
+  // The pending counters (sums in nanoseconds, then counts), cleared; kCells * 2 integers.
+  std::vector<int64_t> TakePending();
+  // Adds every daemon's pending counters, summed, to the agreed table. InvalidArgument (and no
+  // change) unless `summed` has kCells * 2 integers with non-negative counts.
+  absl::Status Merge(std::span<const int64_t> summed);
+  // The agreed mean time of `algorithm` for `bytes`; zero samples or fewer than kMinSamples:
+  // nullopt.
+  std::optional<absl::Duration> Mean(size_t bytes, Algorithm algorithm) const;
+  int64_t Samples(size_t bytes, Algorithm algorithm) const;
+
+  // The algorithm for the next all_reduce of `bytes`, given the model's `costs` (cheapest first):
+  // among the candidates, the one with the lowest agreed mean, or the model's cheapest while none
+  // is measured; every kExploreEvery-th call for a size class, a candidate that is unmeasured (or
+  // has fewer than 1/64 of the samples of the best) runs instead, so it gets measured. Depends
+  // only on the agreed table and the calls before, so every daemon that makes the same calls
+  // chooses the same.
+  Algorithm Choose(size_t bytes, const std::vector<AlgorithmCost>& costs);
+
+ private:
+  static constexpr int kCells = kClasses * kAlgorithms;
+  static int Cell(size_t bytes, Algorithm algorithm);
+  std::array<int64_t, kCells> pending_sum_{}, pending_count_{};
+  std::array<int64_t, kCells> sum_{}, count_{};
+  std::array<int64_t, kClasses> chosen_{};  // Choose calls per size class
+};
 
 // "ring 1.2 ms, tree 3.4 ms -> ring": the candidates and the choice, for logs and --explain.
 std::string ExplainCosts(const std::vector<AlgorithmCost>& costs);

@@ -85,6 +85,9 @@ static_assert(sizeof(Signature) == 32);
 
 // The tag step reserved for the signature exchange; algorithms number their steps from 0.
 constexpr uint32_t kSignatureStep = 0xFFFFFFFFu;
+// The first tag step of the measured times' exchange (a doubling all-reduce, a few steps), above
+// every slab's steps (SlabContext).
+constexpr uint32_t kMeasurementStep = 0xFFFE0000u;
 
 }  // namespace
 
@@ -317,6 +320,12 @@ void Communicator::RunNext() {
 absl::StatusOr<std::string> Communicator::Execute(uint64_t seq, std::vector<OpRequest>& parts,
                                                   collective::OpStats& stats,
                                                   std::string& algorithm_name) {
+  // Before anything that could end this operation early here, so that every daemon exchanges.
+  if (options_.learn_algorithms && plan_.daemons.size() > 1 && seq > 0 &&
+      seq % kMeasurementExchangeEvery == 0) {
+    collective::PhaseTimer timer(&stats.transport);
+    BATON_RETURN_IF_ERROR(ExchangeMeasurements(seq));
+  }
   const OpRequest& first = parts.front();
   for (size_t i = 1; i < parts.size(); ++i) {
     if (!SameOperation(first, parts[i])) {
@@ -358,6 +367,7 @@ absl::StatusOr<std::string> Communicator::RunOperation(uint64_t seq, std::vector
   ctx.chunk_bytes = options_.chunk_bytes;
   const Algorithm algorithm = ChooseAlgorithm(first);
   const std::string name = across ? std::string(collective::AlgorithmName(algorithm)) : "local";
+  const absl::Time started = absl::Now();
   algorithm_name = name;
   const size_t element = collective::DataTypeSize(first.type);
   const size_t count = first.count;
@@ -400,6 +410,7 @@ absl::StatusOr<std::string> Communicator::RunOperation(uint64_t seq, std::vector
       for (size_t i = 1; status.ok() && i < parts.size() && bytes > 0; ++i) {
         std::memcpy(parts[i].recv, result, bytes);
       }
+      if (status.ok() && across) measured_.Add(bytes, algorithm, absl::Now() - started);
       break;
     }
     case Collective::kBroadcast: {
@@ -480,7 +491,7 @@ collective::OpContext Communicator::SlabContext(const collective::OpContext& ctx
   return slab_ctx;
 }
 
-Algorithm Communicator::ChooseAlgorithm(const OpRequest& request) const {
+Algorithm Communicator::ChooseAlgorithm(const OpRequest& request) {
   if (request.algorithm) return *request.algorithm;
   const size_t bytes = request.count * collective::DataTypeSize(request.type);
   const std::vector<collective::AlgorithmCost> costs = Predict(request.kind, bytes);
@@ -489,12 +500,37 @@ Algorithm Communicator::ChooseAlgorithm(const OpRequest& request) const {
         request.kind == Collective::kAllToAll || request.kind == Collective::kBarrier;
     return direct ? Algorithm::kDirect : Algorithm::kRing;
   }
+  const Algorithm chosen = options_.learn_algorithms && request.kind == Collective::kAllReduce
+                               ? measured_.Choose(bytes, costs)
+                               : costs.front().algorithm;
   if (spdlog::should_log(spdlog::level::debug)) {
-    spdlog::debug("communicator {:x}: {} of {} bytes over {} daemons: {}", plan_.comm_tag,
+    spdlog::debug("communicator {:x}: {} of {} bytes over {} daemons: {}; ran {}", plan_.comm_tag,
                   collective::CollectiveName(request.kind), bytes, plan_.daemons.size(),
-                  collective::ExplainCosts(costs));
+                  collective::ExplainCosts(costs), collective::AlgorithmName(chosen));
   }
-  return costs.front().algorithm;
+  return chosen;
+}
+
+absl::Status Communicator::ExchangeMeasurements(uint64_t seq) {
+  std::vector<int64_t> counters = measured_.TakePending();
+  collective::OpContext ctx;
+  ctx.endpoint = endpoint_;
+  ctx.comm = plan_.comm_tag;
+  ctx.seq = seq;
+  ctx.first_step = kMeasurementStep;
+  ctx.deadline = absl::Now() + options_.op_timeout;
+  ctx.chunk_bytes = options_.chunk_bytes;
+  absl::Status status =
+      collective::DoublingAllReduce(ctx, DaemonParticipants(), counters.data(), counters.size(),
+                                    collective::DataType::kInt64, collective::ReduceOp::kSum);
+  if (status.ok()) status = measured_.Merge(counters);
+  if (!status.ok()) {
+    return NamePeers(absl::Status(
+        status.code(),
+        absl::StrCat("exchanging measured times before operation ", seq, " failed on node ",
+                     plan_.daemons[self_].member.node_name, ": ", status.message())));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<collective::AlgorithmCost> Communicator::Predict(Collective kind, size_t bytes) const {

@@ -77,6 +77,9 @@ struct CommunicatorOptions {
   std::atomic<uint64_t>* completed_total = nullptr;
   // Told about every operation; may be null.
   OpObserver* observer = nullptr;
+  // Let the all_reduce algorithm follow the times the daemons measured, not only the model
+  // (collective::MeasuredTimes); every daemon of a communicator must use the same setting.
+  bool learn_algorithms = true;
 };
 
 // The daemons (plan positions) that daemon `self` of `size` sends its operations' signatures to
@@ -162,7 +165,11 @@ class Communicator {
   absl::StatusOr<std::string> Execute(uint64_t seq, std::vector<OpRequest>& parts,
                                       collective::OpStats& stats, std::string& algorithm_name);
   // The algorithm across daemons: the caller's choice, else the tuner's.
-  collective::Algorithm ChooseAlgorithm(const OpRequest& request) const;
+  collective::Algorithm ChooseAlgorithm(const OpRequest& request);
+  // Every kMeasurementExchangeEvery-th operation, before it runs, the daemons sum the all_reduce
+  // times each measured since the last exchange and add them to the table every choice reads.
+  static constexpr uint64_t kMeasurementExchangeEvery = 64;
+  absl::Status ExchangeMeasurements(uint64_t seq);
   // Inter-daemon steps of each collective on the already locally combined buffers.
   absl::Status AllReduceAcross(const collective::OpContext& ctx, collective::Algorithm algorithm,
                                std::byte* data, size_t count, collective::DataType type,
@@ -216,6 +223,8 @@ class Communicator {
   std::vector<int> local_ranks_;                    // ascending, from the plan
   std::array<collective::TreeNode, 2> tree_links_;  // this daemon's links in the two trees
   const CheckNeighbours check_neighbours_;          // where the signatures go and come from
+  // Only the running operation touches it (running_ hands it from one to the next).
+  collective::MeasuredTimes measured_;
 
   mutable absl::Mutex mu_;
   std::vector<std::optional<uint64_t>> sessions_ ABSL_GUARDED_BY(mu_);  // by local index

@@ -52,6 +52,10 @@ void RegisterOptions(OptionSet& options, Config& config) {
                       "how long a thread waiting for a small message (at most 64 KiB) from a peer "
                       "daemon spins, yielding its core, before it sleeps; only while messages have "
                       "been arriving within that time (0 to 1ms; longer trades CPU for latency)");
+  options.AddBool("tuner_learn", &config.tuner_learn,
+                  "let the daemons choose all_reduce algorithms by the times they measured as well "
+                  "as by their cost model, trying each close candidate on a few operations; a "
+                  "communicator follows its root daemon's setting");
   options.AddInt("tcp_streams", &config.tcp_streams,
                  "TCP connections to each peer daemon that messages of 256 KiB and more take "
                  "turns on, so that as many threads copy one link's bulk data in parallel (1 to "

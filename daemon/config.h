@@ -35,6 +35,8 @@ struct Config {
   absl::Duration receive_spin = absl::Microseconds(200);
   // TCP connections to each peer daemon that large messages take turns on.
   int64_t tcp_streams = 1;
+  // Let all_reduce algorithm choices follow measured times (collective::MeasuredTimes).
+  bool tuner_learn = true;
 };
 
 // Registers every Config field on `options`, pointing at `config`.

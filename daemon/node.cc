@@ -51,6 +51,7 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
         options.op_timeout = config_.op_timeout;
         options.chunk_bytes =
             static_cast<size_t>(plan.chunk_bytes > 0 ? plan.chunk_bytes : config_.chunk_bytes);
+        options.learn_algorithms = !plan.model_only;
         options.completed_total = &collectives_completed_;
         options.observer = observer_;
         return std::make_shared<Communicator>(
@@ -108,6 +109,7 @@ std::vector<LinkView> Node::Links() {
 
 void Node::FinishPlan(Plan& plan) {
   plan.chunk_bytes = config_.chunk_bytes;
+  plan.model_only = !config_.tuner_learn;
   if (absl::Status ordered = Rendezvous::OrderByLocality(plan); !ordered.ok()) {
     spdlog::warn("communicator {:x}: keeping rank order: {}", plan.comm_tag, ordered.ToString());
   }

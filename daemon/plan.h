@@ -31,6 +31,8 @@ struct Plan {
   // The pipeline chunk every daemon cuts messages into: the root's chunk_bytes, so that daemons
   // configured differently still agree on every message; zero: each daemon's own.
   int64_t chunk_bytes = 0;
+  // The root's --tuner-learn=false: choose from the model alone (CommunicatorOptions).
+  bool model_only = false;
 
   // Index into `daemons` of the daemon whose data address is `data_address`, or -1.
   int IndexOf(const std::string& data_address) const {

@@ -1,5 +1,8 @@
 #include "collective/tuner.h"
 
+#include <span>
+#include <vector>
+
 #include "collective/doubling_all_reduce.h"
 #include "gtest/gtest.h"
 
@@ -125,6 +128,135 @@ TEST(TunerTest, ExplainNamesEveryCandidateAndTheChoice) {
   EXPECT_NE(text.find("ring "), std::string::npos) << text;
   EXPECT_NE(text.find("tree "), std::string::npos) << text;
   EXPECT_NE(text.find("-> ring"), std::string::npos) << text;
+}
+
+// MeasuredTimes: the agreed table, the choice, exploration and the exchange's counters.
+std::vector<AlgorithmCost> Costs(std::initializer_list<std::pair<Algorithm, int>> us) {
+  std::vector<AlgorithmCost> costs;
+  for (const auto& [algorithm, micros] : us)
+    costs.push_back({algorithm, absl::Microseconds(micros)});
+  return costs;
+}
+
+// Daemons' pending counters summed, as the exchange's all-reduce does.
+void Exchange(std::vector<MeasuredTimes*> daemons) {
+  std::vector<int64_t> sum;
+  for (MeasuredTimes* d : daemons) {
+    const std::vector<int64_t> pending = d->TakePending();
+    if (sum.empty()) sum.assign(pending.size(), 0);
+    for (size_t i = 0; i < pending.size(); ++i) sum[i] += pending[i];
+  }
+  for (MeasuredTimes* d : daemons) ASSERT_TRUE(d->Merge(sum).ok());
+}
+
+TEST(MeasuredTimesTest, FollowsTheModelUntilMeasuredThenTheFastestMeasuredCandidate) {
+  MeasuredTimes times;
+  const size_t bytes = 16 << 10;
+  // The model: halving-doubling, then doubling (within 2x), then ring (beyond: never a candidate).
+  const auto costs = Costs(
+      {{Algorithm::kHalvingDoubling, 300}, {Algorithm::kDoubling, 350}, {Algorithm::kRing, 900}});
+  EXPECT_EQ(times.Choose(bytes, costs), Algorithm::kHalvingDoubling);
+  // Pending measurements change nothing until they are exchanged.
+  for (int i = 0; i < 20; ++i) {
+    times.Add(bytes, Algorithm::kHalvingDoubling, absl::Microseconds(420));
+    times.Add(bytes, Algorithm::kDoubling, absl::Microseconds(180));
+    times.Add(bytes, Algorithm::kRing, absl::Microseconds(10));  // not a candidate
+  }
+  EXPECT_FALSE(times.Mean(bytes, Algorithm::kDoubling).has_value());
+  EXPECT_EQ(times.Choose(bytes, costs), Algorithm::kHalvingDoubling);
+  Exchange({&times});
+  EXPECT_EQ(times.Mean(bytes, Algorithm::kDoubling), absl::Microseconds(180));
+  EXPECT_EQ(times.Samples(bytes, Algorithm::kRing), 20);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(times.Choose(bytes, costs), Algorithm::kDoubling);
+  // Another size class is not affected; one in the same class ([16 KiB, 32 KiB)) is.
+  EXPECT_EQ(times.Choose(bytes / 2, costs), Algorithm::kHalvingDoubling);
+  EXPECT_EQ(times.Choose(bytes + 100, costs), Algorithm::kDoubling);
+}
+
+TEST(MeasuredTimesTest, ExploresUnmeasuredCandidatesEverySixteenthCall) {
+  MeasuredTimes times;
+  const size_t bytes = 4096;
+  const auto costs = Costs({{Algorithm::kDoubling, 100},
+                            {Algorithm::kHalvingDoubling, 150},
+                            {Algorithm::kTree, 190},
+                            {Algorithm::kRing, 250}});
+  std::vector<Algorithm> ran;
+  for (int call = 1; call <= 64; ++call) ran.push_back(times.Choose(bytes, costs));
+  for (int call = 1; call <= 64; ++call) {
+    // Nothing measured: every 16th call explores the least measured candidate, the cheapest
+    // predicted first (all have 0 samples); the others run the model's choice.
+    EXPECT_EQ(ran[call - 1], Algorithm::kDoubling) << "call " << call;
+  }
+  // Doubling measured: exploration moves on to the next unmeasured candidate.
+  for (int i = 0; i < 16; ++i) times.Add(bytes, Algorithm::kDoubling, absl::Microseconds(100));
+  Exchange({&times});
+  std::vector<Algorithm> explored;
+  for (int call = 1; call <= 64; ++call) {
+    const Algorithm a = times.Choose(bytes, costs);
+    if (a != Algorithm::kDoubling) explored.push_back(a);
+  }
+  ASSERT_EQ(explored.size(), 4u);
+  EXPECT_EQ(explored.front(), Algorithm::kHalvingDoubling);
+  // Every candidate measured, the best far ahead in samples: an occasional re-measurement of the
+  // one that has fallen below 1/64 of the best's samples, and never of one that has not.
+  for (Algorithm a : {Algorithm::kHalvingDoubling, Algorithm::kTree, Algorithm::kRing}) {
+    for (int i = 0; i < 16; ++i) times.Add(bytes, a, absl::Microseconds(400));
+  }
+  Exchange({&times});
+  int others = 0;
+  for (int call = 1; call <= 160; ++call)
+    others += times.Choose(bytes, costs) != Algorithm::kDoubling;
+  EXPECT_EQ(others, 0);
+  for (int i = 0; i < 2048; ++i) times.Add(bytes, Algorithm::kDoubling, absl::Microseconds(100));
+  Exchange({&times});
+  for (int call = 1; call <= 160; ++call)
+    others += times.Choose(bytes, costs) != Algorithm::kDoubling;
+  EXPECT_EQ(others, 10);
+}
+
+TEST(MeasuredTimesTest, DaemonsThatExchangeChooseAlike) {
+  // Three daemons measure different times; after the exchange their tables, and so their
+  // choices over the same sequence of calls, are identical.
+  MeasuredTimes a, b, c;
+  const size_t bytes = 32 << 10;
+  const auto costs = Costs({{Algorithm::kHalvingDoubling, 300}, {Algorithm::kDoubling, 320}});
+  for (int i = 0; i < 10; ++i) {
+    a.Add(bytes, Algorithm::kDoubling, absl::Microseconds(200 + i));
+    b.Add(bytes, Algorithm::kHalvingDoubling, absl::Microseconds(250));
+    c.Add(bytes, Algorithm::kDoubling, absl::Microseconds(310));
+    c.Add(bytes, Algorithm::kHalvingDoubling, absl::Microseconds(240 + 3 * i));
+  }
+  Exchange({&a, &b, &c});
+  EXPECT_EQ(a.Mean(bytes, Algorithm::kDoubling), b.Mean(bytes, Algorithm::kDoubling));
+  EXPECT_EQ(a.Samples(bytes, Algorithm::kDoubling), 20);
+  for (int call = 0; call < 200; ++call) {
+    const Algorithm x = a.Choose(bytes, costs);
+    EXPECT_EQ(b.Choose(bytes, costs), x);
+    EXPECT_EQ(c.Choose(bytes, costs), x);
+  }
+}
+
+TEST(MeasuredTimesTest, OldSamplesFadeAndBadCountersAreRefused) {
+  MeasuredTimes times;
+  const size_t bytes = 1 << 20;
+  for (int i = 0; i < 4000; ++i) times.Add(bytes, Algorithm::kRing, absl::Microseconds(100));
+  Exchange({&times});
+  for (int i = 0; i < 200; ++i) times.Add(bytes, Algorithm::kRing, absl::Microseconds(1100));
+  Exchange({&times});  // 4200 samples: halved
+  EXPECT_EQ(times.Samples(bytes, Algorithm::kRing), 2100);
+  EXPECT_EQ(times.Mean(bytes, Algorithm::kRing),
+            absl::Nanoseconds((4000 * int64_t{100000} + 200 * int64_t{1100000}) / 2 / 2100));
+  std::vector<int64_t> bad = times.TakePending();
+  EXPECT_FALSE(times.Merge(std::span(bad.data(), bad.size() - 1)).ok());
+  bad.back() = -1;
+  EXPECT_FALSE(times.Merge(bad).ok());
+  EXPECT_EQ(times.Samples(bytes, Algorithm::kRing), 2100);
+  // Sizes beyond the last class share it; size 0 shares the first.
+  times.Add(0, Algorithm::kRing, absl::Microseconds(1));
+  times.Add(SIZE_MAX, Algorithm::kRing, absl::Microseconds(1));
+  Exchange({&times});
+  EXPECT_EQ(times.Samples(1, Algorithm::kRing), 1);
+  EXPECT_EQ(times.Samples(size_t{1} << 62, Algorithm::kRing), 1);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // All-reduce through real daemons: 3 daemons x 2 ranks, zero-copy and staged buffers, in place
 // and out of place, counts from 0 to millions, and several communicators at once.
 
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -181,6 +182,65 @@ TEST_F(AllReduceTest, InvalidArgumentsLeaveTheCommunicatorUsable) {
         comm.AllReduce(data.data(), data.data(), 8, DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ(data[0], static_cast<float>(kWorld));
   });
+}
+
+// The daemons choose all_reduce algorithms from the times they measured too, exchanged every 64
+// operations; every rank must see the same algorithm for every operation (a daemon that chose
+// differently would fail the operation's signature check), the results must be right, and the
+// candidates the model predicts within 2x of its cheapest must get tried. With the root's
+// --tuner-learn=false, only the model's choice runs.
+TEST(MeasuredChoiceTest, DaemonsTryCandidatesAndAgreeOnEveryChoice) {
+  for (const bool learn : {true, false}) {
+    SCOPED_TRACE(learn ? "learning" : "model only");
+    TestCluster root(1, {learn ? "--tuner-learn=true" : "--tuner-learn=false"});
+    TestCluster others(2, {learn ? "--tuner-learn=false" : "--tuner-learn=true"});
+    ASSERT_TRUE(root.ok() && others.ok());
+    const std::string id = NewCommId(root);
+    constexpr size_t kCount = 4096;  // 16 KiB of float32
+    constexpr int kOperations = 400;
+    std::vector<std::vector<std::string>> ran(kWorld);
+    std::vector<std::string> model(kWorld);
+    std::vector<int> candidates(kWorld);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kWorld; ++rank) {
+      threads.emplace_back([&, rank] {
+        const int daemon = rank / kRanksPerDaemon;
+        std::unique_ptr<Client> client = MustConnect(
+            daemon == 0 ? root.daemons()[0].socket : others.daemons()[daemon - 1].socket);
+        auto comm = client->Join(id, kWorld, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        auto estimates =
+            (*comm)->Explain(collective::Collective::kAllReduce, kCount, DataType::kFloat32);
+        ASSERT_TRUE(estimates.ok()) << estimates.status();
+        model[rank] = std::string(collective::AlgorithmName(estimates->front().algorithm));
+        for (const AlgorithmEstimate& e : *estimates) {
+          candidates[rank] += e.predicted <= 2 * estimates->front().predicted;
+        }
+        std::vector<float> data(kCount);
+        for (int op = 0; op < kOperations; ++op) {
+          for (size_t i = 0; i < kCount; ++i) data[i] = Input(rank, i);
+          const absl::Status status = (*comm)->AllReduce(data.data(), data.data(), kCount,
+                                                         DataType::kFloat32, ReduceOp::kSum);
+          ASSERT_TRUE(status.ok()) << "operation " << op << ": " << status;
+          size_t wrong = 0;
+          for (size_t i = 0; i < kCount; ++i) wrong += data[i] != Expected(i);
+          ASSERT_EQ(wrong, 0u) << "operation " << op << " (" << (*comm)->last_algorithm() << ")";
+          ran[rank].push_back((*comm)->last_algorithm());
+        }
+        EXPECT_TRUE((*comm)->Destroy().ok());
+      });
+    }
+    for (auto& t : threads) t.join();
+    ASSERT_EQ(ran[0].size(), static_cast<size_t>(kOperations));
+    for (int rank = 1; rank < kWorld; ++rank) EXPECT_EQ(ran[rank], ran[0]) << "rank " << rank;
+    ASSERT_GE(candidates[0], 2) << "the test needs a second candidate at this size";
+    std::set<std::string> distinct(ran[0].begin(), ran[0].end());
+    if (learn) {
+      EXPECT_GE(distinct.size(), 2u);
+    } else {
+      EXPECT_EQ(distinct, std::set<std::string>{model[0]});
+    }
+  }
 }
 
 TEST(ChunkAgreementTest, DaemonsConfiguredWithDifferentChunksUseTheRootsChunk) {
