@@ -59,6 +59,11 @@ class Request {
 struct AlgorithmEstimate {
   Algorithm algorithm = Algorithm::kRing;
   absl::Duration predicted;
+  // all_reduce: the daemons' agreed mean time at this size (once there are 16 samples) and the
+  // samples so far; the call runs the measured candidate with the lowest mean
+  // (docs/collectives.md, "Measured times").
+  std::optional<absl::Duration> measured;
+  int64_t measured_samples = 0;
 };
 
 class Communicator {

@@ -187,7 +187,9 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
           (*comm)->Explain(*op, count, *type);
       if (!estimates.ok()) return estimates.status();
       std::vector<collective::AlgorithmCost> costs;
-      for (const AlgorithmEstimate& e : *estimates) costs.push_back({e.algorithm, e.predicted});
+      for (const AlgorithmEstimate& e : *estimates) {
+        costs.push_back({e.algorithm, e.predicted, e.measured, e.measured_samples});
+      }
       std::printf("EXPLAIN %lld %s\n", static_cast<long long>(bytes),
                   costs.empty() ? "local (one daemon)" : collective::ExplainCosts(costs).c_str());
     }

@@ -329,7 +329,12 @@ class CommunicatorImpl final : public Communicator {
         return absl::InternalError(
             absl::StrCat("the daemon named an unknown algorithm '", estimate.algorithm(), "'"));
       }
-      estimates.push_back({*algorithm, absl::Seconds(estimate.predicted_seconds())});
+      AlgorithmEstimate e;
+      e.algorithm = *algorithm;
+      e.predicted = absl::Seconds(estimate.predicted_seconds());
+      if (estimate.measured_seconds() > 0) e.measured = absl::Seconds(estimate.measured_seconds());
+      e.measured_samples = estimate.measured_samples();
+      estimates.push_back(e);
     }
     return estimates;
   }

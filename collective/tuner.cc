@@ -13,6 +13,13 @@ namespace {
 
 absl::Duration Seconds(double seconds) { return absl::Seconds(seconds); }
 
+AlgorithmCost Cost(Algorithm algorithm, absl::Duration predicted) {
+  AlgorithmCost cost;
+  cost.algorithm = algorithm;
+  cost.predicted = predicted;
+  return cost;
+}
+
 absl::Duration RingAllReduce(int daemons, double bytes, const LinkModel& model) {
   const double d = daemons;
   return 2 * (d - 1) * model.alpha +
@@ -75,21 +82,21 @@ std::vector<AlgorithmCost> PredictCosts(Collective collective, int daemons, size
   std::vector<AlgorithmCost> costs;
   switch (collective) {
     case Collective::kAllReduce:
-      costs.push_back({Algorithm::kRing, RingAllReduce(daemons, n, model)});
+      costs.push_back(Cost(Algorithm::kRing, RingAllReduce(daemons, n, model)));
+      costs.push_back(Cost(Algorithm::kTree,
+                           TreeAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)));
+      costs.push_back(Cost(Algorithm::kDoubling,
+                           DoublingAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)));
       costs.push_back(
-          {Algorithm::kTree, TreeAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)});
-      costs.push_back({Algorithm::kDoubling,
-                       DoublingAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)});
-      costs.push_back(
-          {Algorithm::kHalvingDoubling,
-           HalvingDoublingAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)});
+          Cost(Algorithm::kHalvingDoubling,
+               HalvingDoublingAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)));
       break;
     case Collective::kAllToAll:
     case Collective::kBarrier:
-      costs.push_back({Algorithm::kDirect, absl::ZeroDuration()});
+      costs.push_back(Cost(Algorithm::kDirect, absl::ZeroDuration()));
       break;
     default:
-      costs.push_back({Algorithm::kRing, absl::ZeroDuration()});
+      costs.push_back(Cost(Algorithm::kRing, absl::ZeroDuration()));
       break;
   }
   std::stable_sort(costs.begin(), costs.end(), [](const AlgorithmCost& a, const AlgorithmCost& b) {
@@ -191,8 +198,16 @@ std::string ExplainCosts(const std::vector<AlgorithmCost>& costs) {
   for (const AlgorithmCost& cost : costs) {
     absl::StrAppend(&text, text.empty() ? "" : ", ", AlgorithmName(cost.algorithm), " ",
                     HumanDuration(cost.predicted));
+    if (cost.measured) absl::StrAppend(&text, " (measured ", HumanDuration(*cost.measured), ")");
   }
-  if (!costs.empty()) absl::StrAppend(&text, " -> ", AlgorithmName(costs.front().algorithm));
+  if (costs.empty()) return text;
+  // What MeasuredTimes::Choose runs outside its explorations.
+  const AlgorithmCost* chosen = &costs.front();
+  for (const AlgorithmCost& cost : costs) {
+    if (cost.predicted > costs.front().predicted * MeasuredTimes::kCandidateFactor) break;
+    if (cost.measured && (!chosen->measured || *cost.measured < *chosen->measured)) chosen = &cost;
+  }
+  absl::StrAppend(&text, " -> ", AlgorithmName(chosen->algorithm));
   return text;
 }
 

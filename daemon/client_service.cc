@@ -229,6 +229,8 @@ grpc::Status ClientService::Explain(grpc::ServerContext*, const v1::ExplainReque
     v1::AlgorithmEstimate* estimate = response->add_estimates();
     estimate->set_algorithm(std::string(collective::AlgorithmName(cost.algorithm)));
     estimate->set_predicted_seconds(absl::ToDoubleSeconds(cost.predicted));
+    if (cost.measured) estimate->set_measured_seconds(absl::ToDoubleSeconds(*cost.measured));
+    estimate->set_measured_samples(cost.samples);
   }
   if (std::shared_ptr<Communicator> comm = node_->communicators().Find(request->comm_tag())) {
     response->set_daemons(static_cast<int>(comm->plan().daemons.size()));

@@ -410,7 +410,10 @@ absl::StatusOr<std::string> Communicator::RunOperation(uint64_t seq, std::vector
       for (size_t i = 1; status.ok() && i < parts.size() && bytes > 0; ++i) {
         std::memcpy(parts[i].recv, result, bytes);
       }
-      if (status.ok() && across) measured_.Add(bytes, algorithm, absl::Now() - started);
+      if (status.ok() && across) {
+        absl::MutexLock lock(&measured_mu_);
+        measured_.Add(bytes, algorithm, absl::Now() - started);
+      }
       break;
     }
     case Collective::kBroadcast: {
@@ -500,9 +503,11 @@ Algorithm Communicator::ChooseAlgorithm(const OpRequest& request) {
         request.kind == Collective::kAllToAll || request.kind == Collective::kBarrier;
     return direct ? Algorithm::kDirect : Algorithm::kRing;
   }
-  const Algorithm chosen = options_.learn_algorithms && request.kind == Collective::kAllReduce
-                               ? measured_.Choose(bytes, costs)
-                               : costs.front().algorithm;
+  Algorithm chosen = costs.front().algorithm;
+  if (options_.learn_algorithms && request.kind == Collective::kAllReduce) {
+    absl::MutexLock lock(&measured_mu_);
+    chosen = measured_.Choose(bytes, costs);
+  }
   if (spdlog::should_log(spdlog::level::debug)) {
     spdlog::debug("communicator {:x}: {} of {} bytes over {} daemons: {}; ran {}", plan_.comm_tag,
                   collective::CollectiveName(request.kind), bytes, plan_.daemons.size(),
@@ -512,7 +517,11 @@ Algorithm Communicator::ChooseAlgorithm(const OpRequest& request) {
 }
 
 absl::Status Communicator::ExchangeMeasurements(uint64_t seq) {
-  std::vector<int64_t> counters = measured_.TakePending();
+  std::vector<int64_t> counters;
+  {
+    absl::MutexLock lock(&measured_mu_);
+    counters = measured_.TakePending();
+  }
   collective::OpContext ctx;
   ctx.endpoint = endpoint_;
   ctx.comm = plan_.comm_tag;
@@ -523,7 +532,10 @@ absl::Status Communicator::ExchangeMeasurements(uint64_t seq) {
   absl::Status status =
       collective::DoublingAllReduce(ctx, DaemonParticipants(), counters.data(), counters.size(),
                                     collective::DataType::kInt64, collective::ReduceOp::kSum);
-  if (status.ok()) status = measured_.Merge(counters);
+  if (status.ok()) {
+    absl::MutexLock lock(&measured_mu_);
+    status = measured_.Merge(counters);
+  }
   if (!status.ok()) {
     return NamePeers(absl::Status(
         status.code(),
@@ -537,8 +549,16 @@ std::vector<collective::AlgorithmCost> Communicator::Predict(Collective kind, si
   if (plan_.daemons.size() < 2) return {};
   const collective::LinkModel model{absl::Seconds(plan_.link_alpha_seconds),
                                     plan_.link_bytes_per_second};
-  return collective::PredictCosts(kind, static_cast<int>(plan_.daemons.size()), bytes,
-                                  options_.chunk_bytes, model);
+  std::vector<collective::AlgorithmCost> costs = collective::PredictCosts(
+      kind, static_cast<int>(plan_.daemons.size()), bytes, options_.chunk_bytes, model);
+  if (kind == Collective::kAllReduce && options_.learn_algorithms) {
+    absl::MutexLock lock(&measured_mu_);
+    for (collective::AlgorithmCost& cost : costs) {
+      cost.measured = measured_.Mean(bytes, cost.algorithm);
+      cost.samples = measured_.Samples(bytes, cost.algorithm);
+    }
+  }
+  return costs;
 }
 
 absl::Status Communicator::AllReduceAcross(const collective::OpContext& ctx, Algorithm algorithm,

@@ -223,8 +223,9 @@ class Communicator {
   std::vector<int> local_ranks_;                    // ascending, from the plan
   std::array<collective::TreeNode, 2> tree_links_;  // this daemon's links in the two trees
   const CheckNeighbours check_neighbours_;          // where the signatures go and come from
-  // Only the running operation touches it (running_ hands it from one to the next).
-  collective::MeasuredTimes measured_;
+  // The running operation updates it; Explain reads it.
+  mutable absl::Mutex measured_mu_;
+  collective::MeasuredTimes measured_ ABSL_GUARDED_BY(measured_mu_);
 
   mutable absl::Mutex mu_;
   std::vector<std::optional<uint64_t>> sessions_ ABSL_GUARDED_BY(mu_);  // by local index

@@ -130,11 +130,34 @@ TEST(TunerTest, ExplainNamesEveryCandidateAndTheChoice) {
   EXPECT_NE(text.find("-> ring"), std::string::npos) << text;
 }
 
+TEST(TunerTest, ExplainShowsMeasuredTimesAndTheChoiceTheyMake) {
+  std::vector<AlgorithmCost> costs(3);
+  costs[0].algorithm = Algorithm::kHalvingDoubling;
+  costs[0].predicted = absl::Microseconds(300);
+  costs[1].algorithm = Algorithm::kDoubling;
+  costs[1].predicted = absl::Microseconds(350);
+  costs[2].algorithm = Algorithm::kRing;
+  costs[2].predicted = absl::Microseconds(900);  // beyond 2x: measured or not, never chosen
+  EXPECT_EQ(ExplainCosts(costs),
+            "halving_doubling 300 us, doubling 350 us, ring 900 us -> halving_doubling");
+  costs[1].measured = absl::Microseconds(180);
+  costs[2].measured = absl::Microseconds(10);
+  EXPECT_EQ(ExplainCosts(costs),
+            "halving_doubling 300 us, doubling 350 us (measured 180 us), ring 900 us (measured 10 "
+            "us) -> doubling");
+  costs[0].measured = absl::Microseconds(170);
+  EXPECT_NE(ExplainCosts(costs).find("-> halving_doubling"), std::string::npos);
+}
+
 // MeasuredTimes: the agreed table, the choice, exploration and the exchange's counters.
 std::vector<AlgorithmCost> Costs(std::initializer_list<std::pair<Algorithm, int>> us) {
   std::vector<AlgorithmCost> costs;
-  for (const auto& [algorithm, micros] : us)
-    costs.push_back({algorithm, absl::Microseconds(micros)});
+  for (const auto& [algorithm, micros] : us) {
+    AlgorithmCost cost;
+    cost.algorithm = algorithm;
+    cost.predicted = absl::Microseconds(micros);
+    costs.push_back(cost);
+  }
   return costs;
 }
 

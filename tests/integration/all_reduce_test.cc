@@ -227,6 +227,20 @@ TEST(MeasuredChoiceTest, DaemonsTryCandidatesAndAgreeOnEveryChoice) {
           ASSERT_EQ(wrong, 0u) << "operation " << op << " (" << (*comm)->last_algorithm() << ")";
           ran[rank].push_back((*comm)->last_algorithm());
         }
+        // Explain reports what the daemons measured at this size (nothing without learning).
+        auto after =
+            (*comm)->Explain(collective::Collective::kAllReduce, kCount, DataType::kFloat32);
+        ASSERT_TRUE(after.ok()) << after.status();
+        int64_t samples = 0;
+        for (const AlgorithmEstimate& e : *after) {
+          samples += e.measured_samples;
+          EXPECT_EQ(e.measured.has_value(), e.measured_samples >= 16) << e.measured_samples;
+        }
+        if (learn) {
+          EXPECT_GT(samples, 0);
+        } else {
+          EXPECT_EQ(samples, 0);
+        }
         EXPECT_TRUE((*comm)->Destroy().ok());
       });
     }
