@@ -104,10 +104,6 @@ absl::Status DirectAllToAll(const OpContext& ctx, const Participants& participan
   return absl::OkStatus();
 }
 
-}  // namespace baton::collective
-
-namespace baton::collective {
-
 absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& participants,
                                    const std::vector<std::vector<int>>& ranks_of,
                                    std::span<const std::byte* const> sends,

@@ -71,6 +71,30 @@ std::string HumanDuration(absl::Duration d) {
   return absl::StrFormat("%.3f s", us / 1e6);
 }
 
+// How many of `costs` (cheapest predicted first) are candidates: predicted within
+// MeasuredTimes::kCandidateFactor of the cheapest.
+size_t CandidateCount(const std::vector<AlgorithmCost>& costs) {
+  size_t count = 0;
+  while (count < costs.size() &&
+         costs[count].predicted <= costs.front().predicted * MeasuredTimes::kCandidateFactor) {
+    ++count;
+  }
+  return count;
+}
+
+// Among `candidates` (at least one), the measured one with the lowest time, the first of equals;
+// the model's cheapest while none is measured.
+const AlgorithmCost& Preferred(std::span<const AlgorithmCost> candidates) {
+  const AlgorithmCost* preferred = &candidates.front();
+  for (const AlgorithmCost& candidate : candidates) {
+    if (candidate.measured &&
+        (!preferred->measured || *candidate.measured < *preferred->measured)) {
+      preferred = &candidate;
+    }
+  }
+  return *preferred;
+}
+
 }  // namespace
 
 LinkModel DefaultLinkModel() { return LinkModel{absl::Microseconds(50), 1.25e9}; }
@@ -165,32 +189,25 @@ Algorithm MeasuredTimes::Choose(size_t bytes, const std::vector<AlgorithmCost>& 
   if (costs.empty()) return Algorithm::kRing;
   const int size_class = Cell(bytes, Algorithm::kRing) / kAlgorithms;
   const bool explore = ++chosen_[size_class] % kExploreEvery == 0;
-  const absl::Duration limit = costs.front().predicted * kCandidateFactor;
-  std::optional<Algorithm> best;
-  absl::Duration best_mean;
-  for (const AlgorithmCost& cost : costs) {
-    if (cost.predicted > limit) break;
-    const std::optional<absl::Duration> mean = Mean(bytes, cost.algorithm);
-    if (mean && (!best || *mean < best_mean)) {
-      best = cost.algorithm;
-      best_mean = *mean;
-    }
+  std::vector<AlgorithmCost> candidates(costs.begin(), costs.begin() + CandidateCount(costs));
+  for (AlgorithmCost& candidate : candidates) {
+    candidate.measured = Mean(bytes, candidate.algorithm);
+    candidate.samples = Samples(bytes, candidate.algorithm);
   }
+  const AlgorithmCost& best = Preferred(candidates);
   if (explore) {
     // The least measured candidate, if it is unmeasured or far behind the best.
-    const int64_t enough = best ? Samples(bytes, *best) / 64 : kMinSamples;
-    std::optional<Algorithm> least;
-    for (const AlgorithmCost& cost : costs) {
-      if (cost.predicted > limit) break;
-      const int64_t samples = Samples(bytes, cost.algorithm);
-      if ((samples < kMinSamples || samples < enough) &&
-          (!least || samples < Samples(bytes, *least))) {
-        least = cost.algorithm;
+    const int64_t enough = best.measured ? best.samples / 64 : kMinSamples;
+    const AlgorithmCost* least = nullptr;
+    for (const AlgorithmCost& candidate : candidates) {
+      if ((candidate.samples < kMinSamples || candidate.samples < enough) &&
+          (least == nullptr || candidate.samples < least->samples)) {
+        least = &candidate;
       }
     }
-    if (least) return *least;
+    if (least != nullptr) return least->algorithm;
   }
-  return best ? *best : costs.front().algorithm;
+  return best.algorithm;
 }
 
 std::string ExplainCosts(const std::vector<AlgorithmCost>& costs) {
@@ -202,12 +219,8 @@ std::string ExplainCosts(const std::vector<AlgorithmCost>& costs) {
   }
   if (costs.empty()) return text;
   // What MeasuredTimes::Choose runs outside its explorations.
-  const AlgorithmCost* chosen = &costs.front();
-  for (const AlgorithmCost& cost : costs) {
-    if (cost.predicted > costs.front().predicted * MeasuredTimes::kCandidateFactor) break;
-    if (cost.measured && (!chosen->measured || *cost.measured < *chosen->measured)) chosen = &cost;
-  }
-  absl::StrAppend(&text, " -> ", AlgorithmName(chosen->algorithm));
+  const std::span<const AlgorithmCost> candidates(costs.data(), CandidateCount(costs));
+  absl::StrAppend(&text, " -> ", AlgorithmName(Preferred(candidates).algorithm));
   return text;
 }
 

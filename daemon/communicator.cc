@@ -83,6 +83,13 @@ struct Signature {
 };
 static_assert(sizeof(Signature) == 32);
 
+// Whether `bytes` at `a` and `bytes` at `b` share no byte.
+bool Apart(const void* a, const void* b, size_t bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return x + bytes <= y || y + bytes <= x;
+}
+
 // The tag step reserved for the signature exchange; algorithms number their steps from 0.
 constexpr uint32_t kSignatureStep = 0xFFFFFFFFu;
 // The first tag step of the measured times' exchange (a doubling all-reduce, a few steps), above
@@ -386,11 +393,7 @@ absl::StatusOr<std::string> Communicator::RunOperation(uint64_t seq, std::vector
       bool inputs_apart = true;
       for (const OpRequest& part : parts) {
         sources.push_back(part.send);
-        const auto in = reinterpret_cast<uintptr_t>(part.send);
-        const auto out = reinterpret_cast<uintptr_t>(result);
-        const bool same = in == out;
-        const bool apart = in + bytes <= out || out + bytes <= in;
-        inputs_apart = inputs_apart && (same || apart);
+        inputs_apart = inputs_apart && (part.send == result || Apart(part.send, result, bytes));
       }
       const bool ring_reads_input = across && algorithm == Algorithm::kRing && inputs_apart;
       if (bytes > 0 && !ring_reads_input) {
@@ -680,11 +683,7 @@ absl::Status Communicator::AllToAllAcross(const collective::OpContext& ctx,
   const size_t buffer_bytes = block * static_cast<size_t>(plan_.world_size);
   bool apart = true;
   for (const OpRequest& a : parts) {
-    for (const OpRequest& b : parts) {
-      const auto send = reinterpret_cast<uintptr_t>(a.send);
-      const auto recv = reinterpret_cast<uintptr_t>(b.recv);
-      apart = apart && (send + buffer_bytes <= recv || recv + buffer_bytes <= send);
-    }
+    for (const OpRequest& b : parts) apart = apart && Apart(a.send, b.recv, buffer_bytes);
   }
   if (apart) {
     std::vector<std::vector<int>> ranks_of;
