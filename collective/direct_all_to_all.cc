@@ -4,10 +4,13 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "collective/op_checks.h"
 #include "collective/segments.h"
 #include "common/status_macros.h"
@@ -22,10 +25,43 @@
 namespace baton::collective {
 namespace {
 
+constexpr size_t kNoReceive = SIZE_MAX;
+
 bool Overlap(const void* a, const void* b, size_t bytes) {
   const auto x = reinterpret_cast<uintptr_t>(a);
   const auto y = reinterpret_cast<uintptr_t>(b);
   return x < y + bytes && y < x + bytes;
+}
+
+// Called before each send, so that the operation ends when it can no longer succeed rather than
+// after its last send: past the deadline (a rank sending to live peers on a starved machine
+// would otherwise go on long after it), or once a receive has failed (its sender was lost, or
+// the communicator aborted). `last[s]` indexes in `posted` the last receive posted for step s
+// (from participant rank-s); losing a participant fails every receive still pending from it,
+// the last one included, so one test per participant is enough.
+absl::Status CheckBeforeSend(const OpContext& ctx, const Participants& participants,
+                             std::span<const std::unique_ptr<transport::PostedRecv>> posted,
+                             std::span<const size_t> last, int to_step,
+                             absl::FunctionRef<std::string(int)> where) {
+  const int n = participants.size();
+  const int r = participants.rank;
+  if (absl::Now() >= ctx.deadline) {
+    return internal::AnnotateTransportError(
+        absl::DeadlineExceededError("the deadline passed before every block was sent"),
+        where(to_step), "sending to",
+        participants.addresses[static_cast<size_t>((r + to_step) % n)]);
+  }
+  for (int s = 1; s < n; ++s) {
+    const size_t k = last[static_cast<size_t>(s)];
+    if (k == kNoReceive || !posted[k]->Test()) continue;
+    const absl::Status status = posted[k]->Wait();
+    if (!status.ok()) {
+      return internal::AnnotateTransportError(
+          status, where(s), "receiving from",
+          participants.addresses[static_cast<size_t>((r - s + n) % n)]);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -70,6 +106,7 @@ absl::Status DirectAllToAll(const OpContext& ctx, const Participants& participan
   // step's receive and the links stay busy from the first chunk to the last.
   std::vector<std::unique_ptr<transport::PostedRecv>> posted;
   posted.reserve(static_cast<size_t>(n - 1) * chunks);
+  std::vector<size_t> last(static_cast<size_t>(n), kNoReceive);
   for (int s = 1; s < n; ++s) {
     const int from = (r - s + n) % n;
     for (size_t part = 0; part < chunks; ++part) {
@@ -77,6 +114,7 @@ absl::Status DirectAllToAll(const OpContext& ctx, const Participants& participan
           participants.addresses[from], tag(s, part),
           internal::BytesOf(recv, element_size, chunk_of(from, part)), ctx.deadline, nullptr));
     }
+    last[static_cast<size_t>(s)] = posted.size() - 1;
   }
   // Sending never writes: the const_cast only lets BytesOf serve both buffers.
   void* const send_data = const_cast<void*>(send);
@@ -84,6 +122,7 @@ absl::Status DirectAllToAll(const OpContext& ctx, const Participants& participan
     const int to = (r + s) % n;
     const std::string& to_address = participants.addresses[to];
     for (size_t part = 0; part < chunks; ++part) {
+      BATON_RETURN_IF_ERROR(CheckBeforeSend(ctx, participants, posted, last, s, where));
       const absl::Status status = ctx.endpoint->Send(
           to_address, tag(s, part), internal::BytesOf(send_data, element_size, chunk_of(to, part)),
           ctx.deadline);
@@ -182,9 +221,11 @@ absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& par
   };
   // Every receive first, straight into the ranks' buffers, as DirectAllToAll does.
   std::vector<std::unique_ptr<transport::PostedRecv>> posted;
+  std::vector<size_t> last(static_cast<size_t>(n), kNoReceive);
   for (int s = 1; s < n; ++s) {
     const int from = (r - s + n) % n;
     const std::vector<int>& sources = ranks_of[static_cast<size_t>(from)];
+    const size_t before = posted.size();
     for (size_t a = 0; a < sources.size(); ++a) {
       for (size_t j = 0; j < mine.size(); ++j) {
         for (size_t c = 0; c < chunks; ++c) {
@@ -196,6 +237,7 @@ absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& par
         }
       }
     }
+    if (posted.size() > before) last[static_cast<size_t>(s)] = posted.size() - 1;
   }
   // Then the blocks, to every participant in turn, about one chunk's worth to each per round (in
   // one SendAll, however many blocks that is): each link carries a share of every step at once,
@@ -227,6 +269,7 @@ absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& par
       for (size_t bytes = 0; end < all.size() && bytes < chunk_bytes; ++end) {
         bytes += all[end].data.size();
       }
+      BATON_RETURN_IF_ERROR(CheckBeforeSend(ctx, participants, posted, last, s, where));
       const int to = (r + s) % n;
       const std::string& to_address = participants.addresses[static_cast<size_t>(to)];
       const absl::Status status = ctx.endpoint->SendAll(

@@ -1,9 +1,12 @@
 #include "collective/direct_all_to_all.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -202,6 +205,67 @@ TEST(DirectAllToAllOfRanksArguments, RejectsBadArguments) {
                 .code(),
             kInvalid);
 }
+
+// Neither exchange sends a block once the operation cannot succeed: with a participant lost
+// before the call, or the deadline already past, the survivors fail without transmitting a byte,
+// naming the lost peer or the peer they were about to send to. (Sending everything first and
+// only then waiting kept a rank of a starved machine sending to its live peers long after the
+// deadline.)
+enum class Doom { kPeerLost, kDeadlinePassed };
+
+class DirectAllToAllDoomedTest : public ::testing::TestWithParam<std::tuple<bool, Doom>> {};
+
+TEST_P(DirectAllToAllDoomedTest, SendsNothingAndNamesThePeer) {
+  const auto [of_ranks, doom] = GetParam();
+  constexpr int kSize = 4;
+  constexpr int kVictim = 2;
+  constexpr size_t kBlockBytes = 4096;
+  std::vector<std::vector<std::byte>> send(kSize, std::vector<std::byte>(kBlockBytes * kSize));
+  std::vector<std::vector<std::byte>> recv = send;
+  Group group(kSize);
+  OpContext context = test::TestContext(1, absl::Seconds(60));
+  context.chunk_bytes = 64;
+  if (doom == Doom::kPeerLost) {
+    group.fabric().Kill(group.endpoint(kVictim)->address());
+  } else {
+    context.deadline = absl::Now() - absl::Seconds(1);
+  }
+  const std::vector<std::vector<int>> ranks_of = {{0}, {1}, {2}, {3}};
+  const auto statuses = group.Run(context, [&](int r, const OpContext& ctx) {
+    const Participants participants = test::ParticipantsOf(r, kSize);
+    if (!of_ranks) {
+      return DirectAllToAll(ctx, participants, send[r].data(), recv[r].data(),
+                            kBlockBytes / sizeof(int32_t), DataType::kInt32);
+    }
+    const std::vector<const std::byte*> sends = {send[r].data()};
+    const std::vector<std::byte*> recvs = {recv[r].data()};
+    return DirectAllToAllOfRanks(ctx, participants, ranks_of, sends, recvs, kBlockBytes);
+  });
+  for (int r = 0; r < kSize; ++r) {
+    if (doom == Doom::kPeerLost && r == kVictim) continue;
+    const absl::Status& status = statuses[r];
+    if (doom == Doom::kPeerLost) {
+      EXPECT_TRUE(absl::IsUnavailable(status)) << "rank " << r << ": " << status;
+      EXPECT_THAT(std::string(status.message()),
+                  ::testing::HasSubstr("receiving from " + test::Address(kVictim)))
+          << "rank " << r;
+    } else {
+      EXPECT_TRUE(absl::IsDeadlineExceeded(status)) << "rank " << r << ": " << status;
+      EXPECT_THAT(std::string(status.message()), ::testing::HasSubstr("sending to "))
+          << "rank " << r;
+    }
+    EXPECT_EQ(group.TxBytes(r), 0u) << "rank " << r << ": " << status;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BothExchanges, DirectAllToAllDoomedTest,
+    ::testing::Combine(::testing::Bool(),
+                       ::testing::Values(Doom::kPeerLost, Doom::kDeadlinePassed)),
+    [](const ::testing::TestParamInfo<std::tuple<bool, Doom>>& info) {
+      return std::string(std::get<0>(info.param) ? "of_ranks_" : "one_block_") +
+             (std::get<1>(info.param) == Doom::kPeerLost ? "peer_lost" : "deadline_passed");
+    });
 
 }  // namespace
 }  // namespace baton::collective
