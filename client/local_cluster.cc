@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,11 +42,17 @@ std::string Tail(const std::string& path, size_t max_bytes = 2000) {
 }
 
 absl::StatusOr<pid_t> Spawn(const std::string& binary, const std::vector<std::string>& args,
-                            const std::string& log) {
+                            const std::string& log, bool stop_with_caller) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError(absl::StrCat("fork failed: ", strerror(errno)));
   if (pid == 0) {
     setsid();  // outlive the caller's terminal and process group
+    if (stop_with_caller) {
+      // SIGTERM when the thread that forked ends; the caller may have died before this line.
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != parent) _exit(1);
+    }
     const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
@@ -170,7 +177,7 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOpt
         "--ready-file=" + ready,
     };
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
-    absl::StatusOr<pid_t> pid = Spawn(options.batond, args, daemon.log);
+    absl::StatusOr<pid_t> pid = Spawn(options.batond, args, daemon.log, options.stop_with_caller);
     if (!pid.ok()) return fail(pid.status());
     daemon.pid = *pid;
     daemons.push_back(daemon);

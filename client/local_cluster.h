@@ -30,9 +30,14 @@ struct LocalClusterOptions {
   std::string batond;                   // path of the batond binary
   std::vector<std::string> extra_args;  // passed to every daemon, e.g. {"--op-timeout=5s"}
   absl::Duration start_timeout = absl::Seconds(30);
+  // The daemons get SIGTERM when the thread that started them ends, however it ends (a killed
+  // test must not leave daemons behind); otherwise they outlive the caller, as `baton local up`
+  // needs.
+  bool stop_with_caller = false;
 };
 
-// Starts the daemons (in their own sessions, so they outlive the caller), waits until each has
+// Starts the daemons (in their own sessions, so they outlive the caller unless
+// stop_with_caller), waits until each has
 // written its ready file, and records them in <dir>/cluster.txt. FailedPrecondition if the
 // directory already holds a running cluster. On failure, daemons already started are stopped.
 absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOptions& options);

@@ -117,6 +117,41 @@ TEST(DaemonLifecycleTest, SigtermStopsPromptlyAfterWork) {
   }
 }
 
+// With stop_with_caller (as TestCluster sets it) the daemons stop when the thread that started
+// them ends, as they would when a killed test process takes its threads with it; without it
+// they outlive their starter, as `baton local up` needs.
+TEST(DaemonLifecycleTest, DaemonsStopWithTheirStarterOnlyWhenAskedTo) {
+  for (bool stop_with_caller : {true, false}) {
+    SCOPED_TRACE(stop_with_caller ? "stop_with_caller" : "outliving");
+    char dir[] = "/tmp/baton-it-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    client::LocalClusterOptions options;
+    options.dir = dir;
+    options.nodes = 1;
+    options.batond = BATOND_PATH;
+    options.stop_with_caller = stop_with_caller;
+    absl::StatusOr<std::vector<client::LocalDaemon>> daemons;
+    std::thread([&] { daemons = client::StartLocalCluster(options); }).join();
+    ASSERT_TRUE(daemons.ok()) << daemons.status();
+    const pid_t pid = (*daemons)[0].pid;
+    // Stopping takes a moment; surviving is judged after half a second.
+    const absl::Time deadline =
+        absl::Now() + (stop_with_caller ? absl::Seconds(10) : absl::Milliseconds(500));
+    while (client::IsRunning(pid) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+    EXPECT_EQ(client::IsRunning(pid), !stop_with_caller) << (*daemons)[0].log;
+    if (!stop_with_caller) {
+      // It still serves.
+      EXPECT_TRUE(MustConnect((*daemons)[0].socket)->CreateCommId().ok());
+    } else {
+      EXPECT_NE(ReadFile((*daemons)[0].log).find("SIGTERM"), std::string::npos)
+          << ReadFile((*daemons)[0].log);
+    }
+    EXPECT_TRUE(client::StopLocalCluster(dir).ok());
+    std::error_code error;
+    std::filesystem::remove_all(dir, error);
+  }
+}
+
 // A process that has exited but that its parent has not reaped (a zombie) is not running: `baton
 // local down` and the tests wait for daemons whose parent is long gone.
 TEST(DaemonLifecycleTest, AnExitedProcessNobodyReapedIsNotRunning) {

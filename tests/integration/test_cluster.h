@@ -1,6 +1,8 @@
 #pragma once
 
-// A local cluster of real batond processes in a fresh temp dir, stopped when the test ends.
+// A local cluster of real batond processes in a fresh temp dir, stopped when the test ends, or
+// when its process dies (construct it on the test's main thread: the daemons are stopped when
+// the thread that started them ends).
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -28,6 +30,7 @@ class TestCluster {
     options.nodes = nodes;
     options.batond = BATOND_PATH;
     options.extra_args = std::move(extra_args);
+    options.stop_with_caller = true;
     absl::StatusOr<std::vector<client::LocalDaemon>> daemons = client::StartLocalCluster(options);
     EXPECT_TRUE(daemons.ok()) << daemons.status();
     if (daemons.ok()) daemons_ = std::move(*daemons);
