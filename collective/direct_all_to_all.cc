@@ -35,13 +35,14 @@ bool Overlap(const void* a, const void* b, size_t bytes) {
 
 // Called before each send, so that the operation ends when it can no longer succeed rather than
 // after its last send: past the deadline (a rank sending to live peers on a starved machine
-// would otherwise go on long after it), or once a receive has failed (its sender was lost, or
-// the communicator aborted). `last[s]` indexes in `posted` the last receive posted for step s
-// (from participant rank-s); losing a participant fails every receive still pending from it,
-// the last one included, so one test per participant is enough.
+// would otherwise go on long after it), or, with `test_receives` (a step's or round's first
+// send), once a receive has failed (its sender was lost, or the communicator aborted).
+// `last[s]` indexes in `posted` the last receive posted for step s (from participant rank-s);
+// losing a participant fails every receive still pending from it, the last one included, so one
+// test per participant is enough.
 absl::Status CheckBeforeSend(const OpContext& ctx, const Participants& participants,
                              std::span<const std::unique_ptr<transport::PostedRecv>> posted,
-                             std::span<const size_t> last, int to_step,
+                             std::span<const size_t> last, int to_step, bool test_receives,
                              absl::FunctionRef<std::string(int)> where) {
   const int n = participants.size();
   const int r = participants.rank;
@@ -51,7 +52,7 @@ absl::Status CheckBeforeSend(const OpContext& ctx, const Participants& participa
         where(to_step), "sending to",
         participants.addresses[static_cast<size_t>((r + to_step) % n)]);
   }
-  for (int s = 1; s < n; ++s) {
+  for (int s = 1; test_receives && s < n; ++s) {
     const size_t k = last[static_cast<size_t>(s)];
     if (k == kNoReceive || !posted[k]->Test()) continue;
     const absl::Status status = posted[k]->Wait();
@@ -122,7 +123,8 @@ absl::Status DirectAllToAll(const OpContext& ctx, const Participants& participan
     const int to = (r + s) % n;
     const std::string& to_address = participants.addresses[to];
     for (size_t part = 0; part < chunks; ++part) {
-      BATON_RETURN_IF_ERROR(CheckBeforeSend(ctx, participants, posted, last, s, where));
+      BATON_RETURN_IF_ERROR(
+          CheckBeforeSend(ctx, participants, posted, last, s, /*test_receives=*/part == 0, where));
       const absl::Status status = ctx.endpoint->Send(
           to_address, tag(s, part), internal::BytesOf(send_data, element_size, chunk_of(to, part)),
           ctx.deadline);
@@ -261,6 +263,7 @@ absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& par
   std::vector<size_t> sent(static_cast<size_t>(n), 0);
   for (bool more = true; more;) {
     more = false;
+    bool round_begins = true;
     for (int s = 1; s < n; ++s) {
       const std::vector<transport::OutMessage>& all = to_step[static_cast<size_t>(s)];
       size_t& first = sent[static_cast<size_t>(s)];
@@ -269,7 +272,9 @@ absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& par
       for (size_t bytes = 0; end < all.size() && bytes < chunk_bytes; ++end) {
         bytes += all[end].data.size();
       }
-      BATON_RETURN_IF_ERROR(CheckBeforeSend(ctx, participants, posted, last, s, where));
+      BATON_RETURN_IF_ERROR(CheckBeforeSend(ctx, participants, posted, last, s,
+                                            /*test_receives=*/round_begins, where));
+      round_begins = false;
       const int to = (r + s) % n;
       const std::string& to_address = participants.addresses[static_cast<size_t>(to)];
       const absl::Status status = ctx.endpoint->SendAll(
