@@ -221,6 +221,9 @@ int Bench(int argc, char** argv, bool worker) {
   options.AddBool("barrier", &bench.barrier,
                   "start every iteration after an untimed barrier, as Gloo's and MPI's benchmarks "
                   "do (always so when comparing algorithms); else iterations run back to back");
+  options.AddBool("in_place", &bench.in_place,
+                  "one buffer for input and result (all_reduce, broadcast, reduce, all_to_all), "
+                  "the input put back before every iteration, untimed");
   options.AddInt("ranks_per_daemon", &bench.ranks_per_daemon, "ranks launched per daemon");
   options.AddString("cluster", &cluster, "local cluster directory whose daemons to use");
   options.AddString("sockets", &sockets, "comma-separated daemon sockets (instead of --cluster)");
@@ -239,7 +242,7 @@ int Bench(int argc, char** argv, bool worker) {
       "Usage: baton bench [-o all_reduce] [-d float32] [--redop sum] [-r 0] [-b 8] [-e 64M]\n"
       "                   [-f 2] [-n 20] [-w 5] [-c 1] [--ranks-per-daemon 2] [--explain] "
       "[--median]\n"
-      "                   [--barrier] [--cluster DIR | --sockets A,B,...]\n\n"
+      "                   [--barrier] [--in-place] [--cluster DIR | --sockets A,B,...]\n\n"
       "Runs one collective over every daemon of a running cluster, launching --ranks-per-daemon\n"
       "rank processes on each, and prints per size the time, algbw = size / time and busbw =\n"
       "algbw * factor (nccl-tests: 2(n-1)/n for all_reduce; (n-1)/n for reduce_scatter,\n"

@@ -142,10 +142,13 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
   const size_t max_elements = std::max<size_t>(1, static_cast<size_t>(options.max_bytes) / element);
   absl::StatusOr<void*> send_memory = (*client)->Allocate(max_elements * element);
   if (!send_memory.ok()) return send_memory.status();
-  absl::StatusOr<void*> recv_memory = (*client)->Allocate(max_elements * element);
-  if (!recv_memory.ok()) return recv_memory.status();
   void* send = *send_memory;
-  void* recv = *recv_memory;
+  void* recv = send;
+  if (!options.in_place) {
+    absl::StatusOr<void*> recv_memory = (*client)->Allocate(max_elements * element);
+    if (!recv_memory.ok()) return recv_memory.status();
+    recv = *recv_memory;
+  }
 
   for (int64_t bytes : Sizes(options)) {
     const size_t count = CountFor(*op, bytes, element, world_size);
@@ -162,6 +165,15 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
           *type, send, i,
           reduces ? Contribution(*reduce_op, world_size, rank, i) : Tagged(rank, i));
     }
+    // In place, each iteration starts from the input again.
+    std::vector<std::byte> input;
+    if (options.in_place) {
+      input.assign(static_cast<const std::byte*>(send),
+                   static_cast<const std::byte*>(send) + send_elements * element);
+    }
+    auto restore_input = [&] {
+      if (options.in_place) std::memcpy(send, input.data(), input.size());
+    };
     auto run = [&](const CallOptions& call) -> absl::Status {
       Communicator& c = **comm;
       switch (*op) {
@@ -194,7 +206,10 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
                   costs.empty() ? "local (one daemon)" : collective::ExplainCosts(costs).c_str());
     }
     for (const CallOptions& call : calls) {
-      for (int64_t i = 0; i < options.warmup_iters; ++i) BATON_RETURN_IF_ERROR(run(call));
+      for (int64_t i = 0; i < options.warmup_iters; ++i) {
+        restore_input();
+        BATON_RETURN_IF_ERROR(run(call));
+      }
     }
     // Iteration by iteration, every requested algorithm in turn; `ran` is what each call ran
     // last (what "auto" chose).
@@ -204,6 +219,7 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
       for (size_t a = 0; a < calls.size(); ++a) {
         // Start every algorithm's iteration together: without the (untimed) barrier, the
         // iteration after a slow one would absorb the other ranks' tail of it.
+        restore_input();
         if (comparing || options.barrier) {
           BATON_RETURN_IF_ERROR((*comm)->Barrier(absl::Milliseconds(options.timeout_ms)));
         }
@@ -227,7 +243,11 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
       if (options.check) {
         // A stale result must not pass. Only what this size writes: clearing the whole buffer
         // (sized for the largest size) cost small sizes milliseconds of CPU on every rank.
-        std::memset(recv, 0xA5, recv_elements * element);
+        if (options.in_place) {
+          restore_input();  // an operation that left the buffer alone fails the check
+        } else {
+          std::memset(recv, 0xA5, recv_elements * element);
+        }
         BATON_RETURN_IF_ERROR(run(calls[a]));
         ran[a] = (*comm)->last_algorithm();
         switch (*op) {
@@ -369,6 +389,11 @@ absl::Status RunBench(const BenchOptions& options) {
           absl::StrCat("unknown algorithm '", name, "' (auto, ring, tree, direct)"));
     }
   }
+  if (options.in_place && options.op != "all_reduce" && options.op != "broadcast" &&
+      options.op != "reduce" && options.op != "all_to_all") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--in-place runs all_reduce, broadcast, reduce and all_to_all, not ", options.op));
+  }
   const bool comparing = requested.size() > 1;
   const int world_size = static_cast<int>(options.sockets.size() * options.ranks_per_daemon);
   if (options.root < 0 || options.root >= world_size) {
@@ -386,12 +411,13 @@ absl::Status RunBench(const BenchOptions& options) {
               static_cast<long long>(options.root));
   std::printf(
       "# sizes %lld..%lld bytes, factor %lld, %lld iterations after %lld warm-up, check %s, "
-      "time: the slowest rank's %s%s\n",
+      "time: the slowest rank's %s%s%s\n",
       static_cast<long long>(options.min_bytes), static_cast<long long>(options.max_bytes),
       static_cast<long long>(options.step_factor), static_cast<long long>(options.iters),
       static_cast<long long>(options.warmup_iters), options.check ? "on" : "off",
       options.median || comparing ? "median" : "mean",
-      options.barrier || comparing ? ", each iteration after a barrier" : "");
+      options.barrier || comparing ? ", each iteration after a barrier" : "",
+      options.in_place ? ", in place" : "");
   std::fflush(stdout);
 
   // Launch one worker per rank with its output on a pipe.
@@ -427,7 +453,8 @@ absl::Status RunBench(const BenchOptions& options) {
                                      "--algorithm=" + options.algorithm,
                                      absl::StrCat("--explain=", options.explain ? 1 : 0),
                                      absl::StrCat("--median=", options.median ? 1 : 0),
-                                     absl::StrCat("--barrier=", options.barrier ? 1 : 0)};
+                                     absl::StrCat("--barrier=", options.barrier ? 1 : 0),
+                                     absl::StrCat("--in-place=", options.in_place ? 1 : 0)};
     const pid_t pid = fork();
     if (pid < 0) return absl::InternalError("fork failed");
     if (pid == 0) {

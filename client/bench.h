@@ -36,6 +36,10 @@ struct BenchOptions {
   // Every iteration starts after an untimed barrier, as the peer libraries' benchmarks time theirs
   // (always so when comparing algorithms); else they run back to back.
   bool barrier = false;
+  // One buffer for input and result (all_reduce, broadcast and reduce: send == recv; all_to_all:
+  // the blocks are exchanged within it), as nccl-tests' in-place column; the input is put back,
+  // untimed, before every iteration.
+  bool in_place = false;
   std::vector<std::string> sockets;  // one per daemon
   int64_t timeout_ms = 120000;       // per operation
 };

@@ -105,4 +105,15 @@ read -r chose predicted < <(awk '!/^#/ && NF > 3 && $1 == 8 { print $3, $NF }' "
 [ -n "${chose:-}" ] || fail "no 8-byte row in the comparison"
 [ "$chose" = "$predicted" ] ||
   fail "the auto column says $chose ran, but the tuner chose $predicted"
+
+# In place: all_to_all within one buffer per rank (the daemons' packed path), every element
+# checked.
+"$baton" bench --cluster "$dir" -o all_to_all --in-place -b 6K -e 96K -f 4 -n 2 -w 1 \
+  --ranks-per-daemon $ranks_per_daemon >"$dir/in_place.txt" 2>&1 || {
+  cat "$dir/in_place.txt"
+  fail "baton bench -o all_to_all --in-place failed"
+}
+cat "$dir/in_place.txt"
+grep -q ", in place" "$dir/in_place.txt" || fail "bench did not say it ran in place"
+grep -q "Out of bounds values : 0 OK" "$dir/in_place.txt" || fail "in-place all_to_all was wrong"
 echo "PASS"
