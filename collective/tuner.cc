@@ -154,6 +154,12 @@ std::vector<int64_t> MeasuredTimes::TakePending() {
   return counters;
 }
 
+std::vector<int64_t> MeasuredTimes::Agreed() const {
+  std::vector<int64_t> counters(sum_.begin(), sum_.end());
+  counters.insert(counters.end(), count_.begin(), count_.end());
+  return counters;
+}
+
 absl::Status MeasuredTimes::Merge(std::span<const int64_t> summed) {
   if (summed.size() != 2 * static_cast<size_t>(kCells)) {
     return absl::InvalidArgumentError(

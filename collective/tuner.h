@@ -98,6 +98,9 @@ class MeasuredTimes {
   void Add(size_t bytes, Algorithm algorithm, absl::Duration took);
   // The pending counters (sums in nanoseconds, then counts), cleared; kCells * 2 integers.
   std::vector<int64_t> TakePending();
+  // The agreed table in the same layout (sums, then counts): what Merge into a fresh table
+  // turns back into this one, so a later communicator of the same daemons can start from it.
+  std::vector<int64_t> Agreed() const;
   // Adds every daemon's pending counters, summed, to the agreed table. InvalidArgument (and no
   // change) unless `summed` has kCells * 2 integers with non-negative counts.
   absl::Status Merge(std::span<const int64_t> summed);

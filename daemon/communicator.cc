@@ -127,6 +127,15 @@ Communicator::Communicator(Plan plan, int self, transport::Endpoint* endpoint,
     tree_links_[t] =
         collective::TreeNode{trees.trees[t][self].parent, trees.trees[t][self].children};
   }
+  if (options_.learn_algorithms && !plan_.measured_seed.empty()) {
+    // Every daemon got the same seed in the plan, so all start from the same table or, if it is
+    // malformed, all from an empty one.
+    absl::MutexLock lock(&measured_mu_);
+    if (absl::Status seeded = measured_.Merge(plan_.measured_seed); !seeded.ok()) {
+      spdlog::warn("communicator {:x}: ignoring the plan's measured times: {}", plan_.comm_tag,
+                   seeded.ToString());
+    }
+  }
   sessions_.resize(local_ranks_.size());
   next_seq_.resize(local_ranks_.size(), 0);
   executor_ = std::thread([this] {
@@ -535,10 +544,13 @@ absl::Status Communicator::ExchangeMeasurements(uint64_t seq) {
   absl::Status status =
       collective::DoublingAllReduce(ctx, DaemonParticipants(), counters.data(), counters.size(),
                                     collective::DataType::kInt64, collective::ReduceOp::kSum);
+  std::vector<int64_t> agreed;
   if (status.ok()) {
     absl::MutexLock lock(&measured_mu_);
     status = measured_.Merge(counters);
+    if (status.ok() && options_.on_measured) agreed = measured_.Agreed();
   }
+  if (!agreed.empty()) options_.on_measured(std::move(agreed));
   if (!status.ok()) {
     return NamePeers(absl::Status(
         status.code(),

@@ -80,6 +80,9 @@ struct CommunicatorOptions {
   // Let the all_reduce algorithm follow the times the daemons measured, not only the model
   // (collective::MeasuredTimes); every daemon of a communicator must use the same setting.
   bool learn_algorithms = true;
+  // Told the agreed measured times (collective::MeasuredTimes::Agreed) after every exchange, so
+  // that a later communicator of the same daemons can start from them; may be empty.
+  std::function<void(std::vector<int64_t>)> on_measured;
 };
 
 // The daemons (plan positions) that daemon `self` of `size` sends its operations' signatures to

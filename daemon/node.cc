@@ -52,6 +52,11 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
         options.chunk_bytes =
             static_cast<size_t>(plan.chunk_bytes > 0 ? plan.chunk_bytes : config_.chunk_bytes);
         options.learn_algorithms = !plan.model_only;
+        if (options.learn_algorithms) {
+          options.on_measured = [this, key = plan.TunerKey()](std::vector<int64_t> agreed) {
+            RememberMeasured(key, std::move(agreed));
+          };
+        }
         options.completed_total = &collectives_completed_;
         options.observer = observer_;
         return std::make_shared<Communicator>(
@@ -107,11 +112,28 @@ std::vector<LinkView> Node::Links() {
   return links;
 }
 
+void Node::RememberMeasured(const std::string& key, std::vector<int64_t> agreed) {
+  absl::MutexLock lock(&tuner_mu_);
+  tuner_tables_[key] = TunerTable{++tuner_updates_, std::move(agreed)};
+  if (tuner_tables_.size() <= kRememberedTunerTables) return;
+  auto oldest = tuner_tables_.begin();
+  for (auto it = tuner_tables_.begin(); it != tuner_tables_.end(); ++it) {
+    if (it->second.updated < oldest->second.updated) oldest = it;
+  }
+  tuner_tables_.erase(oldest);
+}
+
 void Node::FinishPlan(Plan& plan) {
   plan.chunk_bytes = config_.chunk_bytes;
   plan.model_only = !config_.tuner_learn;
   if (absl::Status ordered = Rendezvous::OrderByLocality(plan); !ordered.ok()) {
     spdlog::warn("communicator {:x}: keeping rank order: {}", plan.comm_tag, ordered.ToString());
+  }
+  if (!plan.model_only) {
+    absl::MutexLock lock(&tuner_mu_);
+    if (auto it = tuner_tables_.find(plan.TunerKey()); it != tuner_tables_.end()) {
+      plan.measured_seed = it->second.agreed;
+    }
   }
   // The link model: this daemon's links to the others, measured now where not cached. At most
   // kMeasuredAtSetup links and two seconds, so that forming a large communicator stays quick.

@@ -141,6 +141,19 @@ class Node {
   PeerClient peers_;
   std::atomic<uint64_t> collectives_completed_{0};
   PeerDirectory directory_;
+  // The agreed measured times of the last communicator per Plan::TunerKey, at most
+  // kRememberedTunerTables keys (the least recently updated goes): a new communicator whose
+  // root finds its key starts from them. Before communicators_, whose exchanges write here.
+  static constexpr size_t kRememberedTunerTables = 64;
+  struct TunerTable {
+    uint64_t updated = 0;  // tuner_updates_ when last written
+    std::vector<int64_t> agreed;
+  };
+  void RememberMeasured(const std::string& key, std::vector<int64_t> agreed)
+      ABSL_LOCKS_EXCLUDED(tuner_mu_);
+  absl::Mutex tuner_mu_;
+  uint64_t tuner_updates_ ABSL_GUARDED_BY(tuner_mu_) = 0;
+  absl::flat_hash_map<std::string, TunerTable> tuner_tables_ ABSL_GUARDED_BY(tuner_mu_);
   CommunicatorRegistry communicators_;
   absl::Mutex channels_mu_;
   // Destroyed before the communicators and sessions their threads use.

@@ -32,6 +32,7 @@ v1::Plan PlanToProto(const Plan& plan) {
   proto.set_link_bytes_per_second(plan.link_bytes_per_second);
   proto.set_chunk_bytes(plan.chunk_bytes);
   proto.set_model_only(plan.model_only);
+  for (int64_t counter : plan.measured_seed) proto.add_measured_seed(counter);
   for (const PlanDaemon& daemon : plan.daemons) {
     v1::PlanDaemon* entry = proto.add_daemons();
     *entry->mutable_member() = MemberToProto(daemon.member);
@@ -48,6 +49,7 @@ Plan PlanFromProto(const v1::Plan& proto) {
   plan.link_bytes_per_second = proto.link_bytes_per_second();
   plan.chunk_bytes = proto.chunk_bytes();
   plan.model_only = proto.model_only();
+  plan.measured_seed.assign(proto.measured_seed().begin(), proto.measured_seed().end());
   for (const v1::PlanDaemon& entry : proto.daemons()) {
     plan.daemons.push_back(
         PlanDaemon{MemberFromProto(entry.member()), {entry.ranks().begin(), entry.ranks().end()}});

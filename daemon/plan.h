@@ -33,6 +33,19 @@ struct Plan {
   int64_t chunk_bytes = 0;
   // The root's --tuner-learn=false: choose from the model alone (CommunicatorOptions).
   bool model_only = false;
+  // The agreed measured times (collective::MeasuredTimes::Agreed) of the root's last
+  // communicator with the same TunerKey, which every daemon starts this one from; empty: none.
+  std::vector<int64_t> measured_seed;
+
+  // What measured times depend on besides the sizes: the daemons in order, their rank counts and
+  // the chunk. Communicators with the same key may share measurements.
+  std::string TunerKey() const {
+    std::string key = std::to_string(chunk_bytes);
+    for (const PlanDaemon& daemon : daemons) {
+      key += "|" + daemon.member.data_address + "#" + std::to_string(daemon.ranks.size());
+    }
+    return key;
+  }
 
   // Index into `daemons` of the daemon whose data address is `data_address`, or -1.
   int IndexOf(const std::string& data_address) const {

@@ -259,6 +259,30 @@ TEST(MeasuredTimesTest, DaemonsThatExchangeChooseAlike) {
   }
 }
 
+// A later communicator of the same daemons starts from Agreed(): merged into a fresh table it
+// gives the same means, samples and choices; pending measurements are not part of it.
+TEST(MeasuredTimesTest, AgreedTableSeedsAFreshOne) {
+  MeasuredTimes times;
+  const size_t bytes = 16 << 10;
+  const auto costs = Costs({{Algorithm::kHalvingDoubling, 300}, {Algorithm::kDoubling, 350}});
+  for (int i = 0; i < 20; ++i) {
+    times.Add(bytes, Algorithm::kHalvingDoubling, absl::Microseconds(420));
+    times.Add(bytes, Algorithm::kDoubling, absl::Microseconds(180));
+  }
+  Exchange({&times});
+  times.Add(bytes, Algorithm::kHalvingDoubling, absl::Microseconds(1));  // pending, not agreed
+  MeasuredTimes seeded;
+  ASSERT_TRUE(seeded.Merge(times.Agreed()).ok());
+  for (Algorithm algorithm : {Algorithm::kHalvingDoubling, Algorithm::kDoubling}) {
+    EXPECT_EQ(seeded.Mean(bytes, algorithm), times.Mean(bytes, algorithm));
+    EXPECT_EQ(seeded.Samples(bytes, algorithm), 20);
+  }
+  EXPECT_EQ(seeded.Agreed(), times.Agreed());
+  // From its first call it chooses what the measurements say, not the model's cheapest.
+  EXPECT_EQ(seeded.Choose(bytes, costs), Algorithm::kDoubling);
+  EXPECT_EQ(MeasuredTimes().Choose(bytes, costs), Algorithm::kHalvingDoubling);
+}
+
 TEST(MeasuredTimesTest, OldSamplesFadeAndBadCountersAreRefused) {
   MeasuredTimes times;
   const size_t bytes = 1 << 20;

@@ -254,6 +254,51 @@ TEST(MeasuredChoiceTest, DaemonsTryCandidatesAndAgreeOnEveryChoice) {
     } else {
       EXPECT_EQ(distinct, std::set<std::string>{model[0]});
     }
+
+    // A second communicator of the same ranks starts from the first one's agreed times (the
+    // root puts them in the plan): Explain shows them before any operation, alike on every
+    // daemon, and the daemons go on agreeing on every choice.
+    const std::string second = NewCommId(root);
+    std::vector<std::vector<int64_t>> seeded(kWorld);
+    std::vector<std::vector<std::string>> ran_second(kWorld);
+    threads.clear();
+    for (int rank = 0; rank < kWorld; ++rank) {
+      threads.emplace_back([&, rank] {
+        const int daemon = rank / kRanksPerDaemon;
+        std::unique_ptr<Client> client = MustConnect(
+            daemon == 0 ? root.daemons()[0].socket : others.daemons()[daemon - 1].socket);
+        auto comm = client->Join(second, kWorld, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        auto estimates =
+            (*comm)->Explain(collective::Collective::kAllReduce, kCount, DataType::kFloat32);
+        ASSERT_TRUE(estimates.ok()) << estimates.status();
+        for (const AlgorithmEstimate& e : *estimates) seeded[rank].push_back(e.measured_samples);
+        std::vector<float> data(kCount);
+        for (int op = 0; op < 70; ++op) {
+          for (size_t i = 0; i < kCount; ++i) data[i] = Input(rank, i);
+          const absl::Status status = (*comm)->AllReduce(data.data(), data.data(), kCount,
+                                                         DataType::kFloat32, ReduceOp::kSum);
+          ASSERT_TRUE(status.ok()) << "second communicator, operation " << op << ": " << status;
+          size_t wrong = 0;
+          for (size_t i = 0; i < kCount; ++i) wrong += data[i] != Expected(i);
+          ASSERT_EQ(wrong, 0u) << "second communicator, operation " << op;
+          ran_second[rank].push_back((*comm)->last_algorithm());
+        }
+        EXPECT_TRUE((*comm)->Destroy().ok());
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int rank = 1; rank < kWorld; ++rank) {
+      EXPECT_EQ(seeded[rank], seeded[0]) << "rank " << rank;
+      EXPECT_EQ(ran_second[rank], ran_second[0]) << "rank " << rank;
+    }
+    int64_t seeded_samples = 0;
+    for (int64_t samples : seeded[0]) seeded_samples += samples;
+    if (learn) {
+      EXPECT_GT(seeded_samples, 0) << "the second communicator started from nothing";
+    } else {
+      EXPECT_EQ(seeded_samples, 0);
+    }
   }
 }
 
