@@ -201,12 +201,30 @@ TEST(MeasuredChoiceTest, DaemonsTryCandidatesAndAgreeOnEveryChoice) {
     std::vector<std::vector<std::string>> ran(kWorld);
     std::vector<std::string> model(kWorld);
     std::vector<int> candidates(kWorld);
+    auto connect = [&](int rank) {
+      const int daemon = rank / kRanksPerDaemon;
+      return MustConnect(daemon == 0 ? root.daemons()[0].socket
+                                     : others.daemons()[daemon - 1].socket);
+    };
+    // `operations` all-reduces in place, each result checked; `ran` gets the algorithms.
+    auto run_checked = [&](Communicator& comm, int rank, int operations,
+                           std::vector<std::string>& ran_here) {
+      std::vector<float> data(kCount);
+      for (int op = 0; op < operations; ++op) {
+        for (size_t i = 0; i < kCount; ++i) data[i] = Input(rank, i);
+        const absl::Status status =
+            comm.AllReduce(data.data(), data.data(), kCount, DataType::kFloat32, ReduceOp::kSum);
+        ASSERT_TRUE(status.ok()) << "operation " << op << ": " << status;
+        size_t wrong = 0;
+        for (size_t i = 0; i < kCount; ++i) wrong += data[i] != Expected(i);
+        ASSERT_EQ(wrong, 0u) << "operation " << op << " (" << comm.last_algorithm() << ")";
+        ran_here.push_back(comm.last_algorithm());
+      }
+    };
     std::vector<std::thread> threads;
     for (int rank = 0; rank < kWorld; ++rank) {
       threads.emplace_back([&, rank] {
-        const int daemon = rank / kRanksPerDaemon;
-        std::unique_ptr<Client> client = MustConnect(
-            daemon == 0 ? root.daemons()[0].socket : others.daemons()[daemon - 1].socket);
+        std::unique_ptr<Client> client = connect(rank);
         auto comm = client->Join(id, kWorld, rank, absl::Seconds(30));
         ASSERT_TRUE(comm.ok()) << comm.status();
         auto estimates =
@@ -216,17 +234,7 @@ TEST(MeasuredChoiceTest, DaemonsTryCandidatesAndAgreeOnEveryChoice) {
         for (const AlgorithmEstimate& e : *estimates) {
           candidates[rank] += e.predicted <= 2 * estimates->front().predicted;
         }
-        std::vector<float> data(kCount);
-        for (int op = 0; op < kOperations; ++op) {
-          for (size_t i = 0; i < kCount; ++i) data[i] = Input(rank, i);
-          const absl::Status status = (*comm)->AllReduce(data.data(), data.data(), kCount,
-                                                         DataType::kFloat32, ReduceOp::kSum);
-          ASSERT_TRUE(status.ok()) << "operation " << op << ": " << status;
-          size_t wrong = 0;
-          for (size_t i = 0; i < kCount; ++i) wrong += data[i] != Expected(i);
-          ASSERT_EQ(wrong, 0u) << "operation " << op << " (" << (*comm)->last_algorithm() << ")";
-          ran[rank].push_back((*comm)->last_algorithm());
-        }
+        run_checked(**comm, rank, kOperations, ran[rank]);
         // Explain reports what the daemons measured at this size (nothing without learning).
         auto after =
             (*comm)->Explain(collective::Collective::kAllReduce, kCount, DataType::kFloat32);
@@ -264,26 +272,14 @@ TEST(MeasuredChoiceTest, DaemonsTryCandidatesAndAgreeOnEveryChoice) {
     threads.clear();
     for (int rank = 0; rank < kWorld; ++rank) {
       threads.emplace_back([&, rank] {
-        const int daemon = rank / kRanksPerDaemon;
-        std::unique_ptr<Client> client = MustConnect(
-            daemon == 0 ? root.daemons()[0].socket : others.daemons()[daemon - 1].socket);
+        std::unique_ptr<Client> client = connect(rank);
         auto comm = client->Join(second, kWorld, rank, absl::Seconds(30));
         ASSERT_TRUE(comm.ok()) << comm.status();
         auto estimates =
             (*comm)->Explain(collective::Collective::kAllReduce, kCount, DataType::kFloat32);
         ASSERT_TRUE(estimates.ok()) << estimates.status();
         for (const AlgorithmEstimate& e : *estimates) seeded[rank].push_back(e.measured_samples);
-        std::vector<float> data(kCount);
-        for (int op = 0; op < 70; ++op) {
-          for (size_t i = 0; i < kCount; ++i) data[i] = Input(rank, i);
-          const absl::Status status = (*comm)->AllReduce(data.data(), data.data(), kCount,
-                                                         DataType::kFloat32, ReduceOp::kSum);
-          ASSERT_TRUE(status.ok()) << "second communicator, operation " << op << ": " << status;
-          size_t wrong = 0;
-          for (size_t i = 0; i < kCount; ++i) wrong += data[i] != Expected(i);
-          ASSERT_EQ(wrong, 0u) << "second communicator, operation " << op;
-          ran_second[rank].push_back((*comm)->last_algorithm());
-        }
+        run_checked(**comm, rank, 70, ran_second[rank]);  // past one exchange
         EXPECT_TRUE((*comm)->Destroy().ok());
       });
     }
