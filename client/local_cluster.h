@@ -37,9 +37,9 @@ struct LocalClusterOptions {
 };
 
 // Starts the daemons (in their own sessions, so they outlive the caller unless
-// stop_with_caller), waits until each has
-// written its ready file, and records them in <dir>/cluster.txt. FailedPrecondition if the
-// directory already holds a running cluster. On failure, daemons already started are stopped.
+// stop_with_caller), waits until each has written its ready file, and records them in
+// <dir>/cluster.txt. FailedPrecondition if the directory already holds a running cluster. On
+// failure, daemons already started are stopped.
 absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOptions& options);
 
 // Reads <dir>/cluster.txt. NotFound if there is no cluster there.

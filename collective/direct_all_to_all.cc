@@ -33,33 +33,24 @@ bool Overlap(const void* a, const void* b, size_t bytes) {
   return x < y + bytes && y < x + bytes;
 }
 
-// Called before each send, so that the operation ends when it can no longer succeed rather than
-// after its last send: past the deadline (a rank sending to live peers on a starved machine
-// would otherwise go on long after it), or, with `test_receives` (a round's first send), once a
-// receive has failed (its sender was lost, or the communicator aborted).
-// `last[s]` indexes in `posted` the last receive posted for step s (from participant rank-s);
-// losing a participant fails every receive still pending from it, the last one included, so one
-// test per participant is enough.
-absl::Status CheckBeforeSend(const OpContext& ctx, const Participants& participants,
-                             std::span<const std::unique_ptr<transport::PostedRecv>> posted,
-                             std::span<const size_t> last, int to_step, bool test_receives,
-                             absl::FunctionRef<std::string(int)> where) {
+// The first failure among the receives already finished, without waiting: called at the start
+// of each round of sends, so that the operation ends once a participant is lost or the
+// communicator aborted rather than after its last send. `last[s]` indexes in `posted` the last
+// receive posted for step s (from participant rank-s); losing a participant fails every receive
+// still pending from it, the last one included, so one test per participant is enough.
+absl::Status FailedReceive(const Participants& participants,
+                           std::span<const std::unique_ptr<transport::PostedRecv>> posted,
+                           std::span<const size_t> last,
+                           absl::FunctionRef<std::string(int)> where) {
   const int n = participants.size();
-  const int r = participants.rank;
-  if (absl::Now() >= ctx.deadline) {
-    return internal::AnnotateTransportError(
-        absl::DeadlineExceededError("the deadline passed before every block was sent"),
-        where(to_step), "sending to",
-        participants.addresses[static_cast<size_t>((r + to_step) % n)]);
-  }
-  for (int s = 1; test_receives && s < n; ++s) {
+  for (int s = 1; s < n; ++s) {
     const size_t k = last[static_cast<size_t>(s)];
     if (k == kNoReceive || !posted[k]->Test()) continue;
     const absl::Status status = posted[k]->Wait();
     if (!status.ok()) {
       return internal::AnnotateTransportError(
           status, where(s), "receiving from",
-          participants.addresses[static_cast<size_t>((r - s + n) % n)]);
+          participants.addresses[static_cast<size_t>((participants.rank - s + n) % n)]);
     }
   }
   return absl::OkStatus();
@@ -169,7 +160,7 @@ absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& par
   auto where = [&](int s) {
     return absl::StrCat(kWhat, " participant ", r, "/", n, ", step ", s, "/", n - 1);
   };
-  // Every receive first, straight into the ranks' buffers, as DirectAllToAll does.
+  // Every receive first, straight into the ranks' buffers.
   std::vector<std::unique_ptr<transport::PostedRecv>> posted;
   std::vector<size_t> last(static_cast<size_t>(n), kNoReceive);
   for (int s = 1; s < n; ++s) {
@@ -211,7 +202,7 @@ absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& par
   std::vector<size_t> sent(static_cast<size_t>(n), 0);
   for (bool more = true; more;) {
     more = false;
-    bool round_begins = true;
+    BATON_RETURN_IF_ERROR(FailedReceive(participants, posted, last, where));
     for (int s = 1; s < n; ++s) {
       const std::vector<transport::OutMessage>& all = to_step[static_cast<size_t>(s)];
       size_t& first = sent[static_cast<size_t>(s)];
@@ -220,11 +211,15 @@ absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& par
       for (size_t bytes = 0; end < all.size() && bytes < chunk_bytes; ++end) {
         bytes += all[end].data.size();
       }
-      BATON_RETURN_IF_ERROR(CheckBeforeSend(ctx, participants, posted, last, s,
-                                            /*test_receives=*/round_begins, where));
-      round_begins = false;
       const int to = (r + s) % n;
       const std::string& to_address = participants.addresses[static_cast<size_t>(to)];
+      // Past the deadline no more sends: a rank sending to live peers on a starved machine would
+      // otherwise go on long after it.
+      if (absl::Now() >= ctx.deadline) {
+        return internal::AnnotateTransportError(
+            absl::DeadlineExceededError("the deadline passed before every block was sent"),
+            where(s), "sending to", to_address);
+      }
       const absl::Status status = ctx.endpoint->SendAll(
           to_address, std::span(all.data() + first, end - first), ctx.deadline);
       if (!status.ok()) {
