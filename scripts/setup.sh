@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Baton builds and tests with, then the tests' npm packages
-# (scripts/setup_node_tools.sh). Idempotent: does nothing when everything is already installed.
-# Needs root (or sudo).
+# Installs the Debian 12 packages Baton builds and tests with, then the tests' Python packages
+# into a venv outside the clone (scripts/setup_python.sh). Idempotent: does nothing when
+# everything is already installed. Needs root (or sudo).
 set -euo pipefail
 
 packages=(
@@ -34,5 +34,5 @@ else
   echo "setup: done"
 fi
 
-# npm packages of the tests (pinned by their package-lock.json).
-bash "$(dirname "$0")/setup_node_tools.sh"
+# Python packages of the tests (pinned by tests/requirements.txt), in their own venv.
+bash "$(dirname "$0")/setup_python.sh"

@@ -3,7 +3,7 @@
 
 Usage: k8s_manifests_test.py SOURCE_DIR
 
-Not a schema validation: k8s_schema_test (tests/deploy/k8s_schema) validates the manifests but
+Not a schema validation: k8s_schema_test.py validates every manifest but
 kustomization.yaml, offline, against the Kubernetes OpenAPI and prometheus-operator CRD schemas.
 This test checks what the schemas cannot: that every file parses, that kinds and apiVersions are
 the expected ones, the DaemonSet settings that batond depends on, that the ConfigMap only uses
@@ -27,7 +27,8 @@ from promql_helpers import (GRAFANA_BUILTINS, dashboard_queries, iter_panels,
 try:
     import yaml
 except ImportError:
-    print("SKIP: PyYAML is not installed (Debian: python3-yaml)")
+    print(f"SKIP: PyYAML is not installed in {sys.prefix} (tests/requirements.txt; "
+          "run scripts/setup_python.sh)")
     sys.exit(77)
 
 EXPECTED_KINDS = {

@@ -45,7 +45,8 @@ import urllib.request
 try:
     import yaml
 except ImportError:
-    print("SKIP: PyYAML is not installed (Debian: python3-yaml)")
+    print(f"SKIP: PyYAML is not installed in {sys.prefix} (tests/requirements.txt; "
+          "run scripts/setup_python.sh)")
     sys.exit(77)
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree

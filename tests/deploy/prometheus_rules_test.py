@@ -19,7 +19,8 @@ import tempfile
 try:
     import yaml
 except ImportError:
-    print("SKIP: PyYAML is not installed (Debian: python3-yaml)")
+    print(f"SKIP: PyYAML is not installed in {sys.prefix} (tests/requirements.txt; "
+          "run scripts/setup_python.sh)")
     sys.exit(77)
 
 RULES_FILE = "batond-rules.yaml"
