@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <latch>
 #include <set>
 #include <string>
 #include <thread>
@@ -692,6 +693,25 @@ TEST(CApiCluster, SplitGroupsByColourAndOrdersByKey) {
     EXPECT_TRUE(Fails(baton_comm_split(r.comm, 0, 0, kJoinMs, nullptr), BATON_INVALID_ARGUMENT));
     // The parent still works.
     EXPECT_TRUE(Succeeds(baton_barrier(r.comm, nullptr)));
+  });
+}
+
+TEST(CApiCluster, ASplitThatARankNeverCallsFailsAtItsDeadline) {
+  std::latch others_returned(3);
+  RunRanks([&](Rank& r) {
+    if (r.rank == 3) {  // never calls split; leaves only once the others have given up
+      others_returned.wait();
+      return;
+    }
+    baton_comm_t* out = reinterpret_cast<baton_comm_t*>(&r);  // must be reset
+    const Clock::time_point start = Clock::now();
+    const baton_code_t code = baton_comm_split(r.comm, 0, 0, 1500, &out);
+    const auto took = Clock::now() - start;
+    others_returned.count_down();
+    EXPECT_TRUE(Fails(code, BATON_DEADLINE_EXCEEDED));
+    EXPECT_EQ(out, nullptr);
+    EXPECT_GE(took, std::chrono::milliseconds(1400)) << "waits for its timeout";
+    EXPECT_LT(took, std::chrono::milliseconds(1500 + 8000)) << "and no longer";
   });
 }
 
