@@ -35,7 +35,7 @@
 namespace baton::daemon {
 
 // One local rank's part of an operation. `pins` keep its buffers mapped until it completes.
-// Buffer sizes follow the client API (client/baton.h): `count` elements of send and recv for
+// Buffer sizes follow the client API (<baton/baton.h>): `count` elements of send and recv for
 // all_reduce, broadcast and reduce; count * world_size of send and count of recv for
 // reduce_scatter; the reverse for all_gather; count * world_size of both for all_to_all. A buffer
 // the operation does not use on this rank may be null (broadcast's send off the root, reduce's

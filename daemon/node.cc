@@ -289,7 +289,7 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   request.root = rooted ? call.root : 0;
   request.count = call.kind == Collective::kBarrier ? 0 : call.count;
 
-  // How many elements this rank's send and recv hold (client/baton.h).
+  // How many elements this rank's send and recv hold (<baton/baton.h>).
   uint64_t send_count = request.count;
   uint64_t recv_count = request.count;
   const uint64_t world_count = static_cast<uint64_t>(world);

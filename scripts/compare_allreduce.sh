@@ -31,7 +31,7 @@ and prints one table: size, busbw (GB/s) of each, and Baton / the best of the ot
 times. busbw = size / time * 2(n-1)/n with n the number of ranks (nccl-tests). Every library
 starts each iteration after an untimed barrier. The time of Gloo and MPI is the median over
 iterations of the slowest rank's time; Baton's is the slowest rank's median (baton bench
---median --barrier, client/bench.cc). Tears the cluster down on exit; raw outputs stay in DIR.
+--median --barrier, client/cli/bench.cc). Tears the cluster down on exit; raw outputs stay in DIR.
 
 Options:
   --hosts N            hosts (namespaces), default 4

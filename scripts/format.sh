@@ -3,7 +3,7 @@
 # differ and fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mapfile -t files < <(git ls-files -co --exclude-standard '*.h' '*.cc' '*.cu')
+mapfile -t files < <(git ls-files -co --exclude-standard '*.h' '*.hpp' '*.c' '*.cc' '*.cpp' '*.cu')
 if [ "${1:-}" = "--check" ]; then
   clang-format --dry-run -Werror "${files[@]}"
   echo "format: ${#files[@]} files clean"

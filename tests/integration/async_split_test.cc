@@ -24,7 +24,7 @@ void RunRanks(const TestCluster& cluster, int world,
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank / per_daemon].socket);
-      auto comm = client->Join(id, world, rank, absl::Seconds(30));
+      auto comm = client->Join(id, world, rank, std::chrono::seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       body(rank, **comm);
     });
@@ -56,7 +56,7 @@ TEST(AsyncTest, QueuedOperationsRunInSubmissionOrder) {
     ASSERT_TRUE(comm.AllReduce(&blocking, &blocking, 1, DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ(blocking, kWorld);
     for (int b = 0; b < 10; ++b) {
-      ASSERT_TRUE(requests[b]->Wait(absl::Seconds(30)).ok());
+      ASSERT_TRUE(requests[b]->Wait(std::chrono::seconds(30)).ok());
       ASSERT_TRUE(requests[b]->Test().has_value());
       EXPECT_EQ(buffers[b][999], static_cast<float>(kWorld * (kWorld - 1) / 2 + kWorld * b));
     }
@@ -75,10 +75,10 @@ TEST(AsyncTest, WaitAndTestHonourDeadlinesWhileTheOperationGoesOn) {
       auto barrier = comm.BarrierAsync();
       // Rank 1 has not entered the barrier yet.
       EXPECT_FALSE(barrier->Test().has_value());
-      EXPECT_EQ(barrier->Wait(absl::Milliseconds(50)).code(), absl::StatusCode::kDeadlineExceeded);
+      EXPECT_EQ(barrier->Wait(std::chrono::milliseconds(50)).code(), StatusCode::kDeadlineExceeded);
       rank0_checked.Notify();
-      EXPECT_TRUE(barrier->Wait(absl::Seconds(30)).ok());
-      EXPECT_EQ(barrier->Test(), absl::OkStatus());
+      EXPECT_TRUE(barrier->Wait(std::chrono::seconds(30)).ok());
+      EXPECT_EQ(barrier->Test(), Status());
     } else {
       rank0_checked.WaitForNotification();
       EXPECT_TRUE(comm.Barrier().ok());
@@ -93,13 +93,13 @@ TEST(SplitTest, ColoursFormCommunicatorsRankedByKey) {
   RunRanks(cluster, kWorld, [](int rank, Communicator& comm) {
     // Colours 0 and 1 by parity, rank 6 opts out; keys reverse the order.
     const int color = rank == 6 ? -1 : rank % 2;
-    absl::StatusOr<std::unique_ptr<Communicator>> split = comm.Split(color, -rank);
+    StatusOr<std::unique_ptr<Communicator>> split = comm.Split(color, -rank);
     ASSERT_TRUE(split.ok()) << split.status();
     // The parent is still usable, by every rank.
     float parent = 1;
-    ASSERT_TRUE(
-        comm.AllReduce(&parent, &parent, 1, DataType::kFloat32, ReduceOp::kSum, absl::Seconds(30))
-            .ok());
+    ASSERT_TRUE(comm.AllReduce(&parent, &parent, 1, DataType::kFloat32, ReduceOp::kSum,
+                               CallOptions(std::chrono::seconds(30)))
+                    .ok());
     EXPECT_EQ(parent, kWorld);
     if (color < 0) {
       EXPECT_EQ(*split, nullptr);

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "baton/v1/baton.grpc.pb.h"
+#include "collective/algorithm.h"
+#include "collective/data_type.h"
 #include "common/shared_memory.h"
 #include "common/submission_channel.h"
 #include "grpcpp/grpcpp.h"

@@ -19,6 +19,9 @@ using testing::TestCluster;
 
 constexpr int kWorld = 6;
 
+// The element helpers of collective/ take its own DataType (the same values as the public one).
+collective::DataType Internal(DataType type) { return static_cast<collective::DataType>(type); }
+
 // Rank r's input element i: distinct small integers, so float sums are exact.
 float In(int rank, size_t i) { return static_cast<float>(rank * 100 + static_cast<int>(i % 97)); }
 
@@ -53,7 +56,7 @@ class CollectivesTest : public ::testing::TestWithParam<int> {
       threads.emplace_back([&, rank] {
         std::unique_ptr<Client> client =
             MustConnect(cluster_->daemons()[where.daemon_of(rank)].socket);
-        auto comm = client->Join(id, kWorld, rank, absl::Seconds(30));
+        auto comm = client->Join(id, kWorld, rank, std::chrono::seconds(30));
         ASSERT_TRUE(comm.ok()) << comm.status();
         body(rank, **comm, *client);
       });
@@ -76,8 +79,8 @@ TEST_P(CollectivesTest, AllReduceWithEveryAlgorithm) {
         for (size_t i = 0; i < count; ++i) data[i] = In(rank, i);
         CallOptions options;
         options.algorithm = algorithm;
-        const absl::Status status = comm.AllReduce(data.data(), data.data(), count,
-                                                   DataType::kFloat32, ReduceOp::kSum, options);
+        const Status status = comm.AllReduce(data.data(), data.data(), count, DataType::kFloat32,
+                                             ReduceOp::kSum, options);
         ASSERT_TRUE(status.ok()) << status;
         for (size_t i = 0; i < count; ++i) {
           float expected = 0;
@@ -134,8 +137,8 @@ TEST_P(CollectivesTest, AllToAllInSharedBuffersApartAndInPlace) {
   RunRanks([](int rank, Communicator& comm, Client& client) {
     for (size_t count : kCounts) {
       const size_t total = std::max<size_t>(1, count * kWorld);
-      absl::StatusOr<void*> send_memory = client.Allocate(total * sizeof(int32_t));
-      absl::StatusOr<void*> recv_memory = client.Allocate(total * sizeof(int32_t));
+      StatusOr<void*> send_memory = client.Allocate(total * sizeof(int32_t));
+      StatusOr<void*> recv_memory = client.Allocate(total * sizeof(int32_t));
       ASSERT_TRUE(send_memory.ok() && recv_memory.ok());
       auto* send = static_cast<int32_t*>(*send_memory);
       auto* recv = static_cast<int32_t*>(*recv_memory);
@@ -195,7 +198,6 @@ TEST_P(CollectivesTest, BroadcastAndReduceFromEveryKindOfRoot) {
 // Every type and reduce op through the daemons: one rank per element holds the "hot" value and
 // the rest a neutral one, so every result is exact in every type (fp8 included).
 TEST_P(CollectivesTest, EveryTypeAndReduceOp) {
-  using collective::DataType;
   const std::vector<DataType> types = {DataType::kInt8,    DataType::kUint8,    DataType::kInt32,
                                        DataType::kUint32,  DataType::kInt64,    DataType::kUint64,
                                        DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
@@ -205,7 +207,7 @@ TEST_P(CollectivesTest, EveryTypeAndReduceOp) {
   RunRanks([&](int rank, Communicator& comm) {
     constexpr size_t kCount = 37;
     for (DataType type : types) {
-      const size_t element = collective::DataTypeSize(type);
+      const size_t element = DataTypeSize(type);
       for (ReduceOp op : ops) {
         auto value = [&](bool hot) -> float {
           switch (op) {
@@ -225,13 +227,12 @@ TEST_P(CollectivesTest, EveryTypeAndReduceOp) {
         const float expected = op == ReduceOp::kProd || op == ReduceOp::kMax ? 2 : 1;
         std::vector<std::byte> data(kCount * element);
         for (size_t i = 0; i < kCount; ++i) {
-          collective::SetElement(type, data.data(), i, value((i + rank) % kWorld == 0));
+          collective::SetElement(Internal(type), data.data(), i, value((i + rank) % kWorld == 0));
         }
         ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), kCount, type, op).ok());
         for (size_t i = 0; i < kCount; ++i) {
-          ASSERT_EQ(collective::GetElement(type, data.data(), i), expected)
-              << collective::DataTypeName(type) << " " << collective::ReduceOpName(op) << " i "
-              << i;
+          ASSERT_EQ(collective::GetElement(Internal(type), data.data(), i), expected)
+              << DataTypeName(type) << " " << ReduceOpName(op) << " i " << i;
         }
       }
     }
@@ -259,13 +260,13 @@ TEST_P(CollectivesTest, InvalidCallsFailAloneAndLeaveTheCommunicatorUsable) {
     float x = 1;
     CallOptions tree;
     tree.algorithm = Algorithm::kTree;
-    absl::Status status = comm.AllGather(&x, &x, 1, DataType::kFloat32, tree);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    Status status = comm.AllGather(&x, &x, 1, DataType::kFloat32, tree);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
     EXPECT_NE(status.message().find("tree"), std::string::npos) << status;
     status = comm.Broadcast(&x, &x, 1, DataType::kFloat32, kWorld);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
     status = comm.Reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, -1);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
     ASSERT_TRUE(comm.AllReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ(x, static_cast<float>(kWorld));
   });

@@ -57,7 +57,7 @@ void AllReduceOnce(TestCluster& cluster, size_t count) {
   for (int rank = 0; rank < size; ++rank) {
     ranks.emplace_back([&, rank] {
       std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
-      auto comm = client->Join(id, size, rank, absl::Seconds(30));
+      auto comm = client->Join(id, size, rank, std::chrono::seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       std::vector<float> data(count, 1.0f);
       ASSERT_TRUE(
@@ -187,20 +187,20 @@ TEST(DaemonLifecycleTest, SigtermFailsInFlightOperationsAndRemovesTheSocket) {
   TestCluster cluster(2);
   ASSERT_TRUE(cluster.ok());
   const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
-  absl::Status in_flight;
+  Status in_flight;
   std::atomic<bool> joined{false};
   std::thread rank0([&] {
     std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
-    auto comm = client->Join(id, 2, 0, absl::Seconds(30));
+    auto comm = client->Join(id, 2, 0, std::chrono::seconds(30));
     ASSERT_TRUE(comm.ok()) << comm.status();
     joined = true;
     float value = 1;
     // Rank 1 never submits, so this waits until the daemon shuts down.
     in_flight = (*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
-                                   absl::Seconds(60));
+                                   CallOptions(std::chrono::seconds(60)));
   });
   std::unique_ptr<Client> client = MustConnect(cluster.daemons()[1].socket);
-  auto comm = client->Join(id, 2, 1, absl::Seconds(30));
+  auto comm = client->Join(id, 2, 1, std::chrono::seconds(30));
   ASSERT_TRUE(comm.ok()) << comm.status();
   while (!joined) absl::SleepFor(absl::Milliseconds(5));
   absl::SleepFor(absl::Milliseconds(200));  // let rank 0's operation reach its daemon

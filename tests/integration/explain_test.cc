@@ -11,7 +11,6 @@
 namespace baton {
 namespace {
 
-using collective::Collective;
 using testing::MustConnect;
 using testing::TestCluster;
 
@@ -24,11 +23,11 @@ TEST(ExplainTest, TheDaemonRunsTheTunersChoice) {
   for (int rank = 0; rank < kDaemons; ++rank) {
     ranks.emplace_back([&, rank] {
       std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
-      auto comm = client->Join(id, kDaemons, rank, absl::Seconds(30));
+      auto comm = client->Join(id, kDaemons, rank, std::chrono::seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       for (size_t count : {size_t{2}, size_t{1} << 21}) {  // 8 B and 8 MiB of float32
         SCOPED_TRACE(count);
-        absl::StatusOr<std::vector<AlgorithmEstimate>> estimates =
+        StatusOr<std::vector<AlgorithmEstimate>> estimates =
             (*comm)->Explain(Collective::kAllReduce, count, DataType::kFloat32);
         ASSERT_TRUE(estimates.ok()) << estimates.status();
         ASSERT_EQ(estimates->size(), 4u);  // ring, tree, doubling, halving_doubling; cheapest first
@@ -40,13 +39,15 @@ TEST(ExplainTest, TheDaemonRunsTheTunersChoice) {
           algorithms.insert((*estimates)[i].algorithm);
         }
         EXPECT_EQ(algorithms.size(), estimates->size()) << "an algorithm is listed twice";
-        for (const AlgorithmEstimate& e : *estimates) EXPECT_GT(e.predicted, absl::ZeroDuration());
+        for (const AlgorithmEstimate& e : *estimates) {
+          EXPECT_GT(e.predicted, std::chrono::nanoseconds::zero());
+        }
         std::vector<float> data(count, 1.0f);
         ASSERT_TRUE(
             (*comm)
                 ->AllReduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum)
                 .ok());
-        EXPECT_EQ((*comm)->last_algorithm(), collective::AlgorithmName((*estimates)[0].algorithm));
+        EXPECT_EQ((*comm)->last_algorithm(), AlgorithmName((*estimates)[0].algorithm));
         EXPECT_EQ(data[0], 3.0f);
       }
       // A collective only the ring implements has one candidate.
@@ -61,7 +62,7 @@ TEST(ExplainTest, TheDaemonRunsTheTunersChoice) {
       EXPECT_LT((*small)[0].predicted, (*large)[0].predicted);
       // An overflowing count is refused.
       auto bad = (*comm)->Explain(Collective::kAllReduce, SIZE_MAX / 2, DataType::kFloat32);
-      EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+      EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument) << bad.status();
     });
   }
   for (auto& t : ranks) t.join();
@@ -72,7 +73,7 @@ TEST(ExplainTest, OneDaemonHasNothingToChoose) {
   ASSERT_TRUE(cluster.ok());
   std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
   const std::string id = *client->CreateCommId();
-  auto comm = client->Join(id, 1, 0, absl::Seconds(30));
+  auto comm = client->Join(id, 1, 0, std::chrono::seconds(30));
   ASSERT_TRUE(comm.ok()) << comm.status();
   auto estimates = (*comm)->Explain(Collective::kAllReduce, 1024, DataType::kFloat32);
   ASSERT_TRUE(estimates.ok()) << estimates.status();

@@ -31,7 +31,7 @@ TEST(FailureTest, KilledDaemonIsNamedOnEverySurvivingRankAndSurvivorsKeepServing
   const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
 
   std::atomic<int> completed_first{0};
-  std::vector<absl::Status> failure(kWorld);
+  std::vector<Status> failure(kWorld);
   std::vector<absl::Duration> failed_after(kWorld);
   std::vector<absl::Time> kill_time(1);
   std::vector<std::thread> threads;
@@ -39,14 +39,14 @@ TEST(FailureTest, KilledDaemonIsNamedOnEverySurvivingRankAndSurvivorsKeepServing
     threads.emplace_back([&, rank] {
       std::unique_ptr<Client> client =
           MustConnect(cluster.daemons()[rank / kRanksPerDaemon].socket);
-      auto comm = client->Join(id, kWorld, rank, absl::Seconds(30));
+      auto comm = client->Join(id, kWorld, rank, std::chrono::seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       auto memory = client->Allocate(kCount * sizeof(float));
       ASSERT_TRUE(memory.ok());
       // Keep all-reducing until something fails (the kill), at most 200 times.
       for (int i = 0; i < 200; ++i) {
-        absl::Status status = (*comm)->AllReduce(*memory, *memory, kCount, DataType::kFloat32,
-                                                 ReduceOp::kSum, absl::Seconds(60));
+        Status status = (*comm)->AllReduce(*memory, *memory, kCount, DataType::kFloat32,
+                                           ReduceOp::kSum, CallOptions(std::chrono::seconds(60)));
         if (!status.ok()) {
           failure[rank] = status;
           failed_after[rank] = absl::Now() - kill_time[0];
@@ -69,7 +69,7 @@ TEST(FailureTest, KilledDaemonIsNamedOnEverySurvivingRankAndSurvivorsKeepServing
     EXPECT_LT(failed_after[rank], kOpTimeout + absl::Seconds(3)) << "rank " << rank;
   }
   for (int rank = 4; rank < kWorld; ++rank) {  // their daemon is gone: the call fails too
-    EXPECT_EQ(failure[rank].code(), absl::StatusCode::kUnavailable) << failure[rank];
+    EXPECT_EQ(failure[rank].code(), StatusCode::kUnavailable) << failure[rank];
   }
 
   // The survivors form a new communicator and reduce correctly.
@@ -78,7 +78,7 @@ TEST(FailureTest, KilledDaemonIsNamedOnEverySurvivingRankAndSurvivorsKeepServing
   for (int rank = 0; rank < 2; ++rank) {
     survivors.emplace_back([&, rank] {
       std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
-      auto comm = client->Join(fresh, 2, rank, absl::Seconds(30));
+      auto comm = client->Join(fresh, 2, rank, std::chrono::seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       std::vector<float> data(100000, static_cast<float>(rank + 1));
       ASSERT_TRUE(
@@ -96,28 +96,28 @@ TEST(FailureTest, ARankThatExitsWithoutDestroyFailsItsPeersInsteadOfHangingThem)
   TestCluster cluster(2, {"--op-timeout=30s"});
   ASSERT_TRUE(cluster.ok());
   const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
-  absl::Status survivor;
+  Status survivor;
   absl::Duration took;
   std::thread rank0([&] {
     std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
-    auto comm = client->Join(id, 2, 0, absl::Seconds(30));
+    auto comm = client->Join(id, 2, 0, std::chrono::seconds(30));
     ASSERT_TRUE(comm.ok()) << comm.status();
     float value = 1;
     const absl::Time start = absl::Now();
     // Rank 1 never submits: its client goes away instead.
     survivor = (*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
-                                  absl::Seconds(60));
+                                  CallOptions(std::chrono::seconds(60)));
     took = absl::Now() - start;
   });
   {
     std::unique_ptr<Client> client = MustConnect(cluster.daemons()[1].socket);
-    auto comm = client->Join(id, 2, 1, absl::Seconds(30));
+    auto comm = client->Join(id, 2, 1, std::chrono::seconds(30));
     ASSERT_TRUE(comm.ok()) << comm.status();
     // The session ends with the communicator never destroyed, as when the process crashes.
     client.reset();
   }
   rank0.join();
-  EXPECT_EQ(survivor.code(), absl::StatusCode::kUnavailable) << survivor;
+  EXPECT_EQ(survivor.code(), StatusCode::kUnavailable) << survivor;
   EXPECT_NE(survivor.message().find("went away"), std::string::npos) << survivor;
   EXPECT_LT(took, absl::Seconds(10)) << "well before the 30 s operation timeout";
 }
@@ -130,15 +130,15 @@ namespace {
 
 // Runs the `world` ranks of a new communicator, rank r on daemon r (or all on daemon 0 with
 // `one_daemon`), each making `call`; returns their statuses, in rank order.
-std::vector<absl::Status> RunRanks(TestCluster& cluster, int world, bool one_daemon,
-                                   const std::function<absl::Status(Communicator&, int)>& call) {
+std::vector<Status> RunRanks(TestCluster& cluster, int world, bool one_daemon,
+                             const std::function<Status(Communicator&, int)>& call) {
   const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
-  std::vector<absl::Status> results(world);
+  std::vector<Status> results(world);
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < world; ++rank) {
     ranks.emplace_back([&, rank] {
       std::unique_ptr<Client> client = MustConnect(cluster.daemons()[one_daemon ? 0 : rank].socket);
-      auto comm = client->Join(id, world, rank, absl::Seconds(30));
+      auto comm = client->Join(id, world, rank, std::chrono::seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       results[rank] = call(**comm, rank);
     });
@@ -149,10 +149,10 @@ std::vector<absl::Status> RunRanks(TestCluster& cluster, int world, bool one_dae
 
 // Every rank fails with FailedPrecondition naming the disagreement, well before the calls' 20 s
 // timeout (where the operations themselves would wait for messages that never come).
-void ExpectPromptDisagreement(const std::vector<absl::Status>& results, absl::Time start) {
+void ExpectPromptDisagreement(const std::vector<Status>& results, absl::Time start) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "well before the 20 s timeout";
-  for (const absl::Status& status : results) {
-    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  for (const Status& status : results) {
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status;
     EXPECT_NE(status.message().find("called different collectives"), std::string::npos) << status;
   }
 }
@@ -161,14 +161,14 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
   TestCluster cluster(2);
   ASSERT_TRUE(cluster.ok());
   // Across daemons: same byte count, different element type (silent corruption if unchecked).
-  for (const absl::Status& status :
+  for (const Status& status :
        RunRanks(cluster, 2, /*one_daemon=*/false, [](Communicator&comm, int rank) {
          std::vector<float> data(100, 1.0f);
          return comm.AllReduce(data.data(), data.data(), data.size(),
                                rank == 0 ? DataType::kFloat32 : DataType::kInt32, ReduceOp::kSum,
-                               absl::Seconds(20));
+                               CallOptions(std::chrono::seconds(20)));
        })) {
-    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status;
     EXPECT_NE(status.message().find("all_reduce(float32, sum, count 100)"), std::string::npos)
         << status;
     EXPECT_NE(status.message().find("all_reduce(int32, sum, count 100)"), std::string::npos)
@@ -183,9 +183,10 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
                  std::vector<float> data(100, 1.0f), out(100);
                  return rank == 0
                             ? comm.Broadcast(data.data(), out.data(), data.size(),
-                                             DataType::kFloat32, 1, absl::Seconds(20))
+                                             DataType::kFloat32, 1,
+                                             CallOptions(std::chrono::seconds(20)))
                             : comm.Reduce(data.data(), out.data(), data.size(), DataType::kFloat32,
-                                          ReduceOp::kSum, 1, absl::Seconds(20));
+                                          ReduceOp::kSum, 1, CallOptions(std::chrono::seconds(20)));
                }),
       start);
   // Across three daemons, calls whose messages never meet (a barrier, a small all-reduce that
@@ -202,21 +203,21 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
                    const bool large = daemons == 3 && rank == 2;
                    std::vector<float> data(large ? (size_t{4} << 20) : 100, 1.0f);
                    return rank == (daemons == 3 ? 0 : 3)
-                              ? comm.Barrier(absl::Seconds(20))
+                              ? comm.Barrier(CallOptions(std::chrono::seconds(20)))
                               : comm.AllReduce(data.data(), data.data(), data.size(),
                                                DataType::kFloat32, ReduceOp::kSum,
-                                               absl::Seconds(20));
+                                               CallOptions(std::chrono::seconds(20)));
                  }),
         start);
   }
   // Within one daemon: two local ranks disagree on the count.
-  for (const absl::Status& status :
+  for (const Status& status :
        RunRanks(cluster, 2, /*one_daemon=*/true, [](Communicator&comm, int rank) {
          std::vector<float> data(100, 1.0f);
          return comm.AllReduce(data.data(), data.data(), rank == 0 ? 100 : 50, DataType::kFloat32,
-                               ReduceOp::kMax, absl::Seconds(20));
+                               ReduceOp::kMax, CallOptions(std::chrono::seconds(20)));
        })) {
-    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status;
     EXPECT_NE(status.message().find("count 100"), std::string::npos) << status;
     EXPECT_NE(status.message().find("count 50"), std::string::npos) << status;
   }

@@ -72,7 +72,7 @@ TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
   for (int rank = 0; rank < kDaemons; ++rank) {
     ranks.emplace_back([&, rank] {
       std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
-      auto comm = client->Join(id, kDaemons, rank, absl::Seconds(30));
+      auto comm = client->Join(id, kDaemons, rank, std::chrono::seconds(30));
       ASSERT_TRUE(comm.ok()) << comm.status();
       std::vector<float> data(1 << 20, 1.0f);
       // The ring, whatever the tuner would pick for the links measured so far: the checks below

@@ -9,12 +9,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
+#include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
-#include "client/baton.h"
+#include "baton/baton.hpp"
 #include "client/local_cluster.h"
 #include "gtest/gtest.h"
 
@@ -84,7 +88,7 @@ inline std::string HttpGet(const std::string& address, const std::string& path) 
 
 // Connects to a daemon or fails the test.
 inline std::unique_ptr<Client> MustConnect(const std::string& socket) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(socket, absl::Seconds(10));
+  StatusOr<std::unique_ptr<Client>> client = Client::Connect(socket, std::chrono::seconds(10));
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? std::move(*client) : nullptr;
 }

@@ -1,4 +1,4 @@
-#include "client/bench.h"
+#include "client/cli/bench.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "client/baton.h"
+#include "client/lib/absl_interop.h"
 #include "client/local_cluster.h"
 #include "collective/element.h"
 #include "collective/tuner.h"
@@ -24,7 +24,11 @@
 namespace baton::client {
 namespace {
 
-using collective::Collective;
+// The element helpers of collective/ take its own enums, which have the public ones' values.
+collective::DataType Internal(DataType type) { return static_cast<collective::DataType>(type); }
+collective::Algorithm Internal(Algorithm algorithm) {
+  return static_cast<collective::Algorithm>(static_cast<int>(algorithm) - 1);
+}
 
 // What rank r contributes at element i to a reduction: one rank per element holds the "hot"
 // value, the others the neutral one, so the result is exact in every type and wrong if any rank
@@ -117,36 +121,36 @@ double BusBwFactor(absl::string_view op, int world_size) {
 
 absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket,
                           const std::string& comm_id, int world_size, int rank) {
-  std::optional<Collective> op = collective::ParseCollective(options.op);
-  std::optional<DataType> type = collective::ParseDataType(options.data_type);
-  std::optional<ReduceOp> reduce_op = collective::ParseReduceOp(options.reduce_op);
+  std::optional<Collective> op = ParseCollective(options.op);
+  std::optional<DataType> type = ParseDataType(options.data_type);
+  std::optional<ReduceOp> reduce_op = ParseReduceOp(options.reduce_op);
   if (!op || !type || !reduce_op) return absl::InvalidArgumentError("bad -o, -d or -r");
   // The algorithms to run: "" (the daemons choose) or forced ones.
   std::vector<std::string> requested = RequestedAlgorithms(options.algorithm);
   std::vector<CallOptions> calls;
   for (const std::string& name : requested) {
     CallOptions call;
-    call.timeout = absl::Milliseconds(options.timeout_ms);
-    if (name != "auto") call.algorithm = collective::ParseAlgorithm(name);
+    call.timeout = std::chrono::milliseconds(options.timeout_ms);
+    if (name != "auto") call.algorithm = ParseAlgorithm(name);
     calls.push_back(call);
   }
   const bool comparing = requested.size() > 1;
   const int root = static_cast<int>(options.root);
-  const size_t element = collective::DataTypeSize(*type);
+  const size_t element = DataTypeSize(*type);
 
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(socket);
-  if (!client.ok()) return client.status();
-  absl::StatusOr<std::unique_ptr<Communicator>> comm =
-      (*client)->Join(comm_id, world_size, rank, absl::Seconds(60));
-  if (!comm.ok()) return comm.status();
+  StatusOr<std::unique_ptr<Client>> client = Client::Connect(socket);
+  if (!client.ok()) return ToAbsl(client.status());
+  StatusOr<std::unique_ptr<Communicator>> comm =
+      (*client)->Join(comm_id, world_size, rank, std::chrono::seconds(60));
+  if (!comm.ok()) return ToAbsl(comm.status());
   const size_t max_elements = std::max<size_t>(1, static_cast<size_t>(options.max_bytes) / element);
-  absl::StatusOr<void*> send_memory = (*client)->Allocate(max_elements * element);
-  if (!send_memory.ok()) return send_memory.status();
+  StatusOr<void*> send_memory = (*client)->Allocate(max_elements * element);
+  if (!send_memory.ok()) return ToAbsl(send_memory.status());
   void* send = *send_memory;
   void* recv = send;
   if (!options.in_place) {
-    absl::StatusOr<void*> recv_memory = (*client)->Allocate(max_elements * element);
-    if (!recv_memory.ok()) return recv_memory.status();
+    StatusOr<void*> recv_memory = (*client)->Allocate(max_elements * element);
+    if (!recv_memory.ok()) return ToAbsl(recv_memory.status());
     recv = *recv_memory;
   }
 
@@ -162,7 +166,7 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
       const bool reduces = *op == Collective::kAllReduce || *op == Collective::kReduce ||
                            *op == Collective::kReduceScatter;
       collective::SetElement(
-          *type, send, i,
+          Internal(*type), send, i,
           reduces ? Contribution(*reduce_op, world_size, rank, i) : Tagged(rank, i));
     }
     // In place, each iteration starts from the input again.
@@ -176,31 +180,34 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
     };
     auto run = [&](const CallOptions& call) -> absl::Status {
       Communicator& c = **comm;
-      switch (*op) {
-        case Collective::kAllReduce:
-          return c.AllReduce(send, recv, count, *type, *reduce_op, call);
-        case Collective::kReduceScatter:
-          return c.ReduceScatter(send, recv, count, *type, *reduce_op, call);
-        case Collective::kAllGather:
-          return c.AllGather(send, recv, count, *type, call);
-        case Collective::kBroadcast:
-          return c.Broadcast(send, recv, count, *type, root, call);
-        case Collective::kReduce:
-          return c.Reduce(send, recv, count, *type, *reduce_op, root, call);
-        case Collective::kAllToAll:
-          return c.AllToAll(send, recv, count, *type, call);
-        case Collective::kBarrier:
-          return c.Barrier(call);
-      }
-      return absl::InternalError("unreachable");
+      return ToAbsl([&]() -> Status {
+        switch (*op) {
+          case Collective::kAllReduce:
+            return c.AllReduce(send, recv, count, *type, *reduce_op, call);
+          case Collective::kReduceScatter:
+            return c.ReduceScatter(send, recv, count, *type, *reduce_op, call);
+          case Collective::kAllGather:
+            return c.AllGather(send, recv, count, *type, call);
+          case Collective::kBroadcast:
+            return c.Broadcast(send, recv, count, *type, root, call);
+          case Collective::kReduce:
+            return c.Reduce(send, recv, count, *type, *reduce_op, root, call);
+          case Collective::kAllToAll:
+            return c.AllToAll(send, recv, count, *type, call);
+          case Collective::kBarrier:
+            return c.Barrier(call);
+        }
+        return Status(StatusCode::kInternal, "unreachable");
+      }());
     };
     if (options.explain && rank == 0) {
-      absl::StatusOr<std::vector<AlgorithmEstimate>> estimates =
-          (*comm)->Explain(*op, count, *type);
-      if (!estimates.ok()) return estimates.status();
+      StatusOr<std::vector<AlgorithmEstimate>> estimates = (*comm)->Explain(*op, count, *type);
+      if (!estimates.ok()) return ToAbsl(estimates.status());
       std::vector<collective::AlgorithmCost> costs;
       for (const AlgorithmEstimate& e : *estimates) {
-        costs.push_back({e.algorithm, e.predicted, e.measured, e.measured_samples});
+        std::optional<absl::Duration> measured;
+        if (e.measured) measured = ToAbsl(*e.measured);
+        costs.push_back({Internal(e.algorithm), ToAbsl(e.predicted), measured, e.measured_samples});
       }
       std::printf("EXPLAIN %lld %s\n", static_cast<long long>(bytes),
                   costs.empty() ? "local (one daemon)" : collective::ExplainCosts(costs).c_str());
@@ -221,7 +228,8 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
         // iteration after a slow one would absorb the other ranks' tail of it.
         restore_input();
         if (comparing || options.barrier) {
-          BATON_RETURN_IF_ERROR((*comm)->Barrier(absl::Milliseconds(options.timeout_ms)));
+          BATON_RETURN_IF_ERROR(
+              ToAbsl((*comm)->Barrier(std::chrono::milliseconds(options.timeout_ms))));
         }
         const absl::Time start = absl::Now();
         BATON_RETURN_IF_ERROR(run(calls[a]));
@@ -253,35 +261,35 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
         switch (*op) {
           case Collective::kAllReduce:
             for (size_t i = 0; i < count; ++i)
-              wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
+              wrong += collective::GetElement(Internal(*type), recv, i) != Reduced(*reduce_op);
             break;
           case Collective::kReduce:
             if (rank == root) {
               for (size_t i = 0; i < count; ++i)
-                wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
+                wrong += collective::GetElement(Internal(*type), recv, i) != Reduced(*reduce_op);
             }
             break;
           case Collective::kReduceScatter:
             for (size_t i = 0; i < count; ++i)
-              wrong += collective::GetElement(*type, recv, i) != Reduced(*reduce_op);
+              wrong += collective::GetElement(Internal(*type), recv, i) != Reduced(*reduce_op);
             break;
           case Collective::kAllGather:
             for (size_t r = 0; r < world; ++r) {
               for (size_t i = 0; i < count; ++i) {
-                wrong += collective::GetElement(*type, recv, r * count + i) !=
+                wrong += collective::GetElement(Internal(*type), recv, r * count + i) !=
                          Tagged(static_cast<int>(r), i);
               }
             }
             break;
           case Collective::kBroadcast:
             for (size_t i = 0; i < count; ++i)
-              wrong += collective::GetElement(*type, recv, i) != Tagged(root, i);
+              wrong += collective::GetElement(Internal(*type), recv, i) != Tagged(root, i);
             break;
           case Collective::kAllToAll:
             // Block `rank` of rank r's input holds Tagged(r, rank * count + i).
             for (size_t r = 0; r < world; ++r) {
               for (size_t i = 0; i < count; ++i) {
-                wrong += collective::GetElement(*type, recv, r * count + i) !=
+                wrong += collective::GetElement(Internal(*type), recv, r * count + i) !=
                          Tagged(static_cast<int>(r), static_cast<size_t>(rank) * count + i);
               }
             }
@@ -296,7 +304,7 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
     }
     if (*op == Collective::kBarrier) break;  // one row: a barrier has no size
   }
-  return (*comm)->Destroy();
+  return ToAbsl((*comm)->Destroy());
 }
 // The comparison table: per size, each requested algorithm's median time and busbw (and the
 // algorithm that ran for "auto"), then the first algorithm's time over the best of the others.
@@ -372,19 +380,19 @@ absl::Status RunBench(const BenchOptions& options) {
   if (options.min_bytes < 0 || options.max_bytes < options.min_bytes) {
     return absl::InvalidArgumentError("need 0 <= --minbytes <= --maxbytes");
   }
-  if (!collective::ParseCollective(options.op)) {
+  if (!ParseCollective(options.op)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown operation '", options.op, "'"));
   }
-  if (!collective::ParseDataType(options.data_type)) {
+  if (!ParseDataType(options.data_type)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown data type '", options.data_type, "'"));
   }
-  if (!collective::ParseReduceOp(options.reduce_op)) {
+  if (!ParseReduceOp(options.reduce_op)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown reduce op '", options.reduce_op, "'"));
   }
   const std::vector<std::string> requested = RequestedAlgorithms(options.algorithm);
   if (requested.empty()) return absl::InvalidArgumentError("--algorithm lists no algorithm");
   for (const std::string& name : requested) {
-    if (name != "auto" && !collective::ParseAlgorithm(name)) {
+    if (name != "auto" && !ParseAlgorithm(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown algorithm '", name, "' (auto, ring, tree, direct)"));
     }
@@ -400,10 +408,10 @@ absl::Status RunBench(const BenchOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("root ", options.root, " is out of range for ", world_size, " ranks"));
   }
-  absl::StatusOr<std::unique_ptr<Client>> root = Client::Connect(options.sockets.front());
-  if (!root.ok()) return root.status();
-  absl::StatusOr<std::string> comm_id = (*root)->CreateCommId();
-  if (!comm_id.ok()) return comm_id.status();
+  StatusOr<std::unique_ptr<Client>> root = Client::Connect(options.sockets.front());
+  if (!root.ok()) return ToAbsl(root.status());
+  StatusOr<std::string> comm_id = (*root)->CreateCommId();
+  if (!comm_id.ok()) return ToAbsl(comm_id.status());
 
   std::printf("# baton bench: %s, %d ranks on %zu daemons (%lld per daemon), root %lld\n",
               options.op.c_str(), world_size, options.sockets.size(),

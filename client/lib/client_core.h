@@ -1,17 +1,10 @@
 #pragma once
 
-// libbaton: the client library a training or inference process (a "rank") links to run
-// collectives through its node's batond. No gRPC or protobuf type appears here.
-//
-//   auto client = baton::Client::Connect(baton::Client::DefaultSocketPath());
-//   std::string id = ...;  // rank 0: (*client)->CreateCommId(), shared out of band
-//   auto comm = (*client)->Join(id, world_size, rank, absl::Seconds(60));
-//   float* data = static_cast<float*>(*(*client)->Allocate(n * sizeof(float)));  // zero-copy
-//   (*comm)->AllReduce(data, data, n, baton::DataType::kFloat32, baton::ReduceOp::kSum);
-//
-// Buffers from Allocate are shared with the daemon, which reads and writes them in place. Any
-// other pointer works too: its bytes are staged through a shared buffer with one copy each way.
-// Every call takes a timeout and fails with a Status rather than hang.
+// libbaton's core: the client library's implementation behind the C API (client/lib/c_api.cc),
+// as C++ classes over absl. Internal: not installed, and none of its symbols is exported; users
+// see <baton/baton.h> and <baton/baton.hpp>. A session with the local daemon over gRPC,
+// shared-memory buffers, a shared-memory submission channel per rank, and staging for memory
+// the daemon cannot see.
 
 #include <cstddef>
 #include <memory>
@@ -24,7 +17,7 @@
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
 
-namespace baton {
+namespace baton::core {
 
 using collective::Algorithm;
 using collective::DataType;
@@ -180,4 +173,4 @@ class Client {
   virtual const std::string& node_name() const = 0;
 };
 
-}  // namespace baton
+}  // namespace baton::core

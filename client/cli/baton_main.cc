@@ -14,8 +14,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "baton/v1/baton.grpc.pb.h"
-#include "client/baton.h"
-#include "client/bench.h"
+#include "client/cli/bench.h"
+#include "client/lib/absl_interop.h"
 #include "client/local_cluster.h"
 #include "common/options.h"
 #include "google/protobuf/util/json_util.h"
@@ -509,10 +509,10 @@ int CommId(int argc, char** argv) {
                   "Prints a new communicator id rooted at the daemon, for BATON_COMM_ID.",
                   argc, argv, 2, nullptr);
   if (code >= 0) return code;
-  absl::StatusOr<std::unique_ptr<baton::Client>> client = baton::Client::Connect(socket);
-  if (!client.ok()) return Fail("comm-id", client.status());
-  absl::StatusOr<std::string> id = (*client)->CreateCommId();
-  if (!id.ok()) return Fail("comm-id", id.status());
+  baton::StatusOr<std::unique_ptr<baton::Client>> client = baton::Client::Connect(socket);
+  if (!client.ok()) return Fail("comm-id", baton::ToAbsl(client.status()));
+  baton::StatusOr<std::string> id = (*client)->CreateCommId();
+  if (!id.ok()) return Fail("comm-id", baton::ToAbsl(id.status()));
   std::printf("%s\n", id->c_str());
   return 0;
 }

@@ -1,6 +1,8 @@
 // libbaton's implementation: a gRPC session with the local daemon, shared-memory buffers, and
 // staging for memory the daemon cannot see.
 
+#include "client/lib/client_core.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,14 +21,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "baton/v1/baton.grpc.pb.h"
-#include "client/baton.h"
 #include "common/shared_memory.h"
 #include "common/spin.h"
 #include "common/status_macros.h"
 #include "common/submission_channel.h"
 #include "grpcpp/grpcpp.h"
 
-namespace baton {
+namespace baton::core {
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -866,4 +867,4 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
   return std::unique_ptr<Client>(new ClientImpl(std::move(session)));
 }
 
-}  // namespace baton
+}  // namespace baton::core
