@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "baton/baton.h"
-#include "tests/client/local_test_cluster.h"
+#include "tests/testing/local_test_cluster.h"
 
 namespace baton::testing {
 

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "baton/baton.hpp"
-#include "tests/client/local_test_cluster.h"
+#include "tests/testing/local_test_cluster.h"
 
 namespace {
 

@@ -1,8 +1,7 @@
 #pragma once
 
-// A local cluster of real batond processes in a fresh temp dir, stopped when the test ends, or
-// when its process dies (construct it on the test's main thread: the daemons are stopped when
-// the thread that started them ends).
+// What the integration tests share: a local cluster of real daemons (TestCluster), a client
+// connected to one, and HTTP GET for the daemons' metrics endpoints.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -19,45 +18,12 @@
 #include <vector>
 
 #include "baton/baton.hpp"
-#include "client/local_cluster.h"
 #include "gtest/gtest.h"
+#include "tests/testing/local_test_cluster.h"
 
 namespace baton::testing {
 
-class TestCluster {
- public:
-  explicit TestCluster(int nodes, std::vector<std::string> extra_args = {}) {
-    char dir[] = "/tmp/baton-it-XXXXXX";
-    dir_ = mkdtemp(dir);
-    client::LocalClusterOptions options;
-    options.dir = dir_;
-    options.nodes = nodes;
-    options.batond = BATOND_PATH;
-    options.extra_args = std::move(extra_args);
-    options.stop_with_caller = true;
-    absl::StatusOr<std::vector<client::LocalDaemon>> daemons = client::StartLocalCluster(options);
-    EXPECT_TRUE(daemons.ok()) << daemons.status();
-    if (daemons.ok()) daemons_ = std::move(*daemons);
-  }
-  ~TestCluster() {
-    client::StopLocalCluster(dir_, absl::Seconds(10)).IgnoreError();
-    if (::testing::Test::HasFailure()) {
-      // Keep the logs of a failed test and say where they are.
-      std::cerr << "daemon logs kept in " << dir_ << "\n";
-    } else {
-      std::error_code error;
-      std::filesystem::remove_all(dir_, error);
-    }
-  }
-
-  bool ok() const { return !daemons_.empty(); }
-  const std::vector<client::LocalDaemon>& daemons() const { return daemons_; }
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
-  std::vector<client::LocalDaemon> daemons_;
-};
+using TestCluster = LocalTestCluster;
 
 // GET http://<address><path> over loopback; returns "<status code>\n<body>" or an error text.
 inline std::string HttpGet(const std::string& address, const std::string& path) {

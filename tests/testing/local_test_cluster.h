@@ -1,9 +1,10 @@
 #pragma once
 
-// A local cluster of real batond processes in a fresh temp dir for the libbaton tests (C and C++
-// API), stopped when the object is destroyed or when the thread that started it ends (construct
-// it on the test's main thread, e.g. in SetUpTestSuite). These tests link libbaton.so, so this
-// helper uses only the local-cluster launcher, never the client core or protobuf code.
+// A local cluster of real batond processes in a fresh temp dir for the tests that need daemons
+// (tests/client, tests/integration), stopped when the object is destroyed or when the thread
+// that started it ends (construct it on the test's main thread, e.g. in SetUpTestSuite). It uses
+// only the local-cluster launcher, never the client core or protobuf code, so tests that link
+// libbaton.so can use it too.
 
 #include <stdlib.h>
 
