@@ -10,6 +10,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev
   libgtest-dev libgmock-dev libhwloc-dev libibverbs-dev
   iproute2 procps python3-yaml prometheus
+  help2man dpkg-dev mmdebstrap umoci
 )
 
 missing=()
