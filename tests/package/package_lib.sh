@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Shared by the package tests (sourced). The tests that need the package and the image call
-# package_image once: it builds the .deb (scripts/package.sh) and, when the package's contents
-# or the image recipe changed since the last run, the image (deploy/container/build.sh) under
-# BUILD_DIR/package-test/, one test at a time (flock), so the two tests share one build.
+# package_image once: it makes the .deb of the build as it is (scripts/package.sh --no-build)
+# and, when the package's contents or the image recipe changed since the last run, the image
+# (deploy/container/build.sh) under BUILD_DIR/package-test/, one test at a time (flock), so the
+# two tests share one image build.
 
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
@@ -29,7 +30,7 @@ package_image() {
   mkdir -p "$work"
   exec 9>"$work/lock"
   flock -w 900 9 || fail "waited 15 minutes for another test's image build"
-  deb=$("$source_dir/scripts/package.sh" "$build_dir" 2>"$work/package.log") ||
+  deb=$("$source_dir/scripts/package.sh" --no-build "$build_dir" 2>"$work/package.log") ||
     { tail -n 40 "$work/package.log"; fail "scripts/package.sh failed"; }
   # The package's control fields and file checksums, and the image recipe: not the .deb's
   # bytes, whose timestamps change every time CPack runs.
