@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
+#include "common/version.h"
 #include "daemon/client_service.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
@@ -33,8 +34,6 @@
 
 namespace baton::daemon {
 namespace {
-
-constexpr char kVersion[] = "0.1.0";
 
 // An exclusive flock on "<socket>.lock" that holds our pid, released when the fd closes.
 class SocketLock {
@@ -111,7 +110,7 @@ class DaemonImpl final : public Daemon {
                 endpoint_->address(),
                 absl::StrSplit(config_.locality, ',', absl::SkipWhitespace())};
     BATON_ASSIGN_OR_RETURN(NodeTopology topology, LoadTopology());
-    metrics_ = Metrics::Create(self.node_name, kVersion);
+    metrics_ = Metrics::Create(self.node_name, kBatonVersion);
     node_ =
         std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get(), std::move(topology));
     metrics_->SetNode(node_.get());
@@ -135,7 +134,7 @@ class DaemonImpl final : public Daemon {
     std::error_code error;
     std::filesystem::create_directories(socket.parent_path(), error);
     std::filesystem::remove(socket, error);  // stale: we hold the lock, so no daemon serves it
-    DaemonInfo info{kVersion, http_->address(), absl::Now()};
+    DaemonInfo info{kBatonVersion, http_->address(), absl::Now()};
     client_service_ = std::make_unique<ClientService>(node_.get(), info, &shutting_down_);
     grpc::ServerBuilder client_builder;
     // Client calls block (Join, Collective, WatchSession) for as long as the operation takes. With
@@ -154,9 +153,9 @@ class DaemonImpl final : public Daemon {
     chmod(config_.socket.c_str(), 0660);
     serving_ = true;
 
-    spdlog::info("batond {} serving as node {}: client {} peer {} data {} metrics {}", kVersion,
-                 self.node_name, config_.socket, self.peer_address, self.data_address,
-                 http_->address());
+    spdlog::info("batond {} serving as node {}: client {} peer {} data {} metrics {}",
+                 kBatonVersion, self.node_name, config_.socket, self.peer_address,
+                 self.data_address, http_->address());
     if (!config_.ready_file.empty()) {
       BATON_RETURN_IF_ERROR(WriteFileAtomically(
           config_.ready_file,

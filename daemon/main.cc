@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/logging.h"
 #include "common/options.h"
+#include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "grpc/grpc.h"
@@ -19,6 +20,7 @@ namespace {
 constexpr char kUsage[] = R"(batond - the Baton collective-communication daemon (one per node)
 
 Usage: batond [--config FILE] [--option=value ...]
+       batond --version
 
 Serves the client API on a unix socket, the peer API and the data plane on TCP, and Prometheus
 metrics over HTTP. Every option can also be set in the config file (see docs/config.md); flags
@@ -35,6 +37,10 @@ int main(int argc, char** argv) {
   std::string config_file;
   options.AddString("config", &config_file, "config file");
   baton::daemon::RegisterOptions(options, config);
+  if (argc == 2 && absl::string_view(argv[1]) == "--version") {
+    std::cout << "batond " << baton::kBatonVersion << "\n";
+    return 0;
+  }
   if (baton::WantsHelp(argc, argv)) {
     std::cout << kUsage;
     baton::OptionSet listing;

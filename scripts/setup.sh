@@ -9,7 +9,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcivetweb-dev
   libgtest-dev libgmock-dev libhwloc-dev libibverbs-dev
-  iproute2 procps python3-yaml prometheus
+  iproute2 procps prometheus
   help2man dpkg-dev mmdebstrap umoci
 )
 

@@ -18,6 +18,7 @@
 #include "client/lib/absl_interop.h"
 #include "client/local_cluster.h"
 #include "common/options.h"
+#include "common/version.h"
 #include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "topology/discovery.h"
@@ -38,7 +39,7 @@ Commands:
   topo                   show a node's GPUs, NICs and the path types between them
   comm-id                print a new communicator id rooted at a daemon
 
-Run `baton <command> --help` for a command's options.
+Run `baton <command> --help` for a command's options; `baton --version` prints the version.
 )";
 
 std::string DefaultLocalDir() {
@@ -526,6 +527,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const absl::string_view command = argv[1];
+  if (command == "--version" || command == "version") {
+    std::cout << "baton " << baton::kBatonVersion << "\n";
+    return 0;
+  }
   if (command == "local") return Local(argc, argv);
   if (command == "bench") return Bench(argc, argv, /*worker=*/false);
   if (command == "bench-rank") return Bench(argc, argv, /*worker=*/true);
