@@ -43,12 +43,10 @@ help=$(in_root /usr/bin/batond --help) || fail "batond --help failed"
 grep -q '^Usage: batond' <<<"$help" || fail "batond --help: no usage line"
 help=$(in_root /usr/bin/baton --help) || fail "baton --help failed"
 grep -q '^Usage: baton <command>' <<<"$help" || fail "baton --help: no usage line"
-# batond has no --version flag yet (daemon/main.cc); when it gets one, it must say VERSION.
-if out=$(in_root /usr/bin/batond --version 2>&1); then
-  grep -qF "$version" <<<"$out" || fail "batond --version says '$out', VERSION is $version"
-else
-  echo "NOTE: batond --version is not supported: $out"
-fi
+for bin in batond baton; do
+  out=$(in_root /usr/bin/$bin --version 2>&1) || fail "$bin --version failed: $out"
+  [ "$out" = "$bin $version" ] || fail "$bin --version says '$out', VERSION is $version"
+done
 
 # The installed layout.
 for path in /usr/bin/batond /usr/bin/baton /lib/systemd/system/batond.service \
