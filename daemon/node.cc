@@ -389,6 +389,8 @@ void Node::CloseAllChannels() {
 }
 
 void Node::AbortAll(const absl::Status& reason) {
+  rendezvous_.Stop(reason);
+  peers_.Stop();
   communicators_.AbortAll(reason, /*notify_peers=*/true);
 }
 

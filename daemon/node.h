@@ -107,7 +107,7 @@ class Node {
   // Ends link probing at once, probes in flight included (shutdown).
   void StopLinkMonitor() {
     monitor_.Stop();
-    peers_.StopProbes();
+    peers_.Stop();
   }
   // Ranks of local processes in this daemon's communicators.
   int LocalRanks() const;
@@ -117,7 +117,8 @@ class Node {
   // Collectives completed on this daemon since it started.
   uint64_t collectives_completed() const { return collectives_completed_.load(); }
 
-  // Fails every communicator (shutdown), telling peers.
+  // Fails every communicator (shutdown), telling peers, and every join waiting here: those of
+  // communicators rooted here and those forwarded to other roots.
   void AbortAll(const absl::Status& reason);
   // Stops serving every submission channel, after the operation each is running (failed by
   // AbortAll) has published its result (shutdown).

@@ -81,8 +81,14 @@ absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
   const absl::Time rpc_deadline = deadline + absl::Seconds(2);
   context.set_deadline(absl::ToChronoTime(rpc_deadline));
   context.set_wait_for_ready(true);
+  if (!Track(&context)) return absl::UnavailableError("this daemon is shutting down");
   grpc::Status status = StubFor(root_address)->JoinRank(&context, request, &response);
+  Untrack(&context);
   if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::CANCELLED) {
+      return absl::UnavailableError(absl::StrCat(
+          "this daemon shut down while the join waited for root daemon ", root_address));
+    }
     // The root's own DeadlineExceeded (naming missing ranks) passes through; only a root that
     // never answered at all is reported as such.
     if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && absl::Now() >= rpc_deadline) {
@@ -122,24 +128,29 @@ absl::StatusOr<Member> PeerClient::Probe(const std::string& address, size_t send
   v1::ProbeResponse response;
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(deadline));
-  {
-    absl::MutexLock lock(&mu_);
-    if (probes_stopped_) return absl::CancelledError("this daemon is shutting down");
-    probes_.insert(&context);
-  }
+  if (!Track(&context)) return absl::CancelledError("this daemon is shutting down");
   grpc::Status status = StubFor(address)->Probe(&context, request, &response);
-  {
-    absl::MutexLock lock(&mu_);
-    probes_.erase(&context);
-  }
+  Untrack(&context);
   if (!status.ok()) return Annotate(FromGrpc(status), absl::StrCat("probe of ", address));
   return MemberFromProto(response.member());
 }
 
-void PeerClient::StopProbes() {
+void PeerClient::Stop() {
   absl::MutexLock lock(&mu_);
-  probes_stopped_ = true;
-  for (grpc::ClientContext* context : probes_) context->TryCancel();
+  stopped_ = true;
+  for (grpc::ClientContext* context : in_flight_) context->TryCancel();
+}
+
+bool PeerClient::Track(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return false;
+  in_flight_.insert(context);
+  return true;
+}
+
+void PeerClient::Untrack(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  in_flight_.erase(context);
 }
 
 }  // namespace baton::daemon

@@ -32,17 +32,22 @@ class PeerClient {
   // answered.
   absl::StatusOr<Member> Probe(const std::string& address, size_t send_bytes, absl::Time deadline);
 
-  // Cancels the probes in flight and fails later ones at once (Cancelled): a daemon that shuts
-  // down does not wait for probes of peers that may be gone.
-  void StopProbes();
+  // Cancels the probes and forwarded joins in flight and fails later ones at once: a daemon that
+  // shuts down waits neither for probes of peers that may be gone nor for ranks that may never
+  // join. A join stopped this way fails with Unavailable.
+  void Stop();
 
  private:
   v1::Peer::Stub* StubFor(const std::string& address);
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<v1::Peer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
-  bool probes_stopped_ ABSL_GUARDED_BY(mu_) = false;
-  absl::flat_hash_set<grpc::ClientContext*> probes_ ABSL_GUARDED_BY(mu_);  // in flight
+  // Registers a call's context so that Stop can cancel it; false once stopped.
+  bool Track(grpc::ClientContext* context) ABSL_LOCKS_EXCLUDED(mu_);
+  void Untrack(grpc::ClientContext* context) ABSL_LOCKS_EXCLUDED(mu_);
+
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);  // probes, joins
 };
 
 // Conversions between the plan and its wire form.

@@ -75,6 +75,7 @@ absl::Status Rendezvous::OrderByLocality(Plan& plan) {
 absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size, int rank,
                                       const Member& member, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
+  if (!stopped_.ok()) return stopped_;
   auto it = pending_.find(secret);
   if (it == pending_.end()) {
     return absl::PermissionDeniedError(
@@ -122,11 +123,20 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
 
   ++pending.waiting;
   auto complete = [&pending] { return pending.plan != nullptr; };
-  mu_.AwaitWithDeadline(absl::Condition(&complete), deadline);
+  auto complete_or_stopped = [this, &pending]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return pending.plan != nullptr || !stopped_.ok();
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&complete_or_stopped), deadline);
   // Every rank has arrived and the plan is being finished: it is only moments away.
   if (pending.forming) mu_.Await(absl::Condition(&complete));
   --pending.waiting;
   std::shared_ptr<const Plan> plan = pending.plan;
+  if (plan == nullptr && !stopped_.ok()) {
+    pending.ranks.erase(rank);
+    const absl::Status reason = stopped_;
+    if (pending.waiting == 0) pending_.erase(it);
+    return reason;
+  }
   if (plan == nullptr) {
     pending.ranks.erase(rank);
     std::vector<int> missing;
@@ -139,6 +149,11 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
   }
   if (pending.waiting == 0) pending_.erase(it);
   return *plan;
+}
+
+void Rendezvous::Stop(const absl::Status& reason) {
+  absl::MutexLock lock(&mu_);
+  stopped_ = reason.ok() ? absl::UnavailableError("the root daemon is shutting down") : reason;
 }
 
 }  // namespace baton::daemon

@@ -39,9 +39,14 @@ class Rendezvous {
   //                       rank that already joined;
   //   FailedPrecondition - the communicator has already formed;
   //   DeadlineExceeded  - naming the ranks that have not arrived. This rank is withdrawn, so it may
-  //                       join again.
+  //                       join again;
+  //   Stop's reason     - once Stop was called (at once, for joins waiting then).
   absl::StatusOr<Plan> Join(const std::string& secret, int world_size, int rank,
                             const Member& member, absl::Time deadline);
+
+  // Fails every waiting join and every later one with `reason` (not OK): the daemon is shutting
+  // down, and must not wait for ranks until their deadlines.
+  void Stop(const absl::Status& reason);
 
   // How many ranks of `secret` are waiting (0 if unknown or formed).
   int Arrived(const std::string& secret);
@@ -74,6 +79,7 @@ class Rendezvous {
   absl::Mutex mu_;
   // Node-based: waiters keep a reference to their entry while the lock is released.
   absl::node_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  absl::Status stopped_ ABSL_GUARDED_BY(mu_);  // Stop's reason once stopped
 };
 
 }  // namespace baton::daemon

@@ -276,7 +276,7 @@ TEST(LinkMonitorTest, APeerThatLeavesTheListLeavesTheSnapshot) {
 }
 
 // Stop ends the round in progress: the probe it cut short (here: the round trip fails once
-// stopped, as PeerClient::StopProbes makes it) is not recorded as a failure, and no peer after it
+// stopped, as PeerClient::Stop makes it) is not recorded as a failure, and no peer after it
 // is probed.
 TEST(LinkMonitorTest, StopEndsTheRoundWithoutRecordingTheProbeItCut) {
   absl::Mutex mu;

@@ -63,6 +63,27 @@ TEST(RendezvousTest, MissingRanksAreNamedAtTheDeadline) {
   }
 }
 
+TEST(RendezvousTest, StopFailsWaitingAndLaterJoinsAtOnceWithItsReason) {
+  Rendezvous rendezvous;
+  const std::string secret = rendezvous.CreateSecret();
+  absl::StatusOr<Plan> waiting = absl::UnknownError("not run");
+  absl::Duration took;
+  std::thread rank0([&] {
+    const absl::Time start = absl::Now();
+    waiting = rendezvous.Join(secret, 2, 0, Daemon(0), absl::Now() + absl::Minutes(10));
+    took = absl::Now() - start;
+  });
+  while (rendezvous.Arrived(secret) == 0) absl::SleepFor(absl::Milliseconds(1));
+  rendezvous.Stop(absl::UnavailableError("batond on node-0 is shutting down"));
+  rank0.join();
+  EXPECT_EQ(waiting.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(waiting.status().message(), "batond on node-0 is shutting down");
+  EXPECT_LT(took, absl::Seconds(30)) << "a stopped rendezvous must not wait out the deadline";
+  absl::StatusOr<Plan> later =
+      rendezvous.Join(rendezvous.CreateSecret(), 1, 0, Daemon(0), absl::Now() + absl::Minutes(1));
+  EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable) << later.status();
+}
+
 TEST(RendezvousTest, BadJoinsAreRejectedWithoutDisturbingTheOthers) {
   Rendezvous rendezvous;
   const std::string secret = rendezvous.CreateSecret();

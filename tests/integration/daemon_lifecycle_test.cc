@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -214,6 +215,35 @@ TEST(DaemonLifecycleTest, SigtermFailsInFlightOperationsAndRemovesTheSocket) {
   EXPECT_NE(in_flight.message().find("shutting down"), std::string::npos) << in_flight;
   EXPECT_FALSE(std::filesystem::exists(cluster.daemons()[0].socket));
   EXPECT_NE(ReadFile(cluster.daemons()[0].log).find("stopped"), std::string::npos);
+}
+
+// A daemon that stops while ranks wait in Join, for a communicator rooted on it or forwarded
+// from it to another root, fails those joins at once instead of waiting out their deadlines (a
+// minute here; Kubernetes kills a pod 30 s after SIGTERM by default).
+TEST(DaemonLifecycleTest, SigtermFailsWaitingJoinsAtOnceRootedHereOrForwarded) {
+  for (int stopped : {0, 1}) {  // 0: the root daemon; 1: the daemon forwarding to it
+    SCOPED_TRACE(stopped == 0 ? "root stops" : "forwarding daemon stops");
+    TestCluster cluster(2);
+    ASSERT_TRUE(cluster.ok());
+    const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+    Status joined;
+    std::atomic<bool> returned{false};
+    std::thread rank0([&] {
+      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[stopped].socket);
+      // World of 2; rank 1 never comes.
+      joined = client->Join(id, 2, 0, std::chrono::seconds(60)).status();
+      returned = true;
+    });
+    absl::SleepFor(absl::Milliseconds(300));  // let the join reach the root's rendezvous
+    EXPECT_FALSE(returned);
+    const absl::Time start = absl::Now();
+    EXPECT_TRUE(client::StopProcess(cluster.daemons()[stopped].pid, absl::Seconds(10)))
+        << "batond must exit on SIGTERM without waiting for the join's deadline";
+    rank0.join();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    EXPECT_FALSE(joined.ok());
+    EXPECT_NE(joined.code(), StatusCode::kDeadlineExceeded) << joined;
+  }
 }
 
 }  // namespace
