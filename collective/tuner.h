@@ -22,9 +22,9 @@
 // overlap its reductions with transfers, as the ring does (8 hosts at 1 Gbit/s: halving-doubling
 // took 1.13–1.21 times the ring's time from 2 to 8 MiB). The
 // efficiencies are what this data plane reaches of the link's bandwidth, measured on 8 hosts in
-// network namespaces (docs/benchmarks.md). The constant overheads of a call (submission, the
-// signature exchange) are the same for every algorithm and left out. Collectives that only one
-// algorithm implements get that one.
+// network namespaces (docs/bench/2026-11-tuner-vs-forced.md). The constant overheads of a call
+// (submission, the signature exchange) are the same for every algorithm and left out. Collectives
+// that only one algorithm implements get that one.
 
 #include <array>
 #include <cstddef>

@@ -54,11 +54,11 @@ bool SpinUntil(absl::Duration limit, absl::Duration busy, Done&& done) {
 // cores. A wait that turns out short again turns spinning back on.
 //
 // A wait that does not spin blocks, and its length then includes the wake-up, which on a virtual
-// machine whose idle CPUs halt costs tens of microseconds (docs/benchmarks.md): longer than the
-// limit even where the other side answered within it. So while spinning is off, every
-// `probe_every`-th wait spins anyway to find out; a probe that fails doubles the interval (up to
-// kMaxProbeEvery waits, so that failed probes cost at most limit / kMaxProbeEvery per wait), and
-// one that succeeds turns spinning back on.
+// machine whose idle CPUs halt costs tens of microseconds
+// (docs/bench/2026-11-per-operation-cost.md): longer than the limit even where the other side
+// answered within it. So while spinning is off, every `probe_every`-th wait spins anyway to find
+// out; a probe that fails doubles the interval (up to kMaxProbeEvery waits, so that failed probes
+// cost at most limit / kMaxProbeEvery per wait), and one that succeeds turns spinning back on.
 class AdaptiveSpin {
  public:
   static constexpr int kFirstProbeEvery = 8;

@@ -36,7 +36,7 @@ absl::Status WaitForChange(const std::atomic<uint32_t>& word, uint32_t seen,
   // The spin yields between looks from the start: a busy spin keeps the core from a thread the
   // scheduler put on the same core, often the very one that must answer (a rank and its daemon's
   // channel thread, which wake each other, tend to share a core); busy spins of 20 us made every
-  // such hand-over wait 20 us or more (docs/benchmarks.md, "Per-operation cost").
+  // such hand-over wait 20 us or more (docs/bench/2026-11-per-operation-cost.md).
   if (SpinUntil(spin, /*busy=*/absl::ZeroDuration(),
                 [&word, seen] { return word.load(std::memory_order_acquire) != seen; })) {
     return absl::OkStatus();
