@@ -431,7 +431,8 @@ OpContext TestContext(uint64_t seq, absl::Duration timeout) {
   return ctx;
 }
 
-TEST(RingAllReduceTest, Candy) {
+// Four ranks of four elements, [1,2,3,4] * 10^r: every rank ends with the sum [1111,...,4444].
+TEST(RingAllReduceTest, EveryRankGetsTheSumOfFourDistinctInputs) {
   Group group(4);
   std::vector<std::vector<std::byte>> buffers = {
       AsBytes<float>({1, 2, 3, 4}), AsBytes<float>({10, 20, 30, 40}),

@@ -54,8 +54,8 @@ INSTANTIATE_TEST_SUITE_P(WorldSizesCountsTypesOps, RingReduceScatterSweep,
                              {DataType::kFloat32, DataType::kBfloat16})),
                          [](const auto& info) { return info.param.Name(true, false); });
 
-// Candy: rank r ends with exactly element r of the sum.
-TEST(RingReduceScatterTest, Candy) {
+// Four ranks of four elements, [1,2,3,4] * 10^r: rank r ends with exactly element r of the sum.
+TEST(RingReduceScatterTest, RankREndsWithElementROfTheSum) {
   Group group(4);
   std::vector<std::vector<std::byte>> buffers = {
       test::AsBytes<float>({1, 2, 3, 4}), test::AsBytes<float>({10, 20, 30, 40}),

@@ -49,7 +49,9 @@ INSTANTIATE_TEST_SUITE_P(WorldSizesCountsTypesOpsRoots, RingReduceSweep,
                              {DataType::kFloat32, DataType::kBfloat16})),
                          [](const auto& info) { return info.param.Name(true, true); });
 
-TEST(RingReduceTest, CandyToEveryRoot) {
+// Four ranks of four elements, [1,2,3,4] * 10^r, reduced to each root in turn: the root gets the
+// sum.
+TEST(RingReduceTest, EachRootInTurnGetsTheSumOfFourDistinctInputs) {
   for (int root = 0; root < 4; ++root) {
     Group group(4);
     std::vector<std::vector<std::byte>> buffers = {

@@ -64,7 +64,8 @@ std::vector<SweepCase> MoreShapes() {
 INSTANTIATE_TEST_SUITE_P(MoreShapes, TreeAllReduceSweep, ::testing::ValuesIn(MoreShapes()),
                          [](const auto& info) { return info.param.Name(true, false); });
 
-TEST(TreeAllReduceTest, Candy) {
+// Four ranks of four elements, [1,2,3,4] * 10^r: every rank ends with the sum [1111,...,4444].
+TEST(TreeAllReduceTest, EveryRankGetsTheSumOfFourDistinctInputs) {
   Group group(4);
   std::vector<std::vector<std::byte>> buffers = {
       test::AsBytes<float>({1, 2, 3, 4}), test::AsBytes<float>({10, 20, 30, 40}),

@@ -2,6 +2,7 @@
 // and out of place, counts from 0 to millions, and several communicators at once.
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@ namespace baton {
 namespace {
 
 using testing::MustConnect;
+using testing::NewCommId;
 using testing::TestCluster;
 
 constexpr int kDaemons = 3;
@@ -26,31 +28,16 @@ float Expected(size_t i) {
   return sum;
 }
 
-// Runs `body(rank, client, comm)` on one thread per rank, ranks placed on daemons in blocks.
-template <typename Body>
-void RunRanks(const TestCluster& cluster, const std::string& comm_id, Body body) {
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < kWorld; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Client> client =
-          MustConnect(cluster.daemons()[rank / kRanksPerDaemon].socket);
-      if (client == nullptr) return;
-      StatusOr<std::unique_ptr<Communicator>> comm =
-          client->Join(comm_id, kWorld, rank, std::chrono::seconds(30));
-      ASSERT_TRUE(comm.ok()) << "rank " << rank << ": " << comm.status();
-      EXPECT_EQ((*comm)->daemon_count(), kDaemons);
-      body(rank, *client, **comm);
-      EXPECT_TRUE((*comm)->Destroy().ok());
-    });
-  }
-  for (auto& t : threads) t.join();
-}
-
-std::string NewCommId(const TestCluster& cluster, int daemon = 0) {
-  std::unique_ptr<Client> client = MustConnect(cluster.daemons()[daemon].socket);
-  StatusOr<std::string> id = client->CreateCommId();
-  EXPECT_TRUE(id.ok()) << id.status();
-  return id.ok() ? *id : "";
+// Runs body(rank, comm, client) for the kWorld ranks of `comm_id`, in blocks over the daemons;
+// every rank's communicator spans all kDaemons and is destroyed cleanly after the body.
+void RunWorld(const TestCluster& cluster, const std::string& comm_id,
+              const std::function<void(int, Communicator&, Client&)>& body) {
+  testing::RunRanks(cluster, comm_id, kWorld, testing::BlockPlacement(kWorld, kDaemons),
+                    [&body](int rank, Communicator& comm, Client& client) {
+                      EXPECT_EQ(comm.daemon_count(), kDaemons);
+                      body(rank, comm, client);
+                      EXPECT_TRUE(comm.Destroy().ok());
+                    });
 }
 
 class AllReduceTest : public ::testing::Test {
@@ -64,7 +51,7 @@ TestCluster* AllReduceTest::cluster_ = nullptr;
 TEST_F(AllReduceTest, EveryCountZeroCopyAndStagedInPlaceAndOutOfPlace) {
   ASSERT_TRUE(cluster_->ok());
   const std::vector<size_t> counts = {0, 1, kWorld - 1, 1001, (size_t{3} << 20) + 1};
-  RunRanks(*cluster_, NewCommId(*cluster_), [&](int rank, Client& client, Communicator& comm) {
+  RunWorld(*cluster_, NewCommId(*cluster_), [&](int rank, Communicator& comm, Client& client) {
     for (size_t count : counts) {
       // Zero-copy, out of place (Allocate refuses 0 bytes: count 0 gets one-element buffers).
       const size_t bytes = std::max<size_t>(1, count) * sizeof(float);
@@ -115,32 +102,26 @@ TEST_F(AllReduceTest, EveryCountZeroCopyAndStagedInPlaceAndOutOfPlace) {
 TEST_F(AllReduceTest, HundredsOfMebibytesOneRankPerDaemon) {
   ASSERT_TRUE(cluster_->ok());
   constexpr size_t kCount = size_t{64} << 20;  // 256 MiB of float32 per rank
-  const std::string id = NewCommId(*cluster_);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < kDaemons; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<Client> client = MustConnect(cluster_->daemons()[rank].socket);
-      auto comm = client->Join(id, kDaemons, rank, std::chrono::seconds(30));
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      StatusOr<void*> memory = client->Allocate(kCount * sizeof(float));
-      ASSERT_TRUE(memory.ok()) << memory.status();
-      auto* data = static_cast<float*>(*memory);
-      for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(rank + (i & 1023));
-      ASSERT_TRUE((*comm)->AllReduce(data, data, kCount, DataType::kFloat32, ReduceOp::kSum).ok());
-      size_t wrong = 0;
-      for (size_t i = 0; i < kCount; ++i) {
-        wrong +=
-            data[i] != static_cast<float>(kDaemons * (kDaemons - 1) / 2 + kDaemons * (i & 1023));
-      }
-      EXPECT_EQ(wrong, 0u) << "rank " << rank;
-    });
-  }
-  for (auto& t : threads) t.join();
+  testing::RunRanks(
+      *cluster_, NewCommId(*cluster_), kDaemons, [](int rank) { return rank; },
+      [](int rank, Communicator& comm, Client& client) {
+        StatusOr<void*> memory = client.Allocate(kCount * sizeof(float));
+        ASSERT_TRUE(memory.ok()) << memory.status();
+        auto* data = static_cast<float*>(*memory);
+        for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(rank + (i & 1023));
+        ASSERT_TRUE(comm.AllReduce(data, data, kCount, DataType::kFloat32, ReduceOp::kSum).ok());
+        size_t wrong = 0;
+        for (size_t i = 0; i < kCount; ++i) {
+          wrong +=
+              data[i] != static_cast<float>(kDaemons * (kDaemons - 1) / 2 + kDaemons * (i & 1023));
+        }
+        EXPECT_EQ(wrong, 0u) << "rank " << rank;
+      });
 }
 
 TEST_F(AllReduceTest, OtherTypesAndOpsAndAverage) {
   ASSERT_TRUE(cluster_->ok());
-  RunRanks(*cluster_, NewCommId(*cluster_), [&](int rank, Client&, Communicator& comm) {
+  RunWorld(*cluster_, NewCommId(*cluster_), [&](int rank, Communicator& comm, Client&) {
     std::vector<int32_t> values = {rank, -rank, 7 * rank + 1};
     ASSERT_TRUE(
         comm.AllReduce(values.data(), values.data(), 3, DataType::kInt32, ReduceOp::kMax).ok());
@@ -156,7 +137,7 @@ TEST_F(AllReduceTest, SeveralCommunicatorsAtOnceAndADaemonRootedCommunicator) {
   // Two communicators, rooted at different daemons, used concurrently by the same daemons.
   const std::string first = NewCommId(*cluster_, 0);
   const std::string second = NewCommId(*cluster_, 2);
-  auto body = [](int rank, Client&, Communicator& comm) {
+  auto body = [](int rank, Communicator& comm, Client&) {
     for (int iteration = 0; iteration < 20; ++iteration) {
       std::vector<float> data(4099, static_cast<float>(rank + iteration));
       ASSERT_TRUE(
@@ -167,15 +148,15 @@ TEST_F(AllReduceTest, SeveralCommunicatorsAtOnceAndADaemonRootedCommunicator) {
       ASSERT_EQ(data.back(), expected);
     }
   };
-  std::thread a([&] { RunRanks(*cluster_, first, body); });
-  std::thread b([&] { RunRanks(*cluster_, second, body); });
+  std::thread a([&] { RunWorld(*cluster_, first, body); });
+  std::thread b([&] { RunWorld(*cluster_, second, body); });
   a.join();
   b.join();
 }
 
 TEST_F(AllReduceTest, InvalidArgumentsLeaveTheCommunicatorUsable) {
   ASSERT_TRUE(cluster_->ok());
-  RunRanks(*cluster_, NewCommId(*cluster_), [&](int rank, Client&, Communicator& comm) {
+  RunWorld(*cluster_, NewCommId(*cluster_), [&](int rank, Communicator& comm, Client&) {
     std::vector<float> data(8, 1.0f);
     Status overflow =
         comm.AllReduce(data.data(), data.data(), SIZE_MAX / 2, DataType::kFloat32, ReduceOp::kSum);

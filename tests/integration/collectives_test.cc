@@ -14,7 +14,6 @@
 namespace baton {
 namespace {
 
-using testing::MustConnect;
 using testing::TestCluster;
 
 constexpr int kWorld = 6;
@@ -42,26 +41,13 @@ class CollectivesTest : public ::testing::TestWithParam<int> {
     return {"interleaved", [](int rank) { return rank % 2; }};
   }
 
-  // Runs body(rank, comm) on one thread per rank of a fresh communicator.
-  void RunRanks(const std::function<void(int, Communicator&)>& body) {
-    RunRanks([&body](int rank, Communicator& comm, Client&) { body(rank, comm); });
-  }
-  // The same, with the rank's client (to allocate buffers the daemons use in place).
-  void RunRanks(const std::function<void(int, Communicator&, Client&)>& body) {
+  // Runs body(rank, comm) or body(rank, comm, client) on one thread per rank of a fresh
+  // communicator, placed as the test's parameter says.
+  template <typename Body>
+  void RunRanks(const Body& body) {
     ASSERT_TRUE(cluster_->ok());
-    const Placement where = placement();
-    const std::string id = *MustConnect(cluster_->daemons()[0].socket)->CreateCommId();
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < kWorld; ++rank) {
-      threads.emplace_back([&, rank] {
-        std::unique_ptr<Client> client =
-            MustConnect(cluster_->daemons()[where.daemon_of(rank)].socket);
-        auto comm = client->Join(id, kWorld, rank, std::chrono::seconds(30));
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        body(rank, **comm, *client);
-      });
-    }
-    for (auto& t : threads) t.join();
+    testing::RunRanks(*cluster_, testing::NewCommId(*cluster_), kWorld, placement().daemon_of,
+                      body);
   }
 
   static TestCluster* cluster_;
@@ -239,18 +225,18 @@ TEST_P(CollectivesTest, EveryTypeAndReduceOp) {
   });
 }
 
-TEST_P(CollectivesTest, CandyAllReduceAndReduceScatter) {
+TEST_P(CollectivesTest, AllReduceAndReduceScatterOfDistinctInputsGiveTheExactSum) {
   RunRanks([](int rank, Communicator& comm) {
     // Ranks 0-3 hold [1,2,3,4] * 10^rank; ranks 4-5 contribute zeros.
     const float scale = rank < 4 ? static_cast<float>(std::pow(10, rank)) : 0.0f;
-    std::vector<float> candy = {1 * scale, 2 * scale, 3 * scale, 4 * scale, 0, 0};
+    std::vector<float> input = {1 * scale, 2 * scale, 3 * scale, 4 * scale, 0, 0};
     std::vector<float> summed(6);
     ASSERT_TRUE(
-        comm.AllReduce(candy.data(), summed.data(), 6, DataType::kFloat32, ReduceOp::kSum).ok());
+        comm.AllReduce(input.data(), summed.data(), 6, DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ(summed, (std::vector<float>{1111, 2222, 3333, 4444, 0, 0}));
     float mine = -1;
     ASSERT_TRUE(
-        comm.ReduceScatter(candy.data(), &mine, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+        comm.ReduceScatter(input.data(), &mine, 1, DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ(mine, summed[rank]);
   });
 }

@@ -130,20 +130,13 @@ namespace {
 
 // Runs the `world` ranks of a new communicator, rank r on daemon r (or all on daemon 0 with
 // `one_daemon`), each making `call`; returns their statuses, in rank order.
-std::vector<Status> RunRanks(TestCluster& cluster, int world, bool one_daemon,
-                             const std::function<Status(Communicator&, int)>& call) {
-  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+std::vector<Status> CallOnEveryRank(const TestCluster& cluster, int world, bool one_daemon,
+                                    const std::function<Status(int rank, Communicator&)>& call) {
   std::vector<Status> results(world);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < world; ++rank) {
-    ranks.emplace_back([&, rank] {
-      std::unique_ptr<Client> client = MustConnect(cluster.daemons()[one_daemon ? 0 : rank].socket);
-      auto comm = client->Join(id, world, rank, std::chrono::seconds(30));
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      results[rank] = call(**comm, rank);
-    });
-  }
-  for (auto& t : ranks) t.join();
+  testing::RunRanks(
+      cluster, testing::NewCommId(cluster), world,
+      [one_daemon](int rank) { return one_daemon ? 0 : rank; },
+      [&](int rank, Communicator& comm) { results[rank] = call(rank, comm); });
   return results;
 }
 
@@ -162,7 +155,7 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
   ASSERT_TRUE(cluster.ok());
   // Across daemons: same byte count, different element type (silent corruption if unchecked).
   for (const Status& status :
-       RunRanks(cluster, 2, /*one_daemon=*/false, [](Communicator&comm, int rank) {
+       CallOnEveryRank(cluster, 2, /*one_daemon=*/false, [](int rank, Communicator& comm) {
          std::vector<float> data(100, 1.0f);
          return comm.AllReduce(data.data(), data.data(), data.size(),
                                rank == 0 ? DataType::kFloat32 : DataType::kInt32, ReduceOp::kSum,
@@ -178,16 +171,16 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
   // a reduce to rank 1): only the signature can stop them before their 20 s timeout.
   absl::Time start = absl::Now();
   ExpectPromptDisagreement(
-      RunRanks(cluster, 2, /*one_daemon=*/false,
-               [](Communicator& comm, int rank) {
-                 std::vector<float> data(100, 1.0f), out(100);
-                 return rank == 0
-                            ? comm.Broadcast(data.data(), out.data(), data.size(),
-                                             DataType::kFloat32, 1,
-                                             CallOptions(std::chrono::seconds(20)))
-                            : comm.Reduce(data.data(), out.data(), data.size(), DataType::kFloat32,
-                                          ReduceOp::kSum, 1, CallOptions(std::chrono::seconds(20)));
-               }),
+      CallOnEveryRank(cluster, 2, /*one_daemon=*/false,
+                      [](int rank, Communicator& comm) {
+                        std::vector<float> data(100, 1.0f), out(100);
+                        return rank == 0 ? comm.Broadcast(data.data(), out.data(), data.size(),
+                                                          DataType::kFloat32, 1,
+                                                          CallOptions(std::chrono::seconds(20)))
+                                         : comm.Reduce(data.data(), out.data(), data.size(),
+                                                       DataType::kFloat32, ReduceOp::kSum, 1,
+                                                       CallOptions(std::chrono::seconds(20)));
+                      }),
       start);
   // Across three daemons, calls whose messages never meet (a barrier, a small all-reduce that
   // runs as doubling, a large one that runs as a ring), and across four, where the signatures
@@ -198,21 +191,21 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
     ASSERT_TRUE(many.ok());
     start = absl::Now();
     ExpectPromptDisagreement(
-        RunRanks(many, daemons, /*one_daemon=*/false,
-                 [daemons](Communicator& comm, int rank) {
-                   const bool large = daemons == 3 && rank == 2;
-                   std::vector<float> data(large ? (size_t{4} << 20) : 100, 1.0f);
-                   return rank == (daemons == 3 ? 0 : 3)
-                              ? comm.Barrier(CallOptions(std::chrono::seconds(20)))
-                              : comm.AllReduce(data.data(), data.data(), data.size(),
-                                               DataType::kFloat32, ReduceOp::kSum,
-                                               CallOptions(std::chrono::seconds(20)));
-                 }),
+        CallOnEveryRank(many, daemons, /*one_daemon=*/false,
+                        [daemons](int rank, Communicator& comm) {
+                          const bool large = daemons == 3 && rank == 2;
+                          std::vector<float> data(large ? (size_t{4} << 20) : 100, 1.0f);
+                          return rank == (daemons == 3 ? 0 : 3)
+                                     ? comm.Barrier(CallOptions(std::chrono::seconds(20)))
+                                     : comm.AllReduce(data.data(), data.data(), data.size(),
+                                                      DataType::kFloat32, ReduceOp::kSum,
+                                                      CallOptions(std::chrono::seconds(20)));
+                        }),
         start);
   }
   // Within one daemon: two local ranks disagree on the count.
   for (const Status& status :
-       RunRanks(cluster, 2, /*one_daemon=*/true, [](Communicator&comm, int rank) {
+       CallOnEveryRank(cluster, 2, /*one_daemon=*/true, [](int rank, Communicator& comm) {
          std::vector<float> data(100, 1.0f);
          return comm.AllReduce(data.data(), data.data(), rank == 0 ? 100 : 50, DataType::kFloat32,
                                ReduceOp::kMax, CallOptions(std::chrono::seconds(20)));
