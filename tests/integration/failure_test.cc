@@ -155,7 +155,7 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
   ASSERT_TRUE(cluster.ok());
   // Across daemons: same byte count, different element type (silent corruption if unchecked).
   for (const Status& status :
-       CallOnEveryRank(cluster, 2, /*one_daemon=*/false, [](int rank, Communicator& comm) {
+       CallOnEveryRank(cluster, 2, /*one_daemon=*/false, [](int rank, Communicator&comm) {
          std::vector<float> data(100, 1.0f);
          return comm.AllReduce(data.data(), data.data(), data.size(),
                                rank == 0 ? DataType::kFloat32 : DataType::kInt32, ReduceOp::kSum,
@@ -205,7 +205,7 @@ TEST(MismatchTest, RanksCallingDifferentCollectivesAllGetFailedPreconditionDescr
   }
   // Within one daemon: two local ranks disagree on the count.
   for (const Status& status :
-       CallOnEveryRank(cluster, 2, /*one_daemon=*/true, [](int rank, Communicator& comm) {
+       CallOnEveryRank(cluster, 2, /*one_daemon=*/true, [](int rank, Communicator&comm) {
          std::vector<float> data(100, 1.0f);
          return comm.AllReduce(data.data(), data.data(), rank == 0 ? 100 : 50, DataType::kFloat32,
                                ReduceOp::kMax, CallOptions(std::chrono::seconds(20)));
