@@ -76,18 +76,31 @@ baton_code_t Invalid(std::string message) {
   return Finish(absl::InvalidArgumentError(std::move(message)));
 }
 
+// An enum's value as the caller stored it. A C caller may store any int in an enum field, and in
+// C++ loading an enum object whose value lies outside the enumerators' range is undefined (UBSan
+// reports it): copy the bytes instead of loading the enum.
+template <typename Enum>
+int Raw(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int), "the C enums are int-sized");
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof(raw));
+  return raw;
+}
+
 absl::Duration Millis(int64_t ms, absl::Duration fallback) {
   return ms > 0 ? absl::Milliseconds(ms) : fallback;
 }
 
-std::optional<collective::DataType> DataTypeOf(baton_dtype_t type) {
-  if (type < 0 || type >= kDataTypes) return std::nullopt;
-  return static_cast<collective::DataType>(type);
+std::optional<collective::DataType> DataTypeOf(const baton_dtype_t& type) {
+  const int raw = Raw(type);
+  if (raw < 0 || raw >= kDataTypes) return std::nullopt;
+  return static_cast<collective::DataType>(raw);
 }
 
-std::optional<collective::ReduceOp> ReduceOpOf(baton_reduce_op_t op) {
-  if (op < 0 || op >= kReduceOps) return std::nullopt;
-  return static_cast<collective::ReduceOp>(op);
+std::optional<collective::ReduceOp> ReduceOpOf(const baton_reduce_op_t& op) {
+  const int raw = Raw(op);
+  if (raw < 0 || raw >= kReduceOps) return std::nullopt;
+  return static_cast<collective::ReduceOp>(raw);
 }
 
 // Copies `text` with its NUL into `out` (`size` bytes), or fails with OUT_OF_RANGE.
@@ -114,7 +127,7 @@ absl::StatusOr<core::CallOptions> OptionsOf(const baton_call_options_t* options)
         "baton_call_options_init");
   }
   result.timeout = Millis(options->timeout_ms, kDefaultCallTimeout);
-  const int algorithm = options->algorithm;
+  const int algorithm = Raw(options->algorithm);
   if (algorithm < 0 || algorithm >= kAlgorithms) {
     return absl::InvalidArgumentError(absl::StrCat("unknown algorithm ", algorithm));
   }
@@ -136,9 +149,9 @@ absl::StatusOr<Checked> Check(const baton_comm_t* comm, baton_dtype_t type, bato
   if (comm == nullptr) return absl::InvalidArgumentError("communicator is null");
   Checked checked;
   std::optional<collective::DataType> t = DataTypeOf(type);
-  if (!t) return absl::InvalidArgumentError(absl::StrCat("unknown data type ", type));
+  if (!t) return absl::InvalidArgumentError(absl::StrCat("unknown data type ", Raw(type)));
   std::optional<collective::ReduceOp> o = ReduceOpOf(op);
-  if (!o) return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", op));
+  if (!o) return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", Raw(op)));
   checked.type = *t;
   checked.op = *o;
   absl::StatusOr<core::CallOptions> parsed = OptionsOf(options);
@@ -183,9 +196,10 @@ baton_code_t Async(baton_comm_t* comm, baton_dtype_t type, baton_reduce_op_t op,
 }
 
 const char* AlgorithmNameOf(baton_algorithm_t algorithm) {
-  if (algorithm == BATON_ALGORITHM_AUTO) return "auto";
-  if (algorithm < 0 || algorithm >= kAlgorithms) return "unknown";
-  return collective::AlgorithmName(static_cast<collective::Algorithm>(algorithm - 1)).data();
+  const int raw = Raw(algorithm);
+  if (raw == BATON_ALGORITHM_AUTO) return "auto";
+  if (raw < 0 || raw >= kAlgorithms) return "unknown";
+  return collective::AlgorithmName(static_cast<collective::Algorithm>(raw - 1)).data();
 }
 
 }  // namespace
@@ -212,7 +226,7 @@ const char* baton_code_name(baton_code_t code) {
                                            "UNAVAILABLE",
                                            "DATA_LOSS",
                                            "UNAUTHENTICATED"};
-  const int index = code;
+  const int index = Raw(code);
   if (index < 0 || index >= static_cast<int>(sizeof(kNames) / sizeof(kNames[0]))) {
     return "UNKNOWN_CODE";
   }
@@ -256,8 +270,9 @@ baton_code_t baton_reduce_op_parse(const char* name, baton_reduce_op_t* out) {
 }
 
 const char* baton_collective_name(baton_collective_t c) {
-  if (c < 0 || c >= kCollectives) return "unknown";
-  return collective::CollectiveName(static_cast<collective::Collective>(c)).data();
+  const int raw = Raw(c);
+  if (raw < 0 || raw >= kCollectives) return "unknown";
+  return collective::CollectiveName(static_cast<collective::Collective>(raw)).data();
 }
 
 baton_code_t baton_collective_parse(const char* name, baton_collective_t* out) {
@@ -286,10 +301,12 @@ baton_code_t baton_algorithm_parse(const char* name, baton_algorithm_t* out) {
 }
 
 int baton_algorithm_supports(baton_algorithm_t algorithm, baton_collective_t c) {
-  if (c < 0 || c >= kCollectives || algorithm < 0 || algorithm >= kAlgorithms) return 0;
-  if (algorithm == BATON_ALGORITHM_AUTO) return 1;
-  return collective::IsSupported(static_cast<collective::Collective>(c),
-                                 static_cast<collective::Algorithm>(algorithm - 1))
+  const int a = Raw(algorithm);
+  const int k = Raw(c);
+  if (k < 0 || k >= kCollectives || a < 0 || a >= kAlgorithms) return 0;
+  if (a == BATON_ALGORITHM_AUTO) return 1;
+  return collective::IsSupported(static_cast<collective::Collective>(k),
+                                 static_cast<collective::Algorithm>(a - 1))
              ? 1
              : 0;
 }
@@ -401,12 +418,14 @@ baton_code_t baton_comm_explain(baton_comm_t* comm, baton_collective_t c, size_t
   if (written == nullptr) return Invalid("written is null");
   *written = 0;
   if (comm == nullptr) return Invalid("communicator is null");
-  if (c < 0 || c >= kCollectives) return Invalid(absl::StrCat("unknown collective ", c));
+  if (Raw(c) < 0 || Raw(c) >= kCollectives) {
+    return Invalid(absl::StrCat("unknown collective ", Raw(c)));
+  }
   std::optional<collective::DataType> t = DataTypeOf(type);
-  if (!t) return Invalid(absl::StrCat("unknown data type ", type));
+  if (!t) return Invalid(absl::StrCat("unknown data type ", Raw(type)));
   if (estimates == nullptr && capacity > 0) return Invalid("estimates is null");
   absl::StatusOr<std::vector<core::AlgorithmEstimate>> explained =
-      comm->impl->Explain(static_cast<collective::Collective>(c), count, *t);
+      comm->impl->Explain(static_cast<collective::Collective>(Raw(c)), count, *t);
   if (!explained.ok()) return Finish(explained.status());
   const size_t n = std::min(capacity, explained->size());
   for (size_t i = 0; i < n; ++i) {

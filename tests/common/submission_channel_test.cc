@@ -17,9 +17,10 @@ namespace {
 // within microseconds, or a few milliseconds on a loaded machine.
 constexpr absl::Duration kLostWakeUp = absl::Milliseconds(40);
 
-// How many waits of PingPong may last kLostWakeUp all the same: 1%, for the scheduler stalls of
-// a starved machine. A wake-up lost routinely exceeds it at once.
-int LostWakeUpBudget(int rounds) { return std::max(10, 2 * rounds / 100); }
+// How many waits of PingPong may last kLostWakeUp all the same: 5% of them, for the scheduler
+// stalls of a starved machine (a ThreadSanitizer run beside other tests on 2 cores). A wake-up
+// lost routinely exceeds it within seconds: losing every other one makes half the waits slow.
+int LostWakeUpBudget(int rounds) { return std::max(10, 2 * rounds * 5 / 100); }
 
 // Two threads play client and daemon over one page, as two processes would over shared memory,
 // for `rounds` round trips; counts the waits (both sides') that lasted kLostWakeUp or more, and
