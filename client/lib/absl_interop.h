@@ -6,7 +6,6 @@
 #include <chrono>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "baton/baton.hpp"
 
@@ -15,16 +14,6 @@ namespace baton {
 inline absl::Status ToAbsl(const Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.code()), status.message());
-}
-
-template <typename T>
-absl::StatusOr<T> ToAbsl(StatusOr<T> result) {
-  if (!result.ok()) return ToAbsl(result.status());
-  return *std::move(result);
-}
-
-inline std::chrono::milliseconds ToChrono(absl::Duration d) {
-  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
 inline absl::Duration ToAbsl(std::chrono::nanoseconds d) { return absl::FromChrono(d); }
