@@ -7,7 +7,7 @@ namespace baton::collective {
 namespace {
 
 // Indexed by the enums' values, so that names and parsing share one table.
-constexpr std::array<std::pair<Collective, absl::string_view>, 7> kCollectives = {{
+constexpr std::array<std::pair<Collective, absl::string_view>, 12> kCollectives = {{
     {Collective::kAllReduce, "all_reduce"},
     {Collective::kReduceScatter, "reduce_scatter"},
     {Collective::kAllGather, "all_gather"},
@@ -15,6 +15,11 @@ constexpr std::array<std::pair<Collective, absl::string_view>, 7> kCollectives =
     {Collective::kReduce, "reduce"},
     {Collective::kAllToAll, "all_to_all"},
     {Collective::kBarrier, "barrier"},
+    {Collective::kGather, "gather"},
+    {Collective::kScatter, "scatter"},
+    {Collective::kAllToAllV, "all_to_all_v"},
+    {Collective::kSend, "send"},
+    {Collective::kRecv, "recv"},
 }};
 
 constexpr std::array<std::pair<Algorithm, absl::string_view>, 5> kAlgorithms = {{
@@ -76,6 +81,11 @@ bool IsSupported(Collective collective, Algorithm algorithm) {
       return algorithm == Algorithm::kRing;
     case Collective::kAllToAll:
     case Collective::kBarrier:
+    case Collective::kGather:
+    case Collective::kScatter:
+    case Collective::kAllToAllV:
+    case Collective::kSend:
+    case Collective::kRecv:
       return algorithm == Algorithm::kDirect;
   }
   return false;

@@ -26,6 +26,11 @@ enum class Collective {
   kReduce,
   kAllToAll,
   kBarrier,
+  kGather,     // the root receives every rank's block, in rank order
+  kScatter,    // the root sends block r to rank r
+  kAllToAllV,  // all_to_all with per-peer counts and displacements (MPI_Alltoallv)
+  kSend,       // point to point: this rank's buffer to one peer rank
+  kRecv,       // point to point: one peer rank's message into this rank's buffer
 };
 
 enum class Algorithm {
@@ -36,8 +41,8 @@ enum class Algorithm {
   kHalvingDoubling,  // recursive halving then doubling: 2 log2(size) exchanges of shrinking parts
 };
 
-// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier";
-// "unknown" for a value outside the enum.
+// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier",
+// "gather", "scatter", "all_to_all_v", "send", "recv"; "unknown" for a value outside the enum.
 absl::string_view CollectiveName(Collective collective);
 std::optional<Collective> ParseCollective(absl::string_view name);
 

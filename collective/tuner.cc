@@ -117,6 +117,11 @@ std::vector<AlgorithmCost> PredictCosts(Collective collective, int daemons, size
       break;
     case Collective::kAllToAll:
     case Collective::kBarrier:
+    case Collective::kGather:
+    case Collective::kScatter:
+    case Collective::kAllToAllV:
+    case Collective::kSend:
+    case Collective::kRecv:
       costs.push_back(Cost(Algorithm::kDirect, absl::ZeroDuration()));
       break;
     default:

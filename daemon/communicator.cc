@@ -483,6 +483,13 @@ absl::StatusOr<std::string> Communicator::RunOperation(uint64_t seq, std::vector
     case Collective::kBarrier:
       if (across) status = collective::DisseminationBarrier(ctx, DaemonParticipants());
       break;
+    case Collective::kGather:
+    case Collective::kScatter:
+    case Collective::kAllToAllV:
+    case Collective::kSend:
+    case Collective::kRecv:
+      status = absl::UnimplementedError("not yet implemented");
+      break;
   }
   if (!status.ok()) {
     return NamePeers(
