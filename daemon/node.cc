@@ -377,6 +377,19 @@ absl::StatusOr<Plan> Node::JoinRank(const std::string& secret, int world_size, i
   return rendezvous_.Join(secret, world_size, rank, member, deadline);
 }
 
+absl::Status Node::AbortCommunicator(uint64_t session_id, uint64_t comm_tag, int rank,
+                                     const std::string& reason) {
+  std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
+  if (comm == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no communicator ", absl::Hex(comm_tag)));
+  }
+  BATON_RETURN_IF_ERROR(comm->CheckAttached(rank, session_id));
+  comm->Abort(absl::AbortedError(absl::StrCat("communicator aborted by rank ", rank, ": ",
+                                              reason.empty() ? "no reason given" : reason)),
+              /*notify_peers=*/true);
+  return absl::OkStatus();
+}
+
 void Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
                          const std::string& from_node) {
   std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);

@@ -1,0 +1,20 @@
+#pragma once
+
+// Where a buffer lives. Operations name the kind of each buffer; transports register memory of
+// the kinds they can move (Transport::RegisterMemory), and reduction kernels exist per kind.
+
+#include "absl/strings/string_view.h"
+
+namespace baton::transport {
+
+enum class MemoryKind {
+  kHost,    // ordinary (or shared) host memory
+  kDevice,  // GPU memory (CUDA)
+};
+
+// "host", "device".
+inline absl::string_view MemoryKindName(MemoryKind kind) {
+  return kind == MemoryKind::kDevice ? "device" : "host";
+}
+
+}  // namespace baton::transport
