@@ -1,0 +1,100 @@
+#pragma once
+
+inline absl::Status ShutDownError() { return absl::UnavailableError("endpoint shut down"); }
+
+// One TCP connection with a peer and what every part of the TCP endpoint shares about reading
+// it: the buffers' sizes, the read-for-receive limits and the eventfd helpers. Internal to
+// transport/tcp/.
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/spin.h"
+#include "transport/frame.h"
+#include "transport/tcp/socket.h"
+#include "transport/transport.h"
+
+namespace baton::transport::tcp {
+
+// How long an accepted connection may take to introduce itself.
+constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
+// Payload bytes that nobody wants, and the pieces of a consumed message (Endpoint::PostConsume),
+// are read into a buffer of this size: small enough that a piece is still in the cache when its
+// consumer reads it.
+constexpr size_t kPieceBytes = 256 * 1024;
+static_assert(kPieceBytes % Endpoint::kPieceAlignment == 0);
+
+// A receive of at most this many bytes is read by the thread that waits for it (see
+// TcpEndpoint::ReadForReceive); larger ones are left to the connection's reader thread, which
+// reads them while the waiting thread sends, so that both directions of bulk data keep moving.
+constexpr size_t kReadForReceiveMaxBytes = 64 * 1024;
+// A thread reading for its receive looks at least this often whether the receive has failed
+// (aborted, peer lost, shut down) or its message came over another connection.
+constexpr absl::Duration kReadForReceiveSlice = absl::Milliseconds(20);
+
+// This thread's eventfd, for being told that the receive it reads for has completed elsewhere;
+// -1 if none could be made.
+inline int ThreadEvent() {
+  thread_local const FileDescriptor event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  return event.get();
+}
+
+inline void Signal(int event) {
+  const uint64_t one = 1;
+  (void)!write(event, &one, sizeof(one));  // a full counter is as good as a signal
+}
+
+inline void Drain(int event) {
+  uint64_t count = 0;
+  (void)!read(event, &count, sizeof(count));
+}
+
+// One TCP connection with a peer, whichever side opened it. Frames flow both ways: its reader
+// thread reads what the peer sends, and Sends to the peer write to it, one at a time. Carrying
+// both directions on one connection lets TCP's acknowledgements ride on data going the other
+// way: with a connection per direction, every small message cost a second packet, a bare
+// acknowledgement, which is as expensive to move through the kernel as the message itself.
+// `fd` is set under mu_ before `connecting` turns false; from then on it is written by the Send
+// that holds `busy`, read by the reader thread, and shut down, never closed, by others.
+struct Connection {
+  FileDescriptor fd;
+  std::string peer;   // known at once when we connect; from the hello when we accept
+  bool ours = false;  // we connected (rather than accepted) it
+  std::thread reader;
+  // Guarded by mu_.
+  bool connecting = false;  // being connected by the Send that reserved it (no fd yet)
+  bool busy = false;        // a Send is writing to it
+  bool finished = false;    // its reader has ended and its thread only has to return
+
+  // The read side. Frames are read by one thread at a time, the one that holds `reading`: the
+  // reader thread, or a thread waiting for a small receive from the peer, which reads for
+  // itself (ReadForReceive) and so is woken by the kernel once instead of by the reader.
+  absl::Mutex read_mu;
+  bool reading ABSL_GUARDED_BY(read_mu) = false;
+  int readers_waiting ABSL_GUARDED_BY(read_mu) = 0;  // threads reading for their receive
+  absl::Time last_read_for_receive ABSL_GUARDED_BY(read_mu) = absl::InfinitePast();
+  // Someone waits for what only the reader thread reads (a large receive, or a frame a waiting
+  // thread left to it): the reader thread reads again without lingering.
+  bool wanted ABSL_GUARDED_BY(read_mu) = false;
+  bool reader_polling ABSL_GUARDED_BY(read_mu) = false;  // the reader thread waits in poll()
+  absl::Status ended ABSL_GUARDED_BY(read_mu);           // why the connection ended, once it has
+  FileDescriptor kick;  // eventfd that takes the reader out of poll()
+  // Only the thread that holds `reading` touches these.
+  std::optional<BufferedReader> in;    // set with fd
+  std::optional<FrameHeader> pending;  // a frame header read but left for the reader thread
+  std::vector<std::byte> scratch;
+  AdaptiveSpin read_spin{absl::ZeroDuration()};  // how long a waiting thread spins (AwaitFrame)
+};
+
+}  // namespace baton::transport::tcp

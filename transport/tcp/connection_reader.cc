@@ -1,0 +1,221 @@
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "transport/tcp/tcp_endpoint.h"
+
+namespace baton::transport::tcp {
+
+void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
+  const int fd = conn->fd.get();
+  if (accepted) {
+    absl::StatusOr<std::string> peer = ReadHello(fd);
+    absl::MutexLock lock(&mu_);
+    if (!peer.ok()) {
+      shutdown(fd, SHUT_RDWR);
+      if (!shutting_down_) {
+        spdlog::error("tcp endpoint {}: dropping a connection without a valid hello: {}", address_,
+                      peer.status().ToString());
+      }
+      conn->finished = true;
+      return;
+    }
+    conn->peer = *std::move(peer);
+    ++connections_[conn->peer];
+    matcher_.PeerConnected(conn->peer);
+    // Sends to the peer may use it from now on.
+    out_[conn->peer].push_back(conn);
+  }
+  const std::string& peer = conn->peer;  // immutable from here on
+  while (TakeReaderTurn(*conn)) {
+    bool kicked = false;
+    if (!conn->pending.has_value() && !conn->in->buffered()) {
+      std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{conn->kick.get(), POLLIN, 0}};
+      const int n = poll(fds.data(), conn->kick.valid() ? 2 : 1, -1);
+      const int poll_errno = errno;
+      kicked = n > 0 && fds[1].revents != 0;
+      if (kicked) Drain(conn->kick.get());
+      if (n > 0 && fds[0].revents != 0) conn->in->NoteReadable();
+      {
+        absl::MutexLock lock(&conn->read_mu);
+        conn->reader_polling = false;
+      }
+      if (n < 0 && poll_errno != EINTR) {
+        // Cannot happen with valid fds; read anyway, which reports what is wrong.
+        spdlog::warn("tcp endpoint {}: poll on the connection from peer {} failed: errno {}",
+                     address_, peer, poll_errno);
+      }
+      kicked = kicked || n == 0 || (n < 0 && poll_errno == EINTR);
+    }
+    absl::StatusOr<FrameRead> frame =
+        kicked ? FrameRead::kDone : ReadFrame(*conn, /*for_receive=*/false, absl::InfiniteFuture());
+    absl::MutexLock lock(&conn->read_mu);
+    conn->reading = false;
+    if (!frame.ok() && conn->ended.ok()) conn->ended = frame.status();
+  }
+  // Tell the peer now, and make the next Send on this connection notice (`finished`); the fd
+  // itself is closed when the connection's last owner lets go.
+  shutdown(fd, SHUT_RDWR);
+  absl::Status ended;
+  {
+    absl::MutexLock lock(&conn->read_mu);
+    ended = conn->ended;
+  }
+  absl::MutexLock lock(&mu_);
+  // Under mu_, so that a reconnection's PeerConnected cannot be overtaken by this PeerLost.
+  if (--connections_[peer] == 0) {
+    connections_.erase(peer);
+    matcher_.PeerLost(peer, absl::UnavailableError(absl::StrCat("lost connection from peer ", peer,
+                                                                ": ", ended.message())));
+  }
+  conn->finished = true;
+}
+
+bool TcpEndpoint::TakeReaderTurn(Conn& conn) {
+  absl::MutexLock lock(&conn.read_mu);
+  auto free = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn.read_mu) {
+    return !conn.ended.ok() || (!conn.reading && conn.readers_waiting == 0);
+  };
+  auto stop_lingering = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn.read_mu) {
+    return !conn.ended.ok() || conn.wanted;
+  };
+  while (true) {
+    conn.read_mu.Await(absl::Condition(&free));
+    if (!conn.ended.ok()) return false;
+    const absl::Duration idle = absl::Now() - conn.last_read_for_receive;
+    if (idle >= reader_linger_ || conn.wanted) break;
+    conn.read_mu.AwaitWithTimeout(absl::Condition(&stop_lingering), reader_linger_ - idle);
+  }
+  conn.wanted = false;
+  conn.reading = true;
+  conn.reader_polling = !conn.pending.has_value() && !conn.in->buffered();
+  return true;
+}
+
+absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool for_receive,
+                                                              absl::Time limit) {
+  const std::string& peer = conn.peer;
+  FrameHeader header;
+  if (conn.pending.has_value()) {
+    header = *conn.pending;
+    conn.pending.reset();
+  } else {
+    std::array<std::byte, kFrameHeaderBytes> buffer;
+    size_t read = 0;
+    if (absl::Status status = conn.in->Read(buffer, limit, &read); !status.ok()) {
+      if (for_receive && read == 0 && absl::IsDeadlineExceeded(status)) {
+        return FrameRead::kLeftToReader;  // nothing consumed: the stream is still in step
+      }
+      // EOF between frames is how a peer goes away; anything else is a broken link.
+      if (read > 0 || !absl::IsUnavailable(status)) CountError(peer);
+      return status;
+    }
+    absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(buffer);
+    if (decoded.ok() && decoded->type == FrameType::kHello) {
+      decoded = absl::DataLossError("unexpected hello frame on an introduced connection");
+    }
+    if (!decoded.ok()) {
+      spdlog::error("tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
+                    decoded.status().ToString());
+      CountError(peer);
+      return decoded.status();
+    }
+    header = *decoded;
+  }
+  if (header.type != FrameType::kData) {
+    BATON_RETURN_IF_ERROR(ReadPingOrPong(conn, header, limit));
+    return FrameRead::kDone;
+  }
+  if (!for_receive) {
+    BATON_RETURN_IF_ERROR(ReadPayload(
+        conn, header, matcher_.BeginDelivery(peer, header.tag, header.payload_bytes), limit));
+    return FrameRead::kDone;
+  }
+  std::optional<ReceiveMatcher::Delivery> delivery;
+  if (header.payload_bytes <= kReadForReceiveMaxBytes) {
+    delivery = matcher_.TryBeginDelivery(peer, header.tag, header.payload_bytes);
+  }
+  if (!delivery.has_value()) {
+    conn.pending = header;
+    return FrameRead::kLeftToReader;
+  }
+  BATON_RETURN_IF_ERROR(ReadPayload(conn, header, *std::move(delivery), limit));
+  return FrameRead::kDone;
+}
+
+absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
+                                      ReceiveMatcher::Delivery delivery, absl::Time limit) {
+  const std::string& peer = conn.peer;
+  uint64_t left = header.payload_bytes;
+  // Consumes the rest of a payload nobody wants, to keep the stream in step.
+  auto drain = [&]() -> absl::Status {
+    while (left > 0) {
+      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left, conn.scratch.size()));
+      size_t read = 0;
+      BATON_RETURN_IF_ERROR(conn.in->Read(ByteSpan(conn.scratch.data(), chunk), limit, &read));
+      left -= chunk;
+    }
+    return absl::OkStatus();
+  };
+
+  if (delivery.discard()) {
+    const absl::Status status = drain();
+    matcher_.FinishDelivery(std::move(delivery), status);
+    if (!status.ok()) CountError(peer);
+    return status;
+  }
+  // Straight into the receiver's buffer when a receive is posted, or a piece at a time through
+  // the scratch buffer to its consumer; the delivery says how long the receiver is willing to
+  // wait and whether it has been aborted meanwhile.
+  size_t read = 0;
+  // A posted receive's own deadline bounds the read into its buffer; `limit` bounds the rest.
+  const absl::Time deadline =
+      delivery.deadline() == absl::InfiniteFuture() ? limit : delivery.deadline();
+  auto cancelled = [&delivery] { return delivery.cancelled(); };
+  absl::Status status;
+  if (delivery.consuming()) {
+    while (status.ok() && read < header.payload_bytes) {
+      const size_t offset = read;
+      const ByteSpan piece(conn.scratch.data(),
+                           std::min<uint64_t>(header.payload_bytes - offset, conn.scratch.size()));
+      status = conn.in->Read(piece, deadline, cancelled, &read);
+      if (status.ok()) delivery.Consume(offset, piece);
+    }
+  } else {
+    status = conn.in->Read(delivery.buffer(), deadline, cancelled, &read);
+  }
+  left -= read;
+  if (status.ok()) {
+    matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
+    return absl::OkStatus();
+  }
+  if (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status)) {
+    // The receiver gave up, not the link: release it now, then skip the rest of the message.
+    matcher_.FinishDelivery(std::move(delivery), absl::IsDeadlineExceeded(status)
+                                                     ? RecvDeadlineExceeded(peer, header.tag)
+                                                     : absl::CancelledError("receive cancelled"));
+    const absl::Status drained = drain();
+    if (!drained.ok()) CountError(peer);
+    return drained;
+  }
+  CountError(peer);
+  matcher_.FinishDelivery(std::move(delivery),
+                          absl::UnavailableError(absl::StrCat("lost connection from peer ", peer,
+                                                              ": ", status.message())));
+  return status;
+}
+
+}  // namespace baton::transport::tcp

@@ -1,0 +1,236 @@
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "transport/tcp/tcp_endpoint.h"
+
+namespace baton::transport::tcp {
+
+// A receive posted on the TCP endpoint. A small one is read by the thread that waits for it
+// (ReadForReceive), which is told through its eventfd when the message arrives over another
+// connection instead; waiting for a large one tells the reader thread not to linger.
+class TcpEndpoint::Recv final : public PostedRecv {
+ public:
+  Recv(TcpEndpoint* endpoint, std::string peer, absl::Time deadline, bool read_for_receive)
+      : endpoint_(endpoint),
+        peer_(std::move(peer)),
+        deadline_(deadline),
+        read_for_receive_(read_for_receive) {}
+
+  absl::Status Wait() override {
+    if (!inner_->Test()) {
+      if (read_for_receive_) {
+        endpoint_->ReadForReceive(*this, /*briefly=*/false);
+      } else {
+        endpoint_->WantReader(peer_);
+      }
+    }
+    return inner_->Wait();
+  }
+  bool Test() override { return inner_->Test(); }
+  bool WaitBriefly() override {
+    if (!inner_->Test() && read_for_receive_) endpoint_->ReadForReceive(*this, /*briefly=*/true);
+    return inner_->Test();
+  }
+
+ private:
+  friend class TcpEndpoint;
+  // Runs in the delivering thread once the message is in place.
+  void Arrived() {
+    arrived_.store(true, std::memory_order_release);
+    const int event = event_.load(std::memory_order_acquire);
+    if (event >= 0 && event != ThreadEvent()) Signal(event);
+  }
+
+  TcpEndpoint* const endpoint_;
+  const std::string peer_;
+  const absl::Time deadline_;
+  const bool read_for_receive_;
+  std::atomic<int> event_{-1};        // the eventfd of the thread reading for this receive
+  std::atomic<bool> arrived_{false};  // the message is in place (set before it completes)
+  // The matcher's. Declared last, so destroyed first: its destructor may wait for a writer whose
+  // arrival callback still uses event_.
+  std::unique_ptr<PostedRecv> inner_;
+};
+
+std::unique_ptr<PostedRecv> TcpEndpoint::PostRecv(const std::string& peer, const Tag& tag,
+                                                  ByteSpan data, absl::Time deadline,
+                                                  ArrivalCallback on_arrival) {
+  return PostWith(peer, deadline, data.size(), std::move(on_arrival), [&](ArrivalCallback arrived) {
+    return matcher_.Post(peer, tag, data, deadline, std::move(arrived));
+  });
+}
+
+std::unique_ptr<PostedRecv> TcpEndpoint::PostConsume(const std::string& peer, const Tag& tag,
+                                                     size_t length, absl::Time deadline,
+                                                     PieceConsumer consume) {
+  return PostWith(peer, deadline, length, nullptr, [&](ArrivalCallback arrived) {
+    return matcher_.PostConsume(peer, tag, length, deadline, std::move(consume),
+                                std::move(arrived));
+  });
+}
+
+std::unique_ptr<PostedRecv> TcpEndpoint::PostWith(
+    const std::string& peer, absl::Time deadline, size_t length, ArrivalCallback on_arrival,
+    absl::FunctionRef<std::unique_ptr<PostedRecv>(ArrivalCallback)> post) {
+  const bool read_for_receive = length <= kReadForReceiveMaxBytes;
+  auto recv = std::make_unique<Recv>(this, peer, deadline, read_for_receive);
+  if (!read_for_receive) {
+    recv->inner_ = post(std::move(on_arrival));
+    // Nobody reads for this receive but the reader thread, so it must not linger from now on:
+    // the thread that posted it may first send a large message to the same peer, and the two
+    // sends can only both finish once both sides read (an exchange).
+    WantReader(peer);
+    return recv;
+  }
+  recv->inner_ = post([recv = recv.get(), on_arrival = std::move(on_arrival)]() mutable {
+    if (on_arrival) std::move(on_arrival)();
+    recv->Arrived();
+  });
+  return recv;
+}
+
+std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::ConnFrom(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  auto it = out_.find(peer);
+  if (it == out_.end()) return nullptr;
+  return PreferredLocked(peer, it->second, [](const Conn& conn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return !conn.connecting && !conn.finished && conn.kick.valid();  // mu_ is held
+  });
+}
+
+void TcpEndpoint::WantReader(const std::string& peer) {
+  const std::shared_ptr<Conn> conn = ConnFrom(peer);
+  if (conn == nullptr) return;
+  absl::MutexLock lock(&conn->read_mu);
+  conn->wanted = true;
+}
+
+void TcpEndpoint::StopLingering() {
+  std::vector<std::shared_ptr<Conn>> conns;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [peer, list] : out_) conns.insert(conns.end(), list.begin(), list.end());
+  }
+  for (const std::shared_ptr<Conn>& conn : conns) {
+    absl::MutexLock lock(&conn->read_mu);
+    conn->wanted = true;
+  }
+}
+
+void TcpEndpoint::ReadForReceive(Recv& recv, bool briefly) {
+  const std::shared_ptr<Conn> conn = ConnFrom(recv.peer_);
+  const int event = ThreadEvent();
+  if (conn == nullptr || event < 0) return;
+  recv.event_.store(event, std::memory_order_release);
+  const absl::Time begin = absl::Now();
+  bool mine = false;
+  {
+    absl::MutexLock lock(&conn->read_mu);
+    ++conn->readers_waiting;
+    if (conn->reader_polling) Signal(conn->kick.get());
+    auto free = [&conn, &recv]() ABSL_SHARED_LOCKS_REQUIRED(conn->read_mu) {
+      return !conn->reading || !conn->ended.ok() || recv.arrived_.load(std::memory_order_acquire);
+    };
+    // Whoever reads now may deliver this very receive (it touches read_mu after every frame, so
+    // the condition is looked at again); a failure of the receive shows within a slice.
+    const absl::Time turn_until =
+        briefly ? std::min(recv.deadline_, begin + receive_spin_) : recv.deadline_;
+    for (absl::Time now = begin; !free() && now < turn_until && !recv.inner_->Test();
+         now = absl::Now()) {
+      conn->read_mu.AwaitWithTimeout(absl::Condition(&free),
+                                     std::min(kReadForReceiveSlice, turn_until - now));
+    }
+    mine = !conn->reading && conn->ended.ok();
+    if (mine) conn->reading = true;
+  }
+  absl::Status ended;
+  bool left_to_reader = false;
+  if (mine) {
+    // A brief wait lasts the spin from its start, the wait for the turn included.
+    const absl::Time until =
+        briefly ? std::min(recv.deadline_, begin + conn->read_spin.next()) : recv.deadline_;
+    while (!recv.inner_->Test()) {
+      const absl::Time now = absl::Now();
+      if (now >= until) break;
+      if (!conn->pending.has_value() && !conn->in->buffered()) {
+        const Readable readable = AwaitFrame(*conn, recv, event, until);
+        if (readable == Readable::kPollFailed) break;  // leave it to the reader thread
+        if (readable == Readable::kNotYet) continue;
+        conn->in->NoteReadable();
+      }
+      absl::StatusOr<FrameRead> frame = ReadFrame(*conn, /*for_receive=*/true, recv.deadline_);
+      if (!frame.ok()) {
+        ended = frame.status();
+        break;
+      }
+      if (*frame == FrameRead::kLeftToReader) {
+        left_to_reader = true;
+        break;
+      }
+      // Threads waiting for their turn re-check whether this frame was theirs.
+      { absl::MutexLock lock(&conn->read_mu); }
+    }
+  }
+  {
+    absl::MutexLock lock(&conn->read_mu);
+    if (mine) conn->reading = false;
+    --conn->readers_waiting;
+    conn->last_read_for_receive = absl::Now();
+    if (left_to_reader) conn->wanted = true;
+    if (!ended.ok() && conn->ended.ok()) conn->ended = ended;
+  }
+  recv.event_.store(-1, std::memory_order_release);
+}
+
+TcpEndpoint::Readable TcpEndpoint::AwaitFrame(Conn& conn, Recv& recv, int event, absl::Time until) {
+  const int fd = conn.fd.get();
+  const absl::Time start = absl::Now();
+  // A thread that sleeps in poll() is woken by the kernel, which on a busy or virtual machine can
+  // take longer than the message itself; spinning (yielding) keeps it on its core instead.
+  pollfd peek{fd, POLLIN, 0};
+  bool readable = false;
+  // Each look is a system call, so it yields from the first (an error shows in ReadFrame).
+  auto arrived_or_readable = [&] {
+    if (recv.arrived_.load(std::memory_order_acquire)) return true;
+    readable = poll(&peek, 1, 0) != 0;
+    return readable;
+  };
+  const bool spun = SpinUntil(std::min(conn.read_spin.next(), until - start),
+                              /*busy=*/absl::ZeroDuration(), arrived_or_readable);
+  if (spun) {
+    if (readable) conn.read_spin.Record(absl::Now() - start);
+    return readable ? Readable::kYes : Readable::kNotYet;
+  }
+  std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{event, POLLIN, 0}};
+  const absl::Duration wait =
+      std::clamp(until - absl::Now(), absl::ZeroDuration(), kReadForReceiveSlice);
+  const int n =
+      poll(fds.data(), fds.size(),
+           static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
+  if (n < 0 && errno != EINTR) return Readable::kPollFailed;
+  if (fds[1].revents != 0) Drain(event);
+  if (n <= 0 || fds[0].revents == 0) {
+    // The message came another way, or not within the spin (the event may be left over from an
+    // earlier receive): in the latter case, stop spinning.
+    if (!recv.arrived_.load(std::memory_order_acquire)) conn.read_spin.RecordOutlasted();
+    return Readable::kNotYet;
+  }
+  conn.read_spin.Record(absl::Now() - start);
+  return Readable::kYes;
+}
+
+}  // namespace baton::transport::tcp

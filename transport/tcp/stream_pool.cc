@@ -1,0 +1,227 @@
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+#include "transport/tcp/tcp_endpoint.h"
+
+namespace baton::transport::tcp {
+
+std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::PreferredLocked(
+    const std::string& peer, const std::vector<std::shared_ptr<Conn>>& conns,
+    absl::FunctionRef<bool(const Conn&)> usable) const {
+  const bool prefer_ours = address_ < peer;
+  std::shared_ptr<Conn> found;
+  for (const auto& conn : conns) {
+    if (!usable(*conn)) continue;
+    if (conn->ours == prefer_ours) return conn;
+    if (found == nullptr) found = conn;
+  }
+  return found;
+}
+
+absl::Status TcpEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                               absl::Time deadline) {
+  const OutMessage message{tag, data};
+  return SendAll(peer, std::span(&message, 1), deadline);
+}
+
+absl::Status TcpEndpoint::SendAll(const std::string& peer, std::span<const OutMessage> messages,
+                                  absl::Time deadline) {
+  if (messages.empty()) return absl::OkStatus();
+  BATON_RETURN_IF_ERROR(CheckSendAll(peer, messages));
+  return SendFrames(peer, FrameType::kData, messages, deadline);
+}
+
+absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
+                                     std::span<const OutMessage> messages, absl::Time deadline) {
+  const Tag& tag = messages.back().tag;  // the one errors name
+  size_t total = 0;
+  for (const OutMessage& message : messages) {
+    if (message.data.size() > kMaxFramePayloadBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("message of ", message.data.size(), " bytes to peer ", peer, " (",
+                       TagToString(message.tag), ") exceeds the frame limit of ",
+                       kMaxFramePayloadBytes, " bytes"));
+    }
+    total += kFrameHeaderBytes + message.data.size();
+  }
+  BATON_ASSIGN_OR_RETURN(std::shared_ptr<Conn> stream, AcquireStream(peer, tag, total, deadline));
+  const int fd = stream->fd.get();
+  bool closed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    closed = stream->finished;
+  }
+  if (closed) {
+    // The peer went away since our last send (the connection's reader saw it go); what we sent
+    // last may not have arrived, so this is an error rather than a silent reconnect. The next
+    // Send connects afresh. (Until the reader has seen the end, a Send may still succeed.)
+    ReleaseStream(peer, stream, /*healthy=*/false);
+    CountError(peer);
+    return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
+                                               TagToString(tag), "): peer closed the connection"));
+  }
+  // Every frame's header and payload, in one write; on the stack for the usual one or two frames.
+  using Header = std::array<std::byte, kFrameHeaderBytes>;
+  constexpr size_t kOnStack = 2;
+  std::array<Header, kOnStack> stack_headers;
+  std::array<iovec, 2 * kOnStack> stack_iov;
+  std::vector<Header> heap_headers;
+  std::vector<iovec> heap_iov;
+  std::span<Header> headers(stack_headers.data(), std::min(messages.size(), kOnStack));
+  std::span<iovec> iov(stack_iov.data(), 2 * headers.size());
+  if (messages.size() > kOnStack) {
+    heap_headers.resize(messages.size());
+    heap_iov.resize(2 * messages.size());
+    headers = heap_headers;
+    iov = heap_iov;
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    EncodeFrameHeader(FrameHeader{type, messages[i].tag, messages[i].data.size()}, headers[i]);
+    iov[2 * i] = iovec{headers[i].data(), headers[i].size()};
+    iov[2 * i + 1] =
+        iovec{const_cast<std::byte*>(messages[i].data.data()), messages[i].data.size()};
+  }
+  size_t written = 0;
+  const absl::Status status = WriteFull(
+      fd, iov, deadline, [this, &tag] { return SendCancelled(tag.comm); },
+      [this] { StopLingering(); }, &written);
+  // A frame cut short leaves the stream unusable, and so does a socket error; a frame that was
+  // never started because the deadline passed or the communicator was aborted does not.
+  ReleaseStream(peer, stream,
+                status.ok() || (written == 0 &&
+                                (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status))));
+  {
+    absl::MutexLock lock(&mu_);
+    if (status.ok()) {
+      if (type != FrameType::kData) return absl::OkStatus();
+      for (const OutMessage& message : messages) CountSendLocked(peer, message.data.size(), true);
+      return absl::OkStatus();
+    }
+    CountSendLocked(peer, 0, false);
+    if (absl::IsCancelled(status)) {
+      absl::Status blocking = SendBlockingErrorLocked(tag.comm);
+      if (!blocking.ok()) return blocking;
+    }
+  }
+  const std::string context = absl::StrCat("send to peer ", peer, " (", TagToString(tag), ")");
+  if (absl::IsDeadlineExceeded(status)) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(context, " timed out after ", written, " of ", total, " bytes"));
+  }
+  return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
+                                             TagToString(tag), "): ", status.message()));
+}
+
+absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
+    const std::string& peer, const Tag& tag, size_t bytes, absl::Time deadline) {
+  const bool striped = bytes >= kStripeMinBytes && streams_per_peer_ > 1;
+  std::shared_ptr<Conn> stream;
+  {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this, &peer, &tag]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (!SendBlockingErrorLocked(tag.comm).ok()) return true;
+      auto it = out_.find(peer);
+      if (it == out_.end() || it->second.size() < streams_per_peer_) return true;
+      return std::any_of(it->second.begin(), it->second.end(),
+                         [](const auto& s) { return !s->busy; });
+    };
+    if (!mu_.AwaitWithDeadline(absl::Condition(&ready), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat("send to peer ", peer, " (", TagToString(tag),
+                                                      ") timed out waiting for a free connection"));
+    }
+    BATON_RETURN_IF_ERROR(SendBlockingErrorLocked(tag.comm));
+    std::vector<std::shared_ptr<Conn>>& streams = out_[peer];
+    std::shared_ptr<Conn> idle;
+    if (!striped) {
+      idle = PreferredLocked(peer, streams, [](const Conn& conn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !conn.busy;  // mu_ is held
+      });
+    } else if (streams.size() >= streams_per_peer_) {
+      // The next idle one in turn after the last striped send's.
+      size_t& turn = stripe_turn_[peer];
+      for (size_t k = 0; k < streams.size() && idle == nullptr; ++k) {
+        const std::shared_ptr<Conn>& candidate = streams[(turn + k) % streams.size()];
+        if (!candidate->busy) {
+          idle = candidate;
+          turn = (turn + k + 1) % streams.size();
+        }
+      }
+    }
+    if (idle != nullptr) {
+      idle->busy = true;
+      return idle;
+    }
+    stream = std::make_shared<Conn>();  // busy and connecting: other Sends wait for it
+    stream->peer = peer;
+    stream->ours = true;
+    stream->connecting = true;
+    stream->busy = true;
+    streams.push_back(stream);
+  }
+  ReapFinishedReaders();
+  absl::StatusOr<FileDescriptor> fd = ConnectAndIntroduce(peer, tag.comm, deadline);
+  absl::MutexLock lock(&mu_);
+  if (fd.ok() && shutting_down_) fd = ShutDownError();  // too late to start a reader
+  if (!fd.ok()) {
+    auto it = out_.find(peer);
+    if (it != out_.end()) {
+      std::erase(it->second, stream);
+      if (it->second.empty()) out_.erase(it);
+    }
+    CountSendLocked(peer, 0, false);
+    absl::Status blocking = SendBlockingErrorLocked(tag.comm);
+    if (!blocking.ok()) return blocking;
+    return absl::UnavailableError(
+        absl::StrCat("send to peer ", peer, " (", TagToString(tag), "): ", fd.status().message()));
+  }
+  stream->fd = *std::move(fd);
+  PrepareReadSide(*stream);
+  stream->connecting = false;
+  StartReaderLocked(stream);
+  return stream;
+}
+
+absl::StatusOr<FileDescriptor> TcpEndpoint::ConnectAndIntroduce(const std::string& peer,
+                                                                uint64_t comm,
+                                                                absl::Time deadline) {
+  auto cancelled = [this, comm] { return SendCancelled(comm); };
+  BATON_ASSIGN_OR_RETURN(FileDescriptor fd, ConnectWithRetry(peer, deadline, cancelled));
+  std::array<std::byte, kFrameHeaderBytes> header;
+  EncodeFrameHeader(FrameHeader{FrameType::kHello, Tag{}, address_.size()}, header);
+  std::array<iovec, 2> iov{iovec{header.data(), header.size()},
+                           iovec{const_cast<char*>(address_.data()), address_.size()}};
+  size_t written = 0;
+  BATON_RETURN_IF_ERROR(
+      Annotate(WriteFull(fd.get(), iov, deadline, cancelled, &written), "sending hello"));
+  return fd;
+}
+
+void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream,
+                                bool healthy) {
+  absl::MutexLock lock(&mu_);
+  stream->busy = false;
+  if (healthy) return;
+  // Keep the broken connection's retransmits: the counter must not go backwards.
+  links_[peer].retransmits += TcpRetransmits(stream->fd.get());
+  shutdown(stream->fd.get(), SHUT_RDWR);
+  auto it = out_.find(peer);
+  if (it == out_.end()) return;
+  std::erase(it->second, stream);
+  if (it->second.empty()) out_.erase(it);
+}
+
+}  // namespace baton::transport::tcp

@@ -1,0 +1,129 @@
+#include "transport/tcp/tcp_endpoint.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace baton::transport::tcp {
+
+TcpEndpoint::~TcpEndpoint() {
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;  // a pong being written stops too
+  }
+  {
+    absl::MutexLock lock(&pings_mu_);
+    pings_stopping_ = true;
+  }
+  if (pong_thread_.joinable()) pong_thread_.join();
+  matcher_.Shutdown(ShutDownError());
+  const uint64_t one = 1;
+  if (write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
+    spdlog::error("tcp endpoint {}: cannot wake the listener: errno {}", address_, errno);
+  }
+  if (listener_thread_.joinable()) listener_thread_.join();
+  // No connection is accepted any more, and none is established (Sends fail once shutting_down_
+  // is set). shutdown() wakes every reader with EOF and tells every peer that we are gone; the
+  // fds are closed when their last owner lets go.
+  std::list<std::shared_ptr<Conn>> conns;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& conn : conns_) shutdown(conn->fd.get(), SHUT_RDWR);
+    conns.swap(conns_);
+  }
+  // A reader thread may be waiting for its turn rather than in poll().
+  for (const auto& conn : conns) {
+    absl::MutexLock lock(&conn->read_mu);
+    if (conn->ended.ok()) conn->ended = ShutDownError();
+  }
+  for (const auto& conn : conns) conn->reader.join();
+}
+
+void TcpEndpoint::Abort(uint64_t comm, const absl::Status& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    aborted_[comm] = reason.ok() ? absl::CancelledError("communicator aborted") : reason;
+  }
+  matcher_.Abort(comm, reason);
+}
+
+void TcpEndpoint::Forget(uint64_t comm) {
+  {
+    absl::MutexLock lock(&mu_);
+    aborted_.erase(comm);
+  }
+  matcher_.Forget(comm);
+}
+
+std::vector<LinkStats> TcpEndpoint::Stats() const {
+  absl::flat_hash_map<std::string, LinkStats> links = matcher_.RecvLinkStats();
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [peer, tx] : links_) {
+      LinkStats& link = links[peer];
+      link.peer = peer;
+      link.tx_bytes = tx.tx_bytes;
+      link.tx_messages = tx.tx_messages;
+      link.errors = tx.errors;
+      link.retransmits = tx.retransmits;
+    }
+    for (const auto& [peer, streams] : out_) {
+      LinkStats& link = links[peer];
+      link.peer = peer;
+      for (const auto& stream : streams) {
+        if (!stream->connecting) link.retransmits += TcpRetransmits(stream->fd.get());
+      }
+    }
+  }
+  std::vector<LinkStats> result;
+  result.reserve(links.size());
+  for (auto& [peer, link] : links) result.push_back(std::move(link));
+  std::sort(result.begin(), result.end(),
+            [](const LinkStats& a, const LinkStats& b) { return a.peer < b.peer; });
+  return result;
+}
+
+absl::Status TcpEndpoint::SendBlockingErrorLocked(uint64_t comm) const {
+  if (shutting_down_) return ShutDownError();
+  if (auto it = aborted_.find(comm); it != aborted_.end()) return it->second;
+  return absl::OkStatus();
+}
+
+bool TcpEndpoint::SendCancelled(uint64_t comm) const {
+  absl::MutexLock lock(&mu_);
+  return !SendBlockingErrorLocked(comm).ok();
+}
+
+void TcpEndpoint::CountSendLocked(const std::string& peer, uint64_t length, bool ok) {
+  LinkStats& link = links_[peer];
+  link.peer = peer;
+  if (ok) {
+    link.tx_bytes += length + kFrameHeaderBytes;
+    ++link.tx_messages;
+  } else {
+    ++link.errors;
+  }
+}
+
+void TcpEndpoint::CountError(const std::string& peer) {
+  absl::MutexLock lock(&mu_);
+  LinkStats& link = links_[peer];
+  link.peer = peer;
+  ++link.errors;
+}
+
+}  // namespace baton::transport::tcp

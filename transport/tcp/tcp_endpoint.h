@@ -1,0 +1,209 @@
+#pragma once
+
+// The TCP endpoint: one listener, the connections with each peer (Connection), and the threads
+// that read them. Internal to transport/tcp/; NewTcpEndpoint (tcp_transport.h) is the way in.
+// Its members are defined by responsibility, as gloo's tcp/ splits the same job:
+//   tcp_endpoint.cc       lifetime, Abort/Forget, counters
+//   acceptor.cc           the listener thread, the hello of accepted connections, reaping
+//   connection_reader.cc  the read turn and reading frames off a connection
+//   posted_recv.cc        posted receives and the waiting thread that reads for its own
+//   stream_pool.cc        sending: framing, the connections per peer, connecting
+//   round_trip.cc         ping/pong (RoundTrip) and the pong thread
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <list>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/thread_name.h"
+#include "transport/frame.h"
+#include "transport/receive_matcher.h"
+#include "transport/tcp/connection.h"
+#include "transport/tcp/socket.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/transport.h"
+
+namespace baton::transport::tcp {
+
+class TcpEndpoint final : public Endpoint {
+ public:
+  TcpEndpoint(Listener listener, FileDescriptor wake, std::string address,
+              const TcpOptions& options)
+      : listener_(std::move(listener)),
+        wake_(std::move(wake)),
+        address_(std::move(address)),
+        receive_spin_(options.receive_spin),
+        reader_linger_(options.reader_linger),
+        streams_per_peer_(static_cast<size_t>(options.streams_per_peer)),
+        matcher_(options.max_unexpected_bytes_per_peer) {}
+  ~TcpEndpoint() override;
+
+  // Starts accepting connections; called once, right after construction.
+  void Start() {
+    listener_thread_ = std::thread([this] {
+      SetThreadName("baton-accept");
+      ListenLoop();
+    });
+    pong_thread_ = std::thread([this] {
+      SetThreadName("baton-pong");
+      PongLoop();
+    });
+  }
+
+  std::string address() const override { return address_; }
+  absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                    absl::Time deadline) override;
+  absl::Status SendAll(const std::string& peer, std::span<const OutMessage> messages,
+                       absl::Time deadline) override;
+  std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
+                                       absl::Time deadline, ArrivalCallback on_arrival) override;
+  std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
+                                          absl::Time deadline, PieceConsumer consume) override;
+  absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override;
+  void Abort(uint64_t comm, const absl::Status& reason) override;
+  void Forget(uint64_t comm) override;
+  std::vector<LinkStats> Stats() const override;
+
+ private:
+  using Conn = Connection;
+  class Recv;
+  enum class FrameRead { kDone, kLeftToReader };
+
+  // PostRecv and PostConsume: wraps the matcher's receive that `post` makes (given the callback
+  // to run on arrival) in a Recv, read by the waiting thread when `length` is small.
+  std::unique_ptr<PostedRecv> PostWith(
+      const std::string& peer, absl::Time deadline, size_t length, ArrivalCallback on_arrival,
+      absl::FunctionRef<std::unique_ptr<PostedRecv>(ArrivalCallback)> post);
+
+  void ListenLoop();
+  void ReapFinishedReaders() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets up the read side of a connection whose fd is set, before anyone reads it.
+  void PrepareReadSide(Conn& conn) const {
+    conn.kick = FileDescriptor(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    conn.in.emplace(conn.fd.get());
+    conn.scratch.resize(kPieceBytes);
+    conn.read_spin = AdaptiveSpin(receive_spin_);
+  }
+  // Counts an established connection with its peer and starts its reader.
+  void StartReaderLocked(const std::shared_ptr<Conn>& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads one connection until it ends; an accepted one first has to introduce its peer.
+  void ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted);
+  absl::StatusOr<std::string> ReadHello(int fd);
+  // The reader thread's turn to read: waits while threads read for their receives (and
+  // reader_linger_ after), then takes `reading`. False once the connection has ended.
+  bool TakeReaderTurn(Conn& conn);
+  // Reads one frame (or what `pending` left of one) and delivers it. With `for_receive` (a
+  // thread reading for its own receive) it does not wait on room for unexpected messages, nor
+  // read a payload over kReadForReceiveMaxBytes: such a frame is left to the reader thread. Only
+  // the delivery into a posted receive may wait past `limit` (until that receive's deadline); a
+  // frame that stays half-sent past both ends the connection as broken, since the stream can no
+  // longer be kept in step. An error ends the connection.
+  absl::StatusOr<FrameRead> ReadFrame(Conn& conn, bool for_receive, absl::Time limit);
+  absl::Status ReadPayload(Conn& conn, const FrameHeader& header, ReceiveMatcher::Delivery delivery,
+                           absl::Time limit);
+  // Called by a thread about to wait for `recv`: reads the peer's connection itself until the
+  // receive completes, fails or reaches its deadline, or the connection is not ours to read.
+  // `briefly`: only while the connection's spin lasts (AwaitFrame), and not at all if another
+  // thread is reading the connection.
+  void ReadForReceive(Recv& recv, bool briefly);
+  enum class Readable { kYes, kNotYet, kPollFailed };
+  // For ReadForReceive, which holds the read turn of `conn`: waits until the connection is
+  // readable, the receive arrived (over another connection: `event` fires), one slice passed or
+  // `until`. Spins first (SpinUntil) while frames have been arriving within receive_spin_.
+  Readable AwaitFrame(Conn& conn, Recv& recv, int event, absl::Time until);
+  // Tells the reader thread of the connection from `peer` not to linger: a receive it alone reads
+  // has been posted or is being waited for.
+  void WantReader(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the linger of every connection's reader thread (see TcpOptions::reader_linger): called
+  // by a send that waits for room, since the peer may be waiting to send to this endpoint too,
+  // or to one that is, and nobody here may be about to read for a receive.
+  void StopLingering() ABSL_LOCKS_EXCLUDED(mu_);
+  // Of `conns` (`peer`'s) that `usable` accepts: when both sides connected to each other at once,
+  // the one opened by the endpoint whose address sorts first, so that both send on it and the
+  // acknowledgements ride on data; else any. Null if none.
+  std::shared_ptr<Conn> PreferredLocked(const std::string& peer,
+                                        const std::vector<std::shared_ptr<Conn>>& conns,
+                                        absl::FunctionRef<bool(const Conn&)> usable) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The connection `peer` sends on (see AcquireStream), if one is established.
+  std::shared_ptr<Conn> ConnFrom(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The error that stops sending on `comm` now (shut down or aborted), or OK.
+  absl::Status SendBlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  bool SendCancelled(uint64_t comm) const ABSL_LOCKS_EXCLUDED(mu_);
+  // Reserves an idle connection to `peer` for `bytes` of frames: the preferred one (see
+  // PreferredLocked) for less than kStripeMinBytes, else the next in turn, connecting one more
+  // while there are fewer than streams_per_peer_ (or none).
+  absl::StatusOr<std::shared_ptr<Conn>> AcquireStream(const std::string& peer, const Tag& tag,
+                                                      size_t bytes, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<FileDescriptor> ConnectAndIntroduce(const std::string& peer, uint64_t comm,
+                                                     absl::Time deadline);
+  // Returns a stream after a Send; a broken one is dropped so that the next Send reconnects.
+  void ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream, bool healthy)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void CountSendLocked(const std::string& peer, uint64_t length, bool ok)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes `messages` to `peer` as frames of `type` in one system call (SendAll for data frames,
+  // which alone are counted in LinkStats).
+  absl::Status SendFrames(const std::string& peer, FrameType type,
+                          std::span<const OutMessage> messages, absl::Time deadline);
+  // A ping or pong frame's payload, read after its header; a ping is queued for PongLoop, a pong
+  // completes its RoundTrip.
+  absl::Status ReadPingOrPong(Conn& conn, const FrameHeader& header, absl::Time limit);
+  // Answers queued pings. Its own thread, so that no thread that reads a connection ever waits to
+  // write one (the peer might be waiting for us to read).
+  void PongLoop();
+  void CountError(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const Listener listener_;
+  const FileDescriptor wake_;  // eventfd that stops ListenLoop
+  const std::string address_;
+  const absl::Duration receive_spin_;
+  const absl::Duration reader_linger_;  // TcpOptions::reader_linger
+  const size_t streams_per_peer_;
+  ReceiveMatcher matcher_;
+  std::thread listener_thread_;
+
+  // Lock order: mu_ before the matcher's internal lock.
+  mutable absl::Mutex mu_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // The send side's copy of the abort reasons (the receive side's live in matcher_).
+  absl::flat_hash_map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
+  // The connections Sends to each peer use: those we opened and those the peer opened.
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<Conn>>> out_ ABSL_GUARDED_BY(mu_);
+  // Every connection with a reader thread, until the thread is joined.
+  std::list<std::shared_ptr<Conn>> conns_ ABSL_GUARDED_BY(mu_);
+  // Per peer: where the next striped send starts looking in out_[peer].
+  absl::flat_hash_map<std::string, size_t> stripe_turn_ ABSL_GUARDED_BY(mu_);
+  // Established connections per peer address (accepted ones once introduced).
+  absl::flat_hash_map<std::string, int> connections_ ABSL_GUARDED_BY(mu_);
+  // tx counters and errors; rx counters and `up` come from matcher_.
+  absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
+
+  // Round trips: pings in flight by identifier, with the time their pong arrived (InfinitePast
+  // until then), and pings from peers still to be answered.
+  absl::Mutex pings_mu_;
+  bool pings_stopping_ ABSL_GUARDED_BY(pings_mu_) = false;
+  uint64_t next_ping_ ABSL_GUARDED_BY(pings_mu_) = 1;
+  absl::flat_hash_map<uint64_t, absl::Time> pings_ ABSL_GUARDED_BY(pings_mu_);
+  std::deque<std::pair<std::string, std::array<std::byte, kPingPayloadBytes>>> pongs_due_
+      ABSL_GUARDED_BY(pings_mu_);
+  std::thread pong_thread_;
+};
+
+}  // namespace baton::transport::tcp
