@@ -30,23 +30,40 @@
 namespace baton::channel {
 
 inline constexpr uint32_t kMagic = 0x4E435442;  // "BTCN"
-inline constexpr uint32_t kVersion = 1;
+// 2: `peer` in the descriptor, and the per-peer counts of all_to_all_v in the page's tail.
+inline constexpr uint32_t kVersion = 2;
 
 // One operation, as the client API describes it. Enumerations are collective/ values; the
 // reader validates them.
 struct OpDescriptor {
-  uint32_t kind = 0;       // collective::Collective
-  uint32_t data_type = 0;  // collective::DataType
-  uint32_t reduce_op = 0;  // collective::ReduceOp
-  int32_t root = 0;
-  uint32_t algorithm = 0;  // 0: the daemon chooses; else 1 + collective::Algorithm
-  uint32_t reserved = 0;
-  uint64_t count = 0;
+  uint32_t kind = 0;         // collective::Collective
+  uint32_t data_type = 0;    // collective::DataType
+  uint32_t reduce_op = 0;    // collective::ReduceOp
+  int32_t root = 0;          // broadcast, reduce, gather and scatter
+  uint32_t algorithm = 0;    // 0: the daemon chooses; else 1 + collective::Algorithm
+  int32_t peer = 0;          // send: the destination rank; recv: the source rank
+  uint64_t count = 0;        // as the gRPC request's count
   uint64_t send_buffer = 0;  // registered buffer ids and offsets, as in the gRPC request
   uint64_t send_offset = 0;
   uint64_t recv_buffer = 0;
   uint64_t recv_offset = 0;
   int64_t timeout_ms = 0;  // zero or less: the daemon's default
+};
+
+// Most ranks whose all_to_all_v counts fit the page; larger worlds submit all_to_all_v through
+// the gRPC Collective call (the client never has two operations of one rank in flight, so the
+// order holds across both ways).
+inline constexpr uint32_t kMaxVectorRanks = 64;
+
+// all_to_all_v's per-peer counts and displacements, in elements, `entries` (the world size) of
+// each; read by the daemon for all_to_all_v only, and only `entries` <= kMaxVectorRanks of them.
+struct VectorTail {
+  uint32_t entries = 0;
+  uint32_t reserved = 0;
+  uint64_t send_counts[kMaxVectorRanks] = {};
+  uint64_t send_displs[kMaxVectorRanks] = {};
+  uint64_t recv_counts[kMaxVectorRanks] = {};
+  uint64_t recv_displs[kMaxVectorRanks] = {};
 };
 
 // The outcome of the last operation.
@@ -70,11 +87,12 @@ struct Layout {
   std::atomic<uint32_t> closed{0};                 // the daemon no longer serves this channel
   alignas(64) OpDescriptor op;
   alignas(64) OpResult result;
+  alignas(64) VectorTail vectors;  // all_to_all_v only
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
-static_assert(sizeof(Layout) <= 4096);
 
 inline constexpr size_t kChannelBytes = 4096;
+static_assert(sizeof(Layout) <= kChannelBytes, "kMaxVectorRanks must fit the page");
 
 // How long a waiter spins (yielding its core between looks) before it blocks, while the other
 // side has been answering within it (AdaptiveSpin).

@@ -21,7 +21,8 @@ constexpr absl::Duration kDefaultTimeout = absl::Minutes(10);
 
 }  // namespace
 
-absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor& op) {
+absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor& op,
+                                                     const channel::VectorTail& vectors) {
   CollectiveCall call;
   std::optional<collective::Collective> kind = FromRaw<collective::Collective>(
       op.kind, collective::CollectiveName, collective::ParseCollective);
@@ -43,7 +44,21 @@ absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor
     }
   }
   call.root = op.root;
+  call.peer = op.peer;
   call.count = op.count;
+  if (call.kind == collective::Collective::kAllToAllV) {
+    // One read of the length: the client may scribble on the page while we copy.
+    const uint32_t entries = vectors.entries;
+    if (entries > channel::kMaxVectorRanks) {
+      return absl::InvalidArgumentError(absl::StrCat("all_to_all_v with ", entries,
+                                                     " counts on the submission channel (at most ",
+                                                     channel::kMaxVectorRanks, ")"));
+    }
+    call.send_counts.assign(vectors.send_counts, vectors.send_counts + entries);
+    call.send_displs.assign(vectors.send_displs, vectors.send_displs + entries);
+    call.recv_counts.assign(vectors.recv_counts, vectors.recv_counts + entries);
+    call.recv_displs.assign(vectors.recv_displs, vectors.recv_displs + entries);
+  }
   call.send_buffer = op.send_buffer;
   call.send_offset = op.send_offset;
   call.recv_buffer = op.recv_buffer;
@@ -108,7 +123,7 @@ void ChannelServer::Serve(uint32_t seen) {
     spin.Record(absl::Now() - idle_since);
     seen = page_->submitted.load(std::memory_order_acquire);
     const channel::OpDescriptor op = page_->op;  // one copy: the client may scribble on the page
-    absl::StatusOr<CollectiveCall> call = Decode(op);
+    absl::StatusOr<CollectiveCall> call = Decode(op, page_->vectors);
     absl::StatusOr<std::string> algorithm;
     if (call.ok()) {
       call->session_id = session_id_;

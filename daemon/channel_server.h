@@ -40,8 +40,10 @@ class ChannelServer {
   uint64_t comm_tag() const { return comm_tag_; }
   int rank() const { return rank_; }
 
-  // Decodes a descriptor into a call; InvalidArgument for values outside the enumerations.
-  static absl::StatusOr<CollectiveCall> Decode(const channel::OpDescriptor& op);
+  // Decodes a descriptor, and for all_to_all_v the page's counts (`vectors`), into a call;
+  // InvalidArgument for values outside the enumerations or more than kMaxVectorRanks counts.
+  static absl::StatusOr<CollectiveCall> Decode(const channel::OpDescriptor& op,
+                                               const channel::VectorTail& vectors);
 
  private:
   ChannelServer(std::unique_ptr<SharedMemory> memory, uint64_t session_id, uint64_t comm_tag,

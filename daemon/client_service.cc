@@ -122,11 +122,27 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
     case v1::COLLECTIVE_OP_BARRIER:
       call.kind = collective::Collective::kBarrier;
       break;
+    case v1::COLLECTIVE_OP_GATHER:
+      call.kind = collective::Collective::kGather;
+      break;
+    case v1::COLLECTIVE_OP_SCATTER:
+      call.kind = collective::Collective::kScatter;
+      break;
+    case v1::COLLECTIVE_OP_ALL_TO_ALL_V:
+      call.kind = collective::Collective::kAllToAllV;
+      break;
+    case v1::COLLECTIVE_OP_SEND:
+      call.kind = collective::Collective::kSend;
+      break;
+    case v1::COLLECTIVE_OP_RECV:
+      call.kind = collective::Collective::kRecv;
+      break;
     default:
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("unknown collective ", request->op()));
   }
   call.root = request->root();
+  call.peer = request->peer();
   if (!request->algorithm().empty()) {
     call.algorithm = collective::ParseAlgorithm(request->algorithm());
     if (!call.algorithm) {
@@ -148,6 +164,10 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
   }
   call.reduce_op = *op;
   call.count = request->count();
+  call.send_counts.assign(request->send_counts().begin(), request->send_counts().end());
+  call.send_displs.assign(request->send_displs().begin(), request->send_displs().end());
+  call.recv_counts.assign(request->recv_counts().begin(), request->recv_counts().end());
+  call.recv_displs.assign(request->recv_displs().begin(), request->recv_displs().end());
   call.send_buffer = request->send().buffer_id();
   call.send_offset = request->send().offset();
   call.recv_buffer = request->recv().buffer_id();
@@ -163,6 +183,15 @@ grpc::Status ClientService::OpenChannel(grpc::ServerContext*, const v1::OpenChan
                                         v1::OpenChannelResponse*) {
   return ToGrpc(node_->OpenChannel(request->session_id(), request->comm_tag(), request->rank(),
                                    request->shm_name()));
+}
+
+grpc::Status ClientService::AbortCommunicator(grpc::ServerContext*,
+                                              const v1::AbortCommunicatorRequest* request,
+                                              v1::AbortCommunicatorResponse*) {
+  // The reason reaches every rank's error messages: bound it.
+  constexpr size_t kMaxReason = 512;
+  return ToGrpc(node_->AbortCommunicator(request->session_id(), request->comm_tag(),
+                                         request->rank(), request->reason().substr(0, kMaxReason)));
 }
 
 grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* request,

@@ -42,6 +42,9 @@ class ClientService final : public v1::Client::Service {
                           v1::CollectiveResponse* response) override;
   grpc::Status OpenChannel(grpc::ServerContext* context, const v1::OpenChannelRequest* request,
                            v1::OpenChannelResponse* response) override;
+  grpc::Status AbortCommunicator(grpc::ServerContext* context,
+                                 const v1::AbortCommunicatorRequest* request,
+                                 v1::AbortCommunicatorResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest* request,
                          v1::DaemonStatus* response) override;
   grpc::Status Explain(grpc::ServerContext* context, const v1::ExplainRequest* request,

@@ -124,7 +124,7 @@ TEST_F(ChannelServerTest, ValuesOutsideTheEnumerationsFailWithoutRunning) {
     uint32_t value;
     const char* message;
   };
-  for (const Case& c : {Case{&channel::OpDescriptor::kind, 7, "unknown collective 7"},
+  for (const Case& c : {Case{&channel::OpDescriptor::kind, 12, "unknown collective 12"},
                         Case{&channel::OpDescriptor::data_type, 99, "unknown data type 99"},
                         Case{&channel::OpDescriptor::reduce_op, 5, "unknown reduce op 5"},
                         Case{&channel::OpDescriptor::algorithm, 6, "unknown algorithm 5"}}) {
@@ -146,7 +146,7 @@ TEST_F(ChannelServerTest, APageThatIsNotAChannelIsRefused) {
   page_->magic = 0x12345678;
   auto server = Open([](const CollectiveCall&) { return absl::StatusOr<std::string>("ring"); });
   EXPECT_TRUE(absl::IsInvalidArgument(server.status())) << server.status();
-  EXPECT_NE(server.status().message().find("is not a version 1 submission channel"),
+  EXPECT_NE(server.status().message().find("is not a version 2 submission channel"),
             std::string::npos)
       << server.status();
 }
