@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <span>
 #include <string>
@@ -140,7 +139,7 @@ absl::Status DirectAllToAllOfRanks(const OpContext& ctx, const Participants& par
   auto at = [block_bytes](int rank) { return static_cast<size_t>(rank) * block_bytes; };
   for (size_t i = 0; i < mine.size(); ++i) {
     for (size_t j = 0; j < mine.size(); ++j) {
-      std::memcpy(recvs[j] + at(mine[i]), sends[i] + at(mine[j]), block_bytes);
+      ctx.kernels->Copy(recvs[j] + at(mine[i]), sends[i] + at(mine[j]), block_bytes);
     }
   }
   if (n == 1) return absl::OkStatus();

@@ -31,7 +31,7 @@ namespace baton::collective {
 
 // Every participant calls it with the same count, type, op and sequence number, and the same
 // participant list. ReduceOp::kAvg is reduced as a sum; the caller divides once at the end
-// (DivideInPlace in reduce.h). Errors: InvalidArgument for a rank outside the participants, a
+// (ctx.kernels->Divide). Errors: InvalidArgument for a rank outside the participants, a
 // missing address, an unknown type or op, or a byte count that overflows; transport errors
 // annotated with this rank, the step and chunk, and the peer (on error `data` is left partly
 // reduced).

@@ -6,7 +6,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
-#include "collective/reduce.h"
 #include "common/status_macros.h"
 
 namespace baton::collective::internal {
@@ -107,7 +106,7 @@ absl::Status PairwiseExchange::Exchange(uint32_t step, int partner, const Elemen
     const std::array<const void*, 2> sources =
         partner_first ? std::array<const void*, 2>{scratch_.get(), own}
                       : std::array<const void*, 2>{own, scratch_.get()};
-    ReduceMany(type_, op_, own, sources, chunk.length);
+    ctx_.kernels->ReduceMany(type_, op_, own, sources, chunk.length);
   }
   return absl::OkStatus();
 }

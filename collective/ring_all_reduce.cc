@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
-#include "collective/reduce.h"
 #include "collective/ring_steps.h"
 #include "collective/segments.h"
 #include "common/status_macros.h"
@@ -46,7 +44,7 @@ absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring,
     return absl::InvalidArgumentError("ring all-reduce: needs a buffer");
   }
   if (ring.size == 1) {
-    ReduceMany(type, op, recv, inputs, count);  // a copy for one input other than recv
+    ctx.kernels->ReduceMany(type, op, recv, inputs, count);  // a copy for one input other than recv
     return absl::OkStatus();
   }
   BATON_RETURN_IF_ERROR(internal::CheckRingLinks(kWhat, ctx, ring));

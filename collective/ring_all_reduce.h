@@ -24,7 +24,7 @@ namespace baton::collective {
 
 // Reduces `count` elements at `data` in place across the ring: on return every participant holds
 // op(participant 0's data, ..., participant size-1's data). ReduceOp::kAvg is reduced as a sum;
-// the caller divides once at the end (DivideInPlace in reduce.h). Errors come from the transport,
+// the caller divides once at the end (ctx.kernels->Divide). Errors come from the transport,
 // annotated with this rank, the phase and step, and the neighbour it was sending to or receiving
 // from; on error `data` is left partly reduced. A lost neighbour shows up as Unavailable; ranks
 // further away only see DeadlineExceeded at ctx.deadline unless the caller aborts the

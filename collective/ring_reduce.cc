@@ -5,7 +5,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
-#include "collective/reduce.h"
 #include "collective/segments.h"
 #include "common/status_macros.h"
 
@@ -60,10 +59,10 @@ absl::Status RingReduce(const OpContext& ctx, const Ring& ring, int root, void* 
       }
       PhaseTimer timer(ReduceSlot(ctx));
       if (is_root) {
-        ReduceInto(type, op, own.data(), partial.data(), chunk.length);
+        ctx.kernels->ReduceInto(type, op, own.data(), partial.data(), chunk.length);
         continue;
       }
-      ReduceInto(type, op, partial.data(), own.data(), chunk.length);
+      ctx.kernels->ReduceInto(type, op, partial.data(), own.data(), chunk.length);
       outgoing = partial;
     }
     const absl::Status status = ctx.endpoint->Send(ring.next, tag, outgoing, ctx.deadline);

@@ -23,7 +23,7 @@
 namespace baton::collective {
 
 // Every participant calls it with the same root, count, type, op and sequence number.
-// ReduceOp::kAvg is reduced as a sum; the root divides (DivideInPlace in reduce.h). Errors:
+// ReduceOp::kAvg is reduced as a sum; the root divides (ctx.kernels->Divide). Errors:
 // InvalidArgument for a rank or root outside the ring, an unknown type or op, or a byte count
 // that overflows; transport errors annotated with this rank, the chunk and the neighbour (on
 // error the root's `data` is left partly reduced).

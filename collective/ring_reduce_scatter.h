@@ -25,7 +25,7 @@
 namespace baton::collective {
 
 // Every participant calls it with the same count, type, op and sequence number. ReduceOp::kAvg is
-// reduced as a sum; the caller divides its segment (DivideInPlace in reduce.h). Errors: as
+// reduced as a sum; the caller divides its segment (ctx.kernels->Divide). Errors: as
 // RingAllReduce (transport errors annotated with this rank, the step and the neighbour; on error
 // `data` is left partly reduced).
 absl::Status RingReduceScatter(const OpContext& ctx, const Ring& ring, void* data, size_t count,

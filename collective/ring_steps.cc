@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
-#include "collective/reduce.h"
 #include "common/status_macros.h"
 
 // Why this order never deadlocks: every participant issues sends before its first receive, a
@@ -87,9 +86,9 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
       const size_t length = piece.size() / element_size_;
       if (from_inputs) {
         const ElementRange part{chunk.begin + offset / element_size_, length};
-        ReduceMany(type_, op_, own + offset, InputsOf(part, piece.data()), length);
+        ctx_.kernels->ReduceMany(type_, op_, own + offset, InputsOf(part, piece.data()), length);
       } else {
-        ReduceInto(type_, op_, own + offset, piece.data(), length);
+        ctx_.kernels->ReduceInto(type_, op_, own + offset, piece.data(), length);
       }
       consumed_ns.fetch_add((std::chrono::steady_clock::now() - start).count(),
                             std::memory_order_relaxed);
@@ -125,8 +124,8 @@ absl::Status RingSteps::Run(std::span<const RingStep> steps,
       // Several inputs: their reduction is what goes out; it is built in the buffer, which no
       // step has written there yet.
       PhaseTimer timer(ReduceSlot(ctx_));
-      ReduceMany(type_, op_, BytesOf(data_, element_size_, chunk).data(), InputsOf(chunk, nullptr),
-                 chunk.length);
+      ctx_.kernels->ReduceMany(type_, op_, BytesOf(data_, element_size_, chunk).data(),
+                               InputsOf(chunk, nullptr), chunk.length);
     }
     const transport::ConstByteSpan bytes =
         BytesOf(step.send_from_input && inputs_.size() == 1 ? inputs_.front() : data_,

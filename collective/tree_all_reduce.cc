@@ -10,7 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "collective/double_binary_tree.h"
 #include "collective/op_checks.h"
-#include "collective/reduce.h"
 #include "collective/segments.h"
 #include "common/status_macros.h"
 
@@ -85,7 +84,7 @@ class TreeOperation {
     for (int child : trees_[t].children) {
       BATON_RETURN_IF_ERROR(Recv(t, /*down=*/false, part, child, received));
       PhaseTimer timer(ReduceSlot(ctx_));
-      ReduceInto(type_, op_, own.data(), received.data(), chunk.length);
+      ctx_.kernels->ReduceInto(type_, op_, own.data(), received.data(), chunk.length);
     }
     if (trees_[t].parent == -1) return SendToChildren(t, part, own);
     return Send(t, /*down=*/false, part, trees_[t].parent, own);
