@@ -3,6 +3,8 @@
 #include <array>
 #include <utility>
 
+#include "collective/registry.h"
+
 namespace baton::collective {
 namespace {
 
@@ -70,25 +72,7 @@ std::optional<Algorithm> ParseAlgorithm(absl::string_view name) {
 }
 
 bool IsSupported(Collective collective, Algorithm algorithm) {
-  switch (collective) {
-    case Collective::kAllReduce:
-      return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree ||
-             algorithm == Algorithm::kDoubling || algorithm == Algorithm::kHalvingDoubling;
-    case Collective::kReduceScatter:
-    case Collective::kAllGather:
-    case Collective::kBroadcast:
-    case Collective::kReduce:
-      return algorithm == Algorithm::kRing;
-    case Collective::kAllToAll:
-    case Collective::kBarrier:
-    case Collective::kGather:
-    case Collective::kScatter:
-    case Collective::kAllToAllV:
-    case Collective::kSend:
-    case Collective::kRecv:
-      return algorithm == Algorithm::kDirect;
-  }
-  return false;
+  return FindImplementation(collective, algorithm) != nullptr;
 }
 
 }  // namespace baton::collective

@@ -16,6 +16,7 @@ namespace baton::collective {
 struct LayoutDaemon {
   std::string address;     // data-plane endpoint address
   std::vector<int> ranks;  // ascending; every daemon hosts at least one rank
+  std::string name;        // the daemon's node name, for messages
 };
 
 struct Layout {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "collective/doubling_all_reduce.h"
+#include "collective/registry.h"
 
 namespace baton::collective {
 namespace {
@@ -20,14 +21,17 @@ AlgorithmCost Cost(Algorithm algorithm, absl::Duration predicted) {
   return cost;
 }
 
-absl::Duration RingAllReduce(int daemons, double bytes, const LinkModel& model) {
+}  // namespace
+
+absl::Duration RingAllReduceCost(int daemons, double bytes, double /*chunk_bytes*/,
+                                 const LinkModel& model) {
   const double d = daemons;
   return 2 * (d - 1) * model.alpha +
          Seconds(2 * (d - 1) / d * bytes / (model.beta * kRingEfficiency));
 }
 
-absl::Duration TreeAllReduce(int daemons, double bytes, double chunk_bytes,
-                             const LinkModel& model) {
+absl::Duration TreeAllReduceCost(int daemons, double bytes, double chunk_bytes,
+                                 const LinkModel& model) {
   const double depth = std::bit_width(static_cast<unsigned>(daemons - 1));
   const double message = std::min(bytes / 2, chunk_bytes);
   const double efficiency = message <= static_cast<double>(kTreeSmallMessageBytes)
@@ -35,6 +39,8 @@ absl::Duration TreeAllReduce(int daemons, double bytes, double chunk_bytes,
                                 : kTreePipelinedEfficiency;
   return 2 * depth * model.alpha + Seconds(2 * bytes / (model.beta * efficiency));
 }
+
+namespace {
 
 // One step of doubling or halving-doubling: `step_bytes` each way, chunk by chunk, each chunk
 // waiting for the partner's, at what these exchanges reach of the link with messages of that size.
@@ -46,16 +52,18 @@ absl::Duration ExchangeStep(double step_bytes, double chunk_bytes, const LinkMod
   return chunks * model.alpha + Seconds(step_bytes / (model.beta * efficiency));
 }
 
+}  // namespace
+
 // Every step exchanges the whole buffer.
-absl::Duration DoublingAllReduce(int daemons, double bytes, double chunk_bytes,
-                                 const LinkModel& model) {
+absl::Duration DoublingAllReduceCost(int daemons, double bytes, double chunk_bytes,
+                                     const LinkModel& model) {
   return DoublingSteps(daemons) * ExchangeStep(bytes, chunk_bytes, model);
 }
 
 // Halving moves half, a quarter, ... of the buffer, doubling the same back. Pairs (a size that is
 // not a power of two) hand the whole buffer over and back.
-absl::Duration HalvingDoublingAllReduce(int daemons, double bytes, double chunk_bytes,
-                                        const LinkModel& model) {
+absl::Duration HalvingDoublingAllReduceCost(int daemons, double bytes, double chunk_bytes,
+                                            const LinkModel& model) {
   const int p = static_cast<int>(std::bit_floor(static_cast<unsigned>(daemons)));
   absl::Duration total;
   for (int part = 2; part <= p; part *= 2)
@@ -63,6 +71,8 @@ absl::Duration HalvingDoublingAllReduce(int daemons, double bytes, double chunk_
   if (p != daemons) total += 2 * ExchangeStep(bytes, chunk_bytes, model);
   return total;
 }
+
+namespace {
 
 std::string HumanDuration(absl::Duration d) {
   const double us = absl::ToDoubleMicroseconds(d);
@@ -104,29 +114,12 @@ std::vector<AlgorithmCost> PredictCosts(Collective collective, int daemons, size
   const LinkModel model = model_in.valid() ? model_in : DefaultLinkModel();
   const double n = static_cast<double>(bytes);
   std::vector<AlgorithmCost> costs;
-  switch (collective) {
-    case Collective::kAllReduce:
-      costs.push_back(Cost(Algorithm::kRing, RingAllReduce(daemons, n, model)));
-      costs.push_back(Cost(Algorithm::kTree,
-                           TreeAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)));
-      costs.push_back(Cost(Algorithm::kDoubling,
-                           DoublingAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)));
-      costs.push_back(
-          Cost(Algorithm::kHalvingDoubling,
-               HalvingDoublingAllReduce(daemons, n, static_cast<double>(chunk_bytes), model)));
-      break;
-    case Collective::kAllToAll:
-    case Collective::kBarrier:
-    case Collective::kGather:
-    case Collective::kScatter:
-    case Collective::kAllToAllV:
-    case Collective::kSend:
-    case Collective::kRecv:
-      costs.push_back(Cost(Algorithm::kDirect, absl::ZeroDuration()));
-      break;
-    default:
-      costs.push_back(Cost(Algorithm::kRing, absl::ZeroDuration()));
-      break;
+  for (const OpImplementation& entry : Implementations()) {
+    if (entry.collective != collective) continue;
+    costs.push_back(Cost(entry.algorithm,
+                         entry.cost == nullptr
+                             ? absl::ZeroDuration()
+                             : entry.cost(daemons, n, static_cast<double>(chunk_bytes), model)));
   }
   std::stable_sort(costs.begin(), costs.end(), [](const AlgorithmCost& a, const AlgorithmCost& b) {
     return a.predicted < b.predicted;

@@ -54,6 +54,17 @@ struct LinkModel {
   bool valid() const { return alpha >= absl::ZeroDuration() && beta > 0; }
 };
 
+// The all_reduce algorithms' α–β models (the registry's cost functions): predicted time across
+// `daemons` (>= 2) for a buffer of `bytes`, messages cut into `chunk_bytes`.
+absl::Duration RingAllReduceCost(int daemons, double bytes, double chunk_bytes,
+                                 const LinkModel& model);
+absl::Duration TreeAllReduceCost(int daemons, double bytes, double chunk_bytes,
+                                 const LinkModel& model);
+absl::Duration DoublingAllReduceCost(int daemons, double bytes, double chunk_bytes,
+                                     const LinkModel& model);
+absl::Duration HalvingDoublingAllReduceCost(int daemons, double bytes, double chunk_bytes,
+                                            const LinkModel& model);
+
 // Used until a communicator has measurements: 50 us and 1.25 GB/s (a 10 Gbit/s link).
 LinkModel DefaultLinkModel();
 

@@ -262,69 +262,36 @@ absl::Status Node::Destroy(uint64_t session_id, uint64_t comm_tag, int rank) {
 }
 
 absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
-  using collective::Collective;
   std::shared_ptr<Communicator> comm = communicators_.Find(call.comm_tag);
   if (comm == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(call.comm_tag)));
   }
   // Every check here fails only this call: the communicator stays usable.
   OpRequest request;
-  request.kind = call.kind;
-  if (call.algorithm) {
-    request.algorithm = call.algorithm;
-    if (!collective::IsSupported(call.kind, *request.algorithm)) {
-      return absl::InvalidArgumentError(absl::StrCat(collective::AlgorithmName(*request.algorithm),
-                                                     " does not implement ",
-                                                     collective::CollectiveName(call.kind)));
-    }
-  }
+  collective::OpSpec& spec = request.spec;
+  spec.collective = call.kind;
+  spec.type = call.data_type;
+  spec.op = call.reduce_op;
+  spec.count = call.kind == collective::Collective::kBarrier ? 0 : call.count;
+  spec.send_counts = call.send_counts;
+  spec.send_displs = call.send_displs;
+  spec.recv_counts = call.recv_counts;
+  spec.recv_displs = call.recv_displs;
+  spec.root = spec.Rooted() ? call.root : 0;
+  spec.peer = spec.PointToPoint() ? call.peer : 0;
+  spec.algorithm = call.algorithm;
   const int world = comm->plan().world_size;
-  const bool rooted = call.kind == Collective::kBroadcast || call.kind == Collective::kReduce;
-  if (rooted && (call.root < 0 || call.root >= world)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("root ", call.root, " is out of range for world size ", world));
-  }
-  request.type = call.data_type;
-  request.op = call.reduce_op;
-  request.root = rooted ? call.root : 0;
-  request.count = call.kind == Collective::kBarrier ? 0 : call.count;
+  BATON_RETURN_IF_ERROR(spec.Validate(world, call.rank));
 
-  // How many elements this rank's send and recv hold (<baton/baton.h>).
-  uint64_t send_count = request.count;
-  uint64_t recv_count = request.count;
-  const uint64_t world_count = static_cast<uint64_t>(world);
-  const uint64_t element = collective::DataTypeSize(call.data_type);
-  if (request.count > UINT64_MAX / element / world_count) {
-    return absl::InvalidArgumentError(absl::StrCat("count ", request.count, " overflows"));
-  }
-  switch (call.kind) {
-    case Collective::kReduceScatter:
-      send_count *= world_count;
-      break;
-    case Collective::kAllGather:
-      recv_count *= world_count;
-      break;
-    case Collective::kAllToAll:
-      send_count *= world_count;
-      recv_count *= world_count;
-      break;
-    case Collective::kBroadcast:
-      if (call.rank != call.root) send_count = 0;
-      break;
-    case Collective::kReduce:
-      if (call.rank != call.root) recv_count = 0;
-      break;
-    default:
-      break;
-  }
-  if (send_count > 0) {
+  const uint64_t element = collective::DataTypeSize(spec.type);
+  if (const uint64_t send_count = spec.SendElements(world, call.rank); send_count > 0) {
     BATON_ASSIGN_OR_RETURN(BufferRegion send,
                            sessions_.Resolve(call.session_id, call.send_buffer, call.send_offset,
                                              send_count * element));
     request.send = send.data;
     request.pins.push_back(send.pin);
   }
-  if (recv_count > 0) {
+  if (const uint64_t recv_count = spec.RecvElements(world, call.rank); recv_count > 0) {
     BATON_ASSIGN_OR_RETURN(BufferRegion recv,
                            sessions_.Resolve(call.session_id, call.recv_buffer, call.recv_offset,
                                              recv_count * element));

@@ -1,10 +1,10 @@
 #include <bitset>
 #include <vector>
 
-#include "daemon/communicator.h"
+#include "collective/operation_runner.h"
 #include "gtest/gtest.h"
 
-namespace baton::daemon {
+namespace baton::collective {
 namespace {
 
 // Whatever the size, the signature check runs along one cycle through every daemon, so that any
@@ -49,4 +49,4 @@ TEST(SignatureCheckTest, PowersOfTwoFollowTheGrayCodeElseTheRing) {
 }
 
 }  // namespace
-}  // namespace baton::daemon
+}  // namespace baton::collective

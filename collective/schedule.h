@@ -1,0 +1,57 @@
+#pragma once
+
+// What a hierarchical schedule is given: one operation on this daemon's share of a communicator.
+// A schedule combines the local ranks' buffers in memory, runs one algorithm across the daemons
+// (collective/ring_*.h, tree_*.h, ...) on one daemon's worth of data, and writes every local
+// rank's result. It is the unit the registry (collective/registry.h) maps a (collective,
+// algorithm) to, and what tests run as D daemons x L local ranks over the in-memory transport.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "collective/algorithm.h"
+#include "collective/layout.h"
+#include "collective/op_context.h"
+#include "collective/op_spec.h"
+#include "common/status_macros.h"
+
+namespace baton::collective {
+
+// One local rank's part of an operation: its own call (all_to_all_v counts differ per rank; every
+// other field agrees between ranks) and its buffers, sized as OpSpec::SendElements and
+// RecvElements say. A buffer the operation does not use on this rank may be null.
+struct LocalPart {
+  const OpSpec* spec = nullptr;
+  const std::byte* send = nullptr;
+  std::byte* recv = nullptr;
+};
+
+struct Schedule {
+  OpContext ctx;  // the operation's endpoint, tags, deadline, chunk, kernels
+  const Layout* layout = nullptr;
+  const OpSpec* spec = nullptr;            // the operation (parts[0]'s call)
+  Algorithm algorithm = Algorithm::kRing;  // the algorithm across daemons
+  std::span<const LocalPart> parts;        // by local index (layout->local_ranks())
+
+  bool across() const { return layout->daemon_count() > 1; }
+  size_t element_bytes() const { return DataTypeSize(spec->type); }
+
+  // Operations whose daemon-side scratch would grow with their size run in slabs: pieces of
+  // SlabLength(length, unit_bytes) units of their sliced dimension, each unit needing `unit_bytes`
+  // of scratch, at most kSlabChunks chunks of scratch per slab. Every daemon computes the same
+  // slabs (the chunk size is the communicator's).
+  static constexpr size_t kSlabChunks = 8;
+  static constexpr size_t kMaxSlabs = 65000;
+  size_t SlabLength(size_t length, size_t unit_bytes) const;
+  // Slab k's context: its own range of tag steps (OpContext::first_step).
+  OpContext SlabContext(size_t slab) const;
+};
+
+// Whether `bytes` at `a` and `bytes` at `b` share no byte.
+bool Apart(const void* a, const void* b, size_t bytes);
+
+// Runs one schedule; the registry's entries have this type.
+using ScheduleFn = absl::Status (*)(const Schedule& schedule);
+
+}  // namespace baton::collective
