@@ -26,8 +26,8 @@
 // The lag lets the reduction run ahead of the broadcast: while chunk j travels up to the root
 // and back down (up to 2 * depth hops), a participant goes on reducing later chunks instead of
 // waiting for it, so a lag of twice the depth keeps the pipeline full (we assume a balanced tree:
-// depth bit_width(size-1) + 1 at most, the double binary tree's plus one). It also bounds what a
-// participant receives before asking for it: apart from the first `lag` rounds, which need
+// depth bit_width(size-1) + 1 at most, one more than the double binary tree's). It also bounds what
+// a participant receives before asking for it: apart from the first `lag` rounds, which need
 // nothing from above, every round needs a same-round send from each neighbour, so neighbours stay
 // within about a round of each other and a link holds at most about lag + 1 unasked chunks.
 
@@ -58,7 +58,7 @@ class TreeOperation {
   absl::Status Run() {
     const size_t scratch_elements = std::min(chunk_elements_, halves_[0].length);
     scratch_ = std::make_unique_for_overwrite<std::byte[]>(scratch_elements * element_size_);
-    // The depth of the double binary tree, plus one for other balanced trees (the planner's).
+    // At least the double binary tree's depth, plus one for other balanced trees a caller passes.
     const int depth = std::bit_width(static_cast<unsigned>(participants_.size() - 1)) + 1;
     const size_t lag = 2 * static_cast<size_t>(depth);
     const size_t rounds = std::max(chunks_[0], chunks_[1]) + lag;

@@ -1,12 +1,12 @@
 #pragma once
 
 // Tree all-reduce over NCCL's double binary tree (double_binary_tree.h), or two trees the caller
-// supplies (the topology planner's, say): the buffer is split in two halves (SegmentOf(count, 2, 0)
-// and SegmentOf(count, 2, 1)); tree t reduces half t up to its root and broadcasts the result back
-// down. Both halves and both directions are pipelined in chunks, so every link carries chunks at
-// once; since each participant is interior in (about) one tree only, the reduction work is spread
-// evenly. Latency grows with log(size) rather than size, which suits small messages and many
-// participants; the ring suits large ones.
+// supplies (the same trees over another numbering, say): the buffer is split in two halves
+// (SegmentOf(count, 2, 0) and SegmentOf(count, 2, 1)); tree t reduces half t up to its root and
+// broadcasts the result back down. Both halves and both directions are pipelined in chunks, so
+// every link carries chunks at once; since no participant is interior in both trees, the reduction
+// work is spread evenly. Latency grows with log(size) rather than size, which suits small messages
+// and many participants; the ring suits large ones.
 //
 // Buffers: one buffer of `count` elements per participant, reduced in place: on return every
 // participant holds op(every participant's data). The order in which contributions are combined
@@ -35,7 +35,7 @@ namespace baton::collective {
 
 // Every participant calls it with the same count, type, op and sequence number, and the same
 // participant list. ReduceOp::kAvg is reduced as a sum; the caller divides once at the end
-// (DivideInPlace in reduce.h). Errors: InvalidArgument for a rank outside the participants, a
+// (ctx.kernels->Divide). Errors: InvalidArgument for a rank outside the participants, a
 // missing address, an unknown type or op, or a byte count that overflows; transport errors
 // annotated with this rank, the tree, the phase and chunk, and the peer (on error `data` is left
 // partly reduced).
@@ -43,11 +43,11 @@ absl::Status TreeAllReduce(const OpContext& ctx, const Participants& participant
                            size_t count, DataType type, ReduceOp op);
 
 // The same over two caller-supplied trees instead of DoubleBinaryTree(size, rank): trees[t] is
-// this participant's parent and children in tree t, as indices into participants.addresses (the
-// topology planner's trees, for instance). Every participant must pass its links in the same two
-// trees, each spanning all participants; links that disagree between participants make the
-// operation fail at ctx.deadline, never hang. Any shape works; the pipeline is tuned for depths
-// up to bit_width(size-1) + 1. InvalidArgument for a link outside the participants or to itself.
+// this participant's parent and children in tree t, as indices into participants.addresses
+// (batond's trees over its daemons, for instance). Every participant must pass its links in the
+// same two trees, each spanning all participants; links that disagree between participants make the
+// operation fail at ctx.deadline, never hang. Any shape works; the pipeline is tuned for depths up
+// to bit_width(size-1) + 1. InvalidArgument for a link outside the participants or to itself.
 absl::Status TreeAllReduce(const OpContext& ctx, const Participants& participants,
                            const std::array<TreeNode, 2>& trees, void* data, size_t count,
                            DataType type, ReduceOp op);

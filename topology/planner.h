@@ -53,9 +53,11 @@ int CountBoundaryHops(const std::vector<DaemonLocality>& daemons, const std::vec
 // Sum of symmetric costs over the ring's hops, the closing hop included.
 double RingCost(const LinkCosts& costs, const std::vector<int>& ring);
 
-// Per-rank links of one tree; the same shape as collective::TreeNode (collective/
-// double_binary_tree.h). In tree 0 children are ascending (NCCL's down0 = rank - k before
-// down1 = rank + k); tree 1 lists the images of tree 0's children. The root's parent is -1.
+// To be deleted once daemon/communicator.cc stops calling it (its last user): the double binary
+// tree has one construction, collective::DoubleBinaryTree (collective/double_binary_tree.h), which
+// builds exactly these trees, for every n (rank = ring position). Do not add users.
+//
+// Per-rank links of one tree; the same shape as collective::TreeNode. The root's parent is -1.
 struct TreeLinks {
   int parent = -1;
   std::vector<int> children;
@@ -68,14 +70,7 @@ struct DoubleBinaryTree {
   std::array<int, 2> roots = {-1, -1};
 };
 
-// Double binary tree over ranks 0..n-1 in NCCL's construction (trees.cc ncclGetBtree /
-// ncclGetDtree): tree 0 is the power-of-two binary tree rooted at 0 (odd ranks are leaves); tree 1
-// is its mirror (rank r -> n-1-r) when n is even. For even n this is exactly what
-// collective::DoubleBinaryTree builds. For odd n NCCL (and collective/) shift tree 0 by one, which
-// leaves rank 0 interior in both trees; here rank 0 instead moves under rank n-1 (which has a free
-// child slot for odd n) and tree 0 is rooted at 0's former only child (the largest power of two
-// below n) before the shift, so that for every n no rank is interior in both trees. Each rank has
-// at most two children; depth <= ceil(log2 n) + 1.
+// collective::DoubleBinaryTree(n, rank) for every rank, with the roots (DoubleBinaryTreeRoot).
 DoubleBinaryTree BuildDoubleBinaryTree(int n);
 // The same trees over daemons: position p of the construction is daemon ring_order[p]. Subtrees
 // are then contiguous stretches of the ring, i.e. rack-local when the ring is (PlanDaemonRing).
