@@ -1,10 +1,10 @@
 #pragma once
 
-// Pure planning functions over topology: ring order across daemons, double binary trees across
-// daemons, a ring over one node's GPUs, and the NIC each GPU should use. Every function is
-// deterministic, so each daemon can compute the same plan from the same inputs.
+// Pure planning functions over topology: ring order across daemons, a ring over one node's GPUs,
+// and the NIC each GPU should use. Every function is deterministic, so each daemon can compute the
+// same plan from the same inputs. (The double binary tree across daemons is built over ring
+// positions by collective::DoubleBinaryTree, collective/double_binary_tree.h.)
 
-#include <array>
 #include <string>
 #include <vector>
 
@@ -52,29 +52,6 @@ int CountBoundaryHops(const std::vector<DaemonLocality>& daemons, const std::vec
                       int level);
 // Sum of symmetric costs over the ring's hops, the closing hop included.
 double RingCost(const LinkCosts& costs, const std::vector<int>& ring);
-
-// To be deleted once daemon/communicator.cc stops calling it (its last user): the double binary
-// tree has one construction, collective::DoubleBinaryTree (collective/double_binary_tree.h), which
-// builds exactly these trees, for every n (rank = ring position). Do not add users.
-//
-// Per-rank links of one tree; the same shape as collective::TreeNode. The root's parent is -1.
-struct TreeLinks {
-  int parent = -1;
-  std::vector<int> children;
-  bool operator==(const TreeLinks&) const = default;
-};
-
-// Two binary trees over the same ranks, each meant to carry half of the data.
-struct DoubleBinaryTree {
-  std::array<std::vector<TreeLinks>, 2> trees;  // trees[t][rank]
-  std::array<int, 2> roots = {-1, -1};
-};
-
-// collective::DoubleBinaryTree(n, rank) for every rank, with the roots (DoubleBinaryTreeRoot).
-DoubleBinaryTree BuildDoubleBinaryTree(int n);
-// The same trees over daemons: position p of the construction is daemon ring_order[p]. Subtrees
-// are then contiguous stretches of the ring, i.e. rack-local when the ring is (PlanDaemonRing).
-DoubleBinaryTree BuildDoubleBinaryTree(const std::vector<int>& ring_order);
 
 // --- Inside a node ------------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
-#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -126,106 +125,6 @@ TEST(DaemonRingTest, RejectsBadInput) {
   EXPECT_FALSE(PlanDaemonRing({{"a", {}}, {"b", {}}}, &negative).ok());
   EXPECT_TRUE(PlanDaemonRing({})->empty());
   EXPECT_EQ(*PlanDaemonRing({{"solo", {"r"}}}), std::vector<int>{0});
-}
-
-// Checks that `tree` is one tree over 0..n-1 rooted at `root`, with parent/child links agreeing,
-// at most two children per rank, and depth within ceil(log2 n) + 1. Returns the interior ranks.
-std::set<int> CheckTree(const std::vector<TreeLinks>& tree, int root) {
-  const int n = static_cast<int>(tree.size());
-  std::set<int> interior;
-  EXPECT_EQ(tree[root].parent, -1);
-  int max_depth = 0;
-  for (int r = 0; r < n; ++r) {
-    EXPECT_LE(tree[r].children.size(), 2u) << r;
-    if (!tree[r].children.empty()) interior.insert(r);
-    for (int c : tree[r].children) {
-      EXPECT_TRUE(c >= 0 && c < n) << r;
-      if (c >= 0 && c < n) {
-        EXPECT_EQ(tree[c].parent, r) << "child " << c << " of " << r;
-      }
-    }
-    if (r != root) {
-      const int p = tree[r].parent;
-      EXPECT_TRUE(p >= 0 && p < n) << r;
-      if (p >= 0 && p < n) {
-        EXPECT_EQ(std::count(tree[p].children.begin(), tree[p].children.end(), r), 1) << r;
-      }
-    }
-    int depth = 0;  // walking up must reach the root: no cycles, one component
-    for (int at = r; at != root; at = tree[at].parent) {
-      if (at < 0 || ++depth > n) {
-        ADD_FAILURE() << "rank " << r << " does not reach the root";
-        break;
-      }
-    }
-    max_depth = std::max(max_depth, depth);
-  }
-  EXPECT_LE(max_depth, static_cast<int>(std::ceil(std::log2(std::max(n, 1)))) + 1) << n;
-  return interior;
-}
-
-TEST(DoubleBinaryTreeTest, ValidBalancedAndNoRankInteriorTwice) {
-  std::vector<int> sizes;
-  for (int n = 1; n <= 70; ++n) sizes.push_back(n);
-  for (int n : {127, 128, 129, 255, 256, 257, 1000, 1023, 1024}) sizes.push_back(n);
-  for (int n : sizes) {
-    SCOPED_TRACE(n);
-    const DoubleBinaryTree dt = BuildDoubleBinaryTree(n);
-    ASSERT_EQ(static_cast<int>(dt.trees[0].size()), n);
-    ASSERT_EQ(static_cast<int>(dt.trees[1].size()), n);
-    const std::set<int> interior0 = CheckTree(dt.trees[0], dt.roots[0]);
-    const std::set<int> interior1 = CheckTree(dt.trees[1], dt.roots[1]);
-    for (int r : interior0) EXPECT_EQ(interior1.count(r), 0u) << "rank " << r << " interior twice";
-    if (n > 1) {
-      EXPECT_NE(dt.roots[0], dt.roots[1]);
-    }
-  }
-}
-
-TEST(DoubleBinaryTreeTest, EvenSizesMatchNccl) {
-  // NCCL's ncclGetBtree shape for 14 ranks: 0 -> 8; 8 -> 4,12; 4 -> 2,6; 12 -> 10,13; odd ranks
-  // are leaves; tree 1 is the mirror image.
-  const DoubleBinaryTree dt = BuildDoubleBinaryTree(14);
-  const std::vector<TreeLinks>& t0 = dt.trees[0];
-  EXPECT_EQ(dt.roots[0], 0);
-  EXPECT_EQ(t0[0], (TreeLinks{-1, {8}}));
-  EXPECT_EQ(t0[8], (TreeLinks{0, {4, 12}}));
-  EXPECT_EQ(t0[4], (TreeLinks{8, {2, 6}}));
-  EXPECT_EQ(t0[12], (TreeLinks{8, {10, 13}}));
-  EXPECT_EQ(t0[13], (TreeLinks{12, {}}));
-  EXPECT_EQ(t0[2], (TreeLinks{4, {1, 3}}));
-  EXPECT_EQ(dt.roots[1], 13);
-  EXPECT_EQ(dt.trees[1][13], (TreeLinks{-1, {5}}));
-  EXPECT_EQ(dt.trees[1][5], (TreeLinks{13, {9, 1}}));
-  // Odd n: rank 0 hangs under n-1 instead of being the root of tree 0.
-  const DoubleBinaryTree odd = BuildDoubleBinaryTree(5);
-  EXPECT_EQ(odd.roots[0], 4);
-  EXPECT_EQ(odd.trees[0][4], (TreeLinks{-1, {0, 2}}));
-  EXPECT_EQ(odd.trees[0][0], (TreeLinks{4, {}}));
-  EXPECT_EQ(odd.roots[1], 0);
-}
-
-TEST(DoubleBinaryTreeTest, OverARingMostTreeEdgesStayInsideRacks) {
-  // 8 racks of 16. Built over ring positions, subtrees are contiguous stretches of the ring, so
-  // only O(racks) tree edges cross racks; over an arbitrary order most edges would.
-  const std::vector<DaemonLocality> daemons = Cluster(128, 1, 8, 3);
-  auto cross_rack_edges = [&](const DoubleBinaryTree& dt, int t) {
-    int cross = 0;
-    for (int d = 0; d < 128; ++d) {
-      const int p = dt.trees[t][d].parent;
-      if (p >= 0 && daemons[p].labels != daemons[d].labels) ++cross;
-    }
-    return cross;
-  };
-  const DoubleBinaryTree planned = BuildDoubleBinaryTree(*PlanDaemonRing(daemons));
-  std::vector<int> input_order(128);
-  std::iota(input_order.begin(), input_order.end(), 0);
-  const DoubleBinaryTree naive = BuildDoubleBinaryTree(input_order);
-  for (int t = 0; t < 2; ++t) {
-    CheckTree(planned.trees[t], planned.roots[t]);
-    EXPECT_LE(cross_rack_edges(planned, t), 2 * 8) << "tree " << t;
-    EXPECT_GE(cross_rack_edges(naive, t), 64) << "tree " << t;
-  }
 }
 
 TEST(GpuRingTest, FollowsNvLinkOnTheDgx1) {
