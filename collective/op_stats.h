@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "transport/forwarding_endpoint.h"
 #include "transport/transport.h"
 
 namespace baton::collective {
@@ -50,7 +51,7 @@ class PhaseTimer {
 
 // An endpoint that forwards to another and adds the time its Send and Recv calls block to
 // stats->transport. One per operation: give it as OpContext::endpoint.
-class TimingEndpoint final : public transport::Endpoint {
+class TimingEndpoint final : public transport::ForwardingEndpoint {
  private:
   // Adds the time Wait blocks.
   class TimedRecv final : public transport::PostedRecv {
@@ -73,18 +74,23 @@ class TimingEndpoint final : public transport::Endpoint {
   };
 
  public:
-  TimingEndpoint(transport::Endpoint* inner, OpStats* stats) : inner_(inner), stats_(stats) {}
+  TimingEndpoint(transport::Endpoint* inner, OpStats* stats)
+      : ForwardingEndpoint(inner), stats_(stats) {}
 
-  std::string address() const override { return inner_->address(); }
   absl::Status Send(const std::string& peer, const transport::Tag& tag,
                     transport::ConstByteSpan data, absl::Time deadline) override {
     PhaseTimer timer(&stats_->transport);
-    return inner_->Send(peer, tag, data, deadline);
+    return ForwardingEndpoint::Send(peer, tag, data, deadline);
   }
   absl::Status SendAll(const std::string& peer, std::span<const transport::OutMessage> messages,
                        absl::Time deadline) override {
     PhaseTimer timer(&stats_->transport);
-    return inner_->SendAll(peer, messages, deadline);
+    return ForwardingEndpoint::SendAll(peer, messages, deadline);
+  }
+  absl::Status SendRegion(const std::string& peer, const transport::Tag& tag,
+                          const transport::RegionSlice& slice, absl::Time deadline) override {
+    PhaseTimer timer(&stats_->transport);
+    return ForwardingEndpoint::SendRegion(peer, tag, slice, deadline);
   }
   std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
                                                   const transport::Tag& tag,
@@ -92,7 +98,7 @@ class TimingEndpoint final : public transport::Endpoint {
                                                   ArrivalCallback on_arrival) override {
     PhaseTimer timer(&stats_->transport);
     return std::make_unique<TimedRecv>(
-        inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival)), stats_);
+        ForwardingEndpoint::PostRecv(peer, tag, data, deadline, std::move(on_arrival)), stats_);
   }
   std::unique_ptr<transport::PostedRecv> PostConsume(const std::string& peer,
                                                      const transport::Tag& tag, size_t length,
@@ -100,17 +106,20 @@ class TimingEndpoint final : public transport::Endpoint {
                                                      PieceConsumer consume) override {
     PhaseTimer timer(&stats_->transport);
     return std::make_unique<TimedRecv>(
-        inner_->PostConsume(peer, tag, length, deadline, std::move(consume)), stats_);
+        ForwardingEndpoint::PostConsume(peer, tag, length, deadline, std::move(consume)), stats_);
   }
-  absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override {
-    return inner_->RoundTrip(peer, deadline);
+  std::unique_ptr<transport::PostedRecv> PostRecvRegion(const std::string& peer,
+                                                        const transport::Tag& tag,
+                                                        const transport::RegionSlice& slice,
+                                                        absl::Time deadline,
+                                                        ArrivalCallback on_arrival) override {
+    PhaseTimer timer(&stats_->transport);
+    return std::make_unique<TimedRecv>(
+        ForwardingEndpoint::PostRecvRegion(peer, tag, slice, deadline, std::move(on_arrival)),
+        stats_);
   }
-  void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
-  void Forget(uint64_t comm) override { inner_->Forget(comm); }
-  std::vector<transport::LinkStats> Stats() const override { return inner_->Stats(); }
 
  private:
-  transport::Endpoint* const inner_;
   OpStats* const stats_;
 };
 

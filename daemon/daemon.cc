@@ -30,6 +30,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
 #include "topology/discovery.h"
+#include "transport/routing_endpoint.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace baton::daemon {
@@ -91,7 +92,20 @@ class DaemonImpl final : public Daemon {
     tcp.advertise_host = config_.advertise_host;
     tcp.receive_spin = config_.receive_spin;
     tcp.streams_per_peer = static_cast<int>(config_.tcp_streams);
-    BATON_ASSIGN_OR_RETURN(endpoint_, transport::NewTcpEndpoint(tcp));
+    // The data-plane transports, in order of preference: a new transport is one more entry
+    // here (shm, cuda and verbs before TCP, which reaches every daemon). Each listens, is
+    // advertised in this daemon's Member, and carries the peers the selector gives it.
+    transports_.push_back(transport::NewTcpTransport(tcp));
+    std::vector<transport::Endpoint*> endpoints;
+    std::vector<transport::TransportAddress> advertised;
+    for (const std::unique_ptr<transport::Transport>& data_transport : transports_) {
+      BATON_ASSIGN_OR_RETURN(std::unique_ptr<transport::Endpoint> endpoint,
+                             data_transport->Listen());
+      advertised.push_back({std::string(data_transport->name()), endpoint->address()});
+      endpoints.push_back(endpoint.get());
+      transport_endpoints_.push_back(std::move(endpoint));
+    }
+    endpoint_ = std::make_unique<transport::RoutingEndpoint>(std::move(endpoints));
 
     // grpc.health.v1 on both servers: "" reports SERVING while the daemon serves.
     grpc::EnableDefaultHealthCheckService(true);
@@ -109,6 +123,7 @@ class DaemonImpl final : public Daemon {
     Member self{config_.node_name, absl::StrCat(config_.advertise_host, ":", peer_port),
                 endpoint_->address(),
                 absl::StrSplit(config_.locality, ',', absl::SkipWhitespace())};
+    self.transports = std::move(advertised);
     BATON_ASSIGN_OR_RETURN(NodeTopology topology, LoadTopology());
     metrics_ = Metrics::Create(self.node_name, kBatonVersion);
     node_ =
@@ -197,6 +212,8 @@ class DaemonImpl final : public Daemon {
     node_.reset();
     metrics_.reset();
     endpoint_.reset();
+    transport_endpoints_.clear();
+    transports_.clear();
     std::error_code error;
     std::filesystem::remove(config_.socket, error);
     if (!config_.ready_file.empty()) std::filesystem::remove(config_.ready_file, error);
@@ -241,7 +258,10 @@ class DaemonImpl final : public Daemon {
   const Config config_;
   std::unique_ptr<SocketLock> lock_;
   absl::Notification shutting_down_;
-  std::unique_ptr<transport::Endpoint> endpoint_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  std::vector<std::unique_ptr<transport::Endpoint>> transport_endpoints_;  // transports_[i]'s
+  // Routes each peer to the endpoint of its transport; what the node uses.
+  std::unique_ptr<transport::RoutingEndpoint> endpoint_;
   PeerService peer_service_;
   std::unique_ptr<grpc::Server> peer_server_;
   std::unique_ptr<Node> node_;

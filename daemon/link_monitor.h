@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/plan.h"
+#include "transport/transport.h"
 
 namespace baton::daemon {
 
@@ -40,6 +41,31 @@ inline constexpr int kMinLinksToCompare = 3;
 inline constexpr double kBandwidthRatio = 0.5;
 inline constexpr double kRttRatio = 3.0;
 inline constexpr absl::Duration kRttMargin = absl::Milliseconds(1);
+
+// A link's data-plane counters as operators see them (/metrics, baton links): the transport's
+// LinkStats, with the counters only some transports have (TCP's retransmits) by name, 0 where
+// the link's transport has none.
+struct LinkTraffic {
+  std::string peer;  // the peer's data address
+  uint64_t tx_bytes = 0;
+  uint64_t rx_bytes = 0;
+  uint64_t tx_messages = 0;
+  uint64_t rx_messages = 0;
+  uint64_t errors = 0;
+  uint64_t retransmits = 0;  // LinkStats counter "retransmits"
+  bool up = false;
+
+  static LinkTraffic From(const transport::LinkStats& stats) {
+    return LinkTraffic{stats.peer,
+                       stats.tx_bytes,
+                       stats.rx_bytes,
+                       stats.tx_messages,
+                       stats.rx_messages,
+                       stats.errors,
+                       stats.Counter("retransmits"),
+                       stats.up};
+  }
+};
 
 // What the monitor knows about the link to one peer.
 struct LinkHealth {

@@ -188,7 +188,7 @@ class PrometheusMetrics final : public Metrics {
           link.peer.node_name.empty() ? link.peer.peer_address : link.peer.node_name;
       std::vector<prometheus::ClientMetric::Label> labels = {
           Label("local_node", local), Label("peer_node", peer), Label("transport", "tcp")};
-      const transport::LinkStats& traffic = link.traffic;
+      const LinkTraffic& traffic = link.traffic;
       AddSample(tx_bytes, labels, static_cast<double>(traffic.tx_bytes));
       AddSample(rx_bytes, labels, static_cast<double>(traffic.rx_bytes));
       AddSample(tx_messages, labels, static_cast<double>(traffic.tx_messages));

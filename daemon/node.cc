@@ -103,7 +103,7 @@ std::vector<LinkView> Node::Links() {
     view.peer = peer;
     if (auto it = traffic.find(peer.data_address);
         it != traffic.end() && !peer.data_address.empty()) {
-      view.traffic = it->second;
+      view.traffic = LinkTraffic::From(it->second);
     }
     view.traffic.peer = peer.data_address;
     if (auto it = health.find(peer.peer_address); it != health.end()) view.health = it->second;

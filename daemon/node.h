@@ -52,7 +52,7 @@ struct JoinResult {
 // One link to a peer daemon as operators see it: data-plane counters and probe results.
 struct LinkView {
   Member peer;                       // node_name and data_address are empty until learnt
-  transport::LinkStats traffic;      // zeros until data flowed
+  LinkTraffic traffic;               // zeros until data flowed
   std::optional<LinkHealth> health;  // absent until the peer is probed
 };
 

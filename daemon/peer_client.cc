@@ -14,14 +14,26 @@ v1::Member MemberToProto(const Member& member) {
   proto.set_peer_address(member.peer_address);
   proto.set_data_address(member.data_address);
   for (const std::string& label : member.locality) proto.add_locality(label);
+  for (const transport::TransportAddress& transport : member.transports) {
+    v1::TransportAddress* entry = proto.add_transports();
+    entry->set_transport(transport.transport);
+    entry->set_address(transport.address);
+  }
   return proto;
 }
 
 Member MemberFromProto(const v1::Member& proto) {
-  return Member{proto.node_name(),
+  Member member{proto.node_name(),
                 proto.peer_address(),
                 proto.data_address(),
                 {proto.locality().begin(), proto.locality().end()}};
+  // Bounded, whatever a peer sends: no daemon has more transports than that.
+  constexpr int kMaxTransports = 16;
+  for (const v1::TransportAddress& entry : proto.transports()) {
+    if (static_cast<int>(member.transports.size()) == kMaxTransports) break;
+    member.transports.push_back(transport::TransportAddress{entry.transport(), entry.address()});
+  }
+  return member;
 }
 
 v1::Plan PlanToProto(const Plan& plan) {

@@ -7,13 +7,30 @@
 #include <string>
 #include <vector>
 
+#include "transport/transport.h"
+
 namespace baton::daemon {
 
 struct Member {
   std::string node_name;
-  std::string peer_address;           // gRPC peer API
-  std::string data_address;           // data-plane endpoint
+  std::string peer_address;  // gRPC peer API
+  // The name collective/ and the plan give the daemon's data plane: the address of its primary
+  // transport's endpoint (TCP's), which every daemon has.
+  std::string data_address;
   std::vector<std::string> locality;  // coarse to fine, e.g. {"pod-a", "rack-07"}; may be empty
+  // Every data-plane transport the daemon listens on, in its order of preference, with the
+  // address of its endpoint there (transport/selector.h picks one per peer). Empty from a daemon
+  // that predates the list: then its only transport is TCP at data_address.
+  std::vector<transport::TransportAddress> transports = {};
+
+  // What a transport is told about this daemon (Transport::CanReach).
+  transport::PeerInfo ToPeerInfo() const {
+    transport::PeerInfo info{node_name, locality, transports};
+    if (info.transports.empty() && !data_address.empty()) {
+      info.transports.push_back(transport::TransportAddress{"tcp", data_address});
+    }
+    return info;
+  }
 };
 
 struct PlanDaemon {

@@ -45,7 +45,7 @@ absl::Status PiggybackEndpoint::Flush() {
 absl::Status PiggybackEndpoint::FlushLocked() {
   if (!held_.has_value()) return absl::OkStatus();
   const Held held = *std::exchange(held_, std::nullopt);
-  return inner_->Send(held.peer, held.tag, held.data, held.deadline);
+  return inner()->Send(held.peer, held.tag, held.data, held.deadline);
 }
 
 absl::Status PiggybackEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
@@ -57,34 +57,34 @@ absl::Status PiggybackEndpoint::Send(const std::string& peer, const Tag& tag, Co
 absl::Status PiggybackEndpoint::SendAll(const std::string& peer,
                                         std::span<const OutMessage> messages, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  if (!held_.has_value()) return inner_->SendAll(peer, messages, deadline);
+  if (!held_.has_value()) return inner()->SendAll(peer, messages, deadline);
   if (held_->peer == peer && !messages.empty() && held_->tag.comm == messages.front().tag.comm) {
     const Held held = *std::exchange(held_, std::nullopt);
     std::vector<OutMessage> all;
     all.reserve(1 + messages.size());
     all.push_back(OutMessage{held.tag, held.data});
     all.insert(all.end(), messages.begin(), messages.end());
-    return inner_->SendAll(peer, std::span(all.data(), all.size()),
-                           std::min(deadline, held.deadline));
+    return inner()->SendAll(peer, std::span(all.data(), all.size()),
+                            std::min(deadline, held.deadline));
   }
   size_t bytes = 0;
   for (const OutMessage& message : messages) bytes += message.data.size();
   if (bytes > kHeldAcrossBytes) BATON_RETURN_IF_ERROR(FlushLocked());
-  return inner_->SendAll(peer, messages, deadline);
+  return inner()->SendAll(peer, messages, deadline);
 }
 
 std::unique_ptr<PostedRecv> PiggybackEndpoint::PostRecv(const std::string& peer, const Tag& tag,
                                                         ByteSpan data, absl::Time deadline,
                                                         ArrivalCallback on_arrival) {
   return std::make_unique<FlushingRecv>(
-      this, inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival)));
+      this, inner()->PostRecv(peer, tag, data, deadline, std::move(on_arrival)));
 }
 
 std::unique_ptr<PostedRecv> PiggybackEndpoint::PostConsume(const std::string& peer, const Tag& tag,
                                                            size_t length, absl::Time deadline,
                                                            PieceConsumer consume) {
   return std::make_unique<FlushingRecv>(
-      this, inner_->PostConsume(peer, tag, length, deadline, std::move(consume)));
+      this, inner()->PostConsume(peer, tag, length, deadline, std::move(consume)));
 }
 
 }  // namespace baton::transport

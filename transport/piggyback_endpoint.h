@@ -14,24 +14,26 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "transport/forwarding_endpoint.h"
 #include "transport/transport.h"
 
 namespace baton::transport {
 
-class PiggybackEndpoint final : public Endpoint {
+class PiggybackEndpoint final : public ForwardingEndpoint {
  public:
   // Sends to other peers of at most this many bytes in all leave the held message held: the kernel
   // takes them at once (TCP: socket buffers are larger).
   static constexpr size_t kHeldAcrossBytes = 64 * 1024;
 
   // `inner` must outlive this endpoint.
-  explicit PiggybackEndpoint(Endpoint* inner) : inner_(inner) {}
+  explicit PiggybackEndpoint(Endpoint* inner) : ForwardingEndpoint(inner) {}
 
   // Holds a copy of `data` for `peer`. A message held already is sent first (its error returns).
   absl::Status Hold(const std::string& peer, const Tag& tag, ConstByteSpan data,
@@ -39,7 +41,6 @@ class PiggybackEndpoint final : public Endpoint {
   // Sends the held message, if any, on its own.
   absl::Status Flush();
 
-  std::string address() const override { return inner_->address(); }
   absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                     absl::Time deadline) override;
   absl::Status SendAll(const std::string& peer, std::span<const OutMessage> messages,
@@ -49,12 +50,17 @@ class PiggybackEndpoint final : public Endpoint {
                                        absl::Time deadline, ArrivalCallback on_arrival) override;
   std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
                                           absl::Time deadline, PieceConsumer consume) override;
-  absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override {
-    return inner_->RoundTrip(peer, deadline);
+  // A region's bytes go through Send and PostRecv above, so that they keep their order with the
+  // held message (which is a copy in host memory).
+  absl::Status SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
+                          absl::Time deadline) override {
+    return Endpoint::SendRegion(peer, tag, slice, deadline);
   }
-  void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
-  void Forget(uint64_t comm) override { inner_->Forget(comm); }
-  std::vector<LinkStats> Stats() const override { return inner_->Stats(); }
+  std::unique_ptr<PostedRecv> PostRecvRegion(const std::string& peer, const Tag& tag,
+                                             const RegionSlice& slice, absl::Time deadline,
+                                             ArrivalCallback on_arrival) override {
+    return Endpoint::PostRecvRegion(peer, tag, slice, deadline, std::move(on_arrival));
+  }
 
  private:
   struct Held {
@@ -65,7 +71,6 @@ class PiggybackEndpoint final : public Endpoint {
   };
   absl::Status FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  Endpoint* const inner_;
   absl::Mutex mu_;
   std::optional<Held> held_ ABSL_GUARDED_BY(mu_);
 };

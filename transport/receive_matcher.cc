@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "transport/frame.h"
 
 namespace baton::transport {
 namespace {
@@ -375,7 +374,7 @@ absl::Status ReceiveMatcher::BlockingErrorLocked(uint64_t comm) const {
 void ReceiveMatcher::CountLocked(const std::string& peer, uint64_t length) {
   LinkStats& link = links_[peer];
   link.peer = peer;
-  link.rx_bytes += length + kFrameHeaderBytes;
+  link.rx_bytes += length + message_overhead_bytes_;
   ++link.rx_messages;
 }
 

@@ -90,9 +90,12 @@ class ReceiveMatcher {
   // always have kMinUnexpectedMessages messages of the arriving message's size held, so that an
   // algorithm sending a few chunks ahead never stalls on its own traffic, whatever chunk size its
   // communicator uses. 0: no bound.
+  // `message_overhead_bytes` is what the transport adds to every message on its link (TCP: its
+  // frame header), counted in rx_bytes with each message's payload; 0 for none (in memory).
   static constexpr uint64_t kMinUnexpectedMessages = 16;
-  explicit ReceiveMatcher(uint64_t max_unexpected_bytes = 0)
-      : max_unexpected_bytes_(max_unexpected_bytes) {}
+  explicit ReceiveMatcher(uint64_t max_unexpected_bytes = 0, uint64_t message_overhead_bytes = 0)
+      : max_unexpected_bytes_(max_unexpected_bytes),
+        message_overhead_bytes_(message_overhead_bytes) {}
   ReceiveMatcher(const ReceiveMatcher&) = delete;
   ReceiveMatcher& operator=(const ReceiveMatcher&) = delete;
   // No Recv may be running and no Delivery outstanding.
@@ -132,7 +135,7 @@ class ReceiveMatcher {
   // Completes a delivery. `status` is OK when the whole payload was written to buffer() (or
   // consumed, for discard()); otherwise the posted receive fails with `status` and an unexpected
   // message is dropped. Counts the message in the peer's rx counters
-  // (length + kFrameHeaderBytes) when `status` is OK.
+  // (length + the message overhead given to the constructor) when `status` is OK.
   void FinishDelivery(Delivery delivery, const absl::Status& status);
 
   // Endpoint::Abort and Endpoint::Forget. Abort also cancels deliveries into posted receives.
@@ -202,6 +205,7 @@ class ReceiveMatcher {
   void DropUnexpectedLocked(uint64_t comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t max_unexpected_bytes_;
+  const uint64_t message_overhead_bytes_;
   mutable absl::Mutex mu_;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);

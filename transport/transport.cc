@@ -73,4 +73,71 @@ absl::StatusOr<absl::Duration> Endpoint::RoundTrip(const std::string& peer, absl
       absl::StrCat("this transport does not time round trips (to peer ", peer, ")"));
 }
 
+absl::StatusOr<ByteSpan> MemoryRegion::Slice(size_t offset, size_t length) const {
+  if (offset > bytes_.size() || length > bytes_.size() - offset) {
+    return absl::InvalidArgumentError(absl::StrCat("the ", length, " bytes at offset ", offset,
+                                                   " do not lie inside the registered region of ",
+                                                   bytes_.size(), " bytes"));
+  }
+  return bytes_.subspan(offset, length);
+}
+
+std::unique_ptr<MemoryRegion> HostMemoryRegion(ByteSpan bytes) {
+  return std::make_unique<MemoryRegion>(bytes, MemoryKind::kHost);
+}
+
+namespace {
+
+class FailedPostedRecv final : public PostedRecv {
+ public:
+  explicit FailedPostedRecv(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait() override { return status_; }
+  bool Test() override { return true; }
+
+ private:
+  const absl::Status status_;
+};
+
+// The bytes `slice` names, if this (host-memory) endpoint can move them.
+absl::StatusOr<ByteSpan> HostSlice(const std::string& peer, const RegionSlice& slice) {
+  if (slice.region == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a send or receive with peer ", peer, " names no registered region"));
+  }
+  if (slice.region->kind() != MemoryKind::kHost) {
+    return absl::InvalidArgumentError(absl::StrCat("this transport cannot move ",
+                                                   MemoryKindName(slice.region->kind()),
+                                                   " memory (peer ", peer, ")"));
+  }
+  return slice.region->Slice(slice.offset, slice.length);
+}
+
+}  // namespace
+
+std::unique_ptr<PostedRecv> FailedRecv(absl::Status status) {
+  return std::make_unique<FailedPostedRecv>(
+      status.ok() ? absl::InternalError("FailedRecv given an OK status") : std::move(status));
+}
+
+absl::Status Endpoint::SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
+                                  absl::Time deadline) {
+  BATON_ASSIGN_OR_RETURN(const ByteSpan bytes, HostSlice(peer, slice));
+  return Send(peer, tag, bytes, deadline);
+}
+
+std::unique_ptr<PostedRecv> Endpoint::PostRecvRegion(const std::string& peer, const Tag& tag,
+                                                     const RegionSlice& slice, absl::Time deadline,
+                                                     ArrivalCallback on_arrival) {
+  absl::StatusOr<ByteSpan> bytes = HostSlice(peer, slice);
+  if (!bytes.ok()) return FailedRecv(bytes.status());
+  return PostRecv(peer, tag, *bytes, deadline, std::move(on_arrival));
+}
+
+const TransportAddress* PeerInfo::Find(std::string_view name) const {
+  for (const TransportAddress& transport : transports) {
+    if (transport.transport == name) return &transport;
+  }
+  return nullptr;
+}
+
 }  // namespace baton::transport

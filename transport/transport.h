@@ -9,12 +9,14 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "transport/memory.h"
 
 namespace baton::transport {
 
@@ -48,7 +50,17 @@ struct OutMessage {
 // InvalidArgument unless `messages` (to `peer`) all belong to one communicator, as SendAll needs.
 absl::Status CheckSendAll(const std::string& peer, std::span<const OutMessage> messages);
 
-// Counters of one link (this endpoint <-> one peer). Bytes include framing.
+// A counter of one link that only some transports have, e.g. TCP's "retransmits" (segments the
+// kernel retransmitted on the link's connections).
+struct LinkCounter {
+  std::string name;  // snake_case, unique within one LinkStats
+  uint64_t value = 0;
+  friend bool operator==(const LinkCounter&, const LinkCounter&) = default;
+};
+
+// Counters of one link (this endpoint <-> one peer). Bytes count the payload plus the
+// transport's own per-message overhead (TCP: its 40-byte frame header; in memory: none), so
+// that they tell how much the link carried.
 struct LinkStats {
   std::string peer;  // the peer endpoint's address
   uint64_t tx_bytes = 0;
@@ -56,8 +68,52 @@ struct LinkStats {
   uint64_t tx_messages = 0;
   uint64_t rx_messages = 0;
   uint64_t errors = 0;
-  uint64_t retransmits = 0;  // segments the kernel retransmitted (TCP); 0 where not applicable
-  bool up = false;           // a connection with the peer is currently established
+  bool up = false;  // a connection with the peer is currently established
+  // Counters particular to the transport (TCP: "retransmits"), sorted by name.
+  std::vector<LinkCounter> counters;
+
+  // The counter called `name`; 0 when the transport has none of that name.
+  uint64_t Counter(std::string_view name) const {
+    for (const LinkCounter& counter : counters) {
+      if (counter.name == name) return counter.value;
+    }
+    return 0;
+  }
+};
+
+// A span of memory registered with a transport (Transport::RegisterMemory), which sends and
+// receives can name (Endpoint::SendRegion, Endpoint::PostRecvRegion): a transport that must pin
+// or map memory before it moves it (verbs, CUDA IPC) does so once per region instead of once per
+// message. Destroying it deregisters the memory; no send or receive naming it may be in progress
+// then. Host memory over TCP or in memory needs no registration: HostMemoryRegion only records
+// the span. Not copyable; thread-safe (immutable).
+class MemoryRegion {
+ public:
+  MemoryRegion(ByteSpan bytes, MemoryKind kind) : bytes_(bytes), kind_(kind) {}
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+  virtual ~MemoryRegion() = default;
+
+  ByteSpan bytes() const { return bytes_; }
+  MemoryKind kind() const { return kind_; }
+
+  // The `length` bytes at `offset`; InvalidArgument naming both and the region's size unless
+  // they lie inside the region.
+  absl::StatusOr<ByteSpan> Slice(size_t offset, size_t length) const;
+
+ private:
+  const ByteSpan bytes_;
+  const MemoryKind kind_;
+};
+
+// Registers nothing: the region of a transport that moves host memory as it is.
+std::unique_ptr<MemoryRegion> HostMemoryRegion(ByteSpan bytes);
+
+// Part of a registered region, as a send or receive names it.
+struct RegionSlice {
+  const MemoryRegion* region = nullptr;
+  size_t offset = 0;
+  size_t length = 0;
 };
 
 // A receive posted with Endpoint::PostRecv; the message is written into its buffer as it arrives,
@@ -83,6 +139,9 @@ class PostedRecv {
   // has something to do before it may sleep (PiggybackEndpoint's flush) does it if this is false.
   virtual bool WaitBriefly() { return Test(); }
 };
+
+// A receive that failed before it was posted: Wait returns `status` (not OK), Test is true.
+std::unique_ptr<PostedRecv> FailedRecv(absl::Status status);
 
 // One daemon's data-plane endpoint. Peers are named by their endpoint address (what address()
 // returns on the peer). All methods are thread-safe; any number of threads may send and receive
@@ -155,6 +214,18 @@ class Endpoint {
   // takes as a message's latency. Errors: Unavailable when the peer cannot be reached,
   // DeadlineExceeded at `deadline`, Unimplemented where the transport has no such message.
   virtual absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline);
+
+  // Send and PostRecv of a part of a registered region (Transport::RegisterMemory), which must
+  // lie inside it and be memory this transport moves: InvalidArgument otherwise, before anything
+  // is sent or posted (the receive's Wait returns it). Otherwise as Send and PostRecv of that
+  // part. These defaults check the slice and pass its bytes on; a transport that needs its
+  // registration (verbs: the key) overrides them.
+  virtual absl::Status SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
+                                  absl::Time deadline);
+  virtual std::unique_ptr<PostedRecv> PostRecvRegion(const std::string& peer, const Tag& tag,
+                                                     const RegionSlice& slice, absl::Time deadline,
+                                                     ArrivalCallback on_arrival);
+
   // Fails every pending and future Send and Recv on communicator `comm` with `reason` (which must
   // not be OK), and drops its unexpected messages, until Forget(comm).
   virtual void Abort(uint64_t comm, const absl::Status& reason) = 0;
@@ -164,6 +235,53 @@ class Endpoint {
 
   // A snapshot of every link this endpoint has had traffic on.
   virtual std::vector<LinkStats> Stats() const = 0;
+};
+
+// One transport address a daemon advertises to its peers: which transport, and the address of
+// its endpoint on it (what that endpoint's address() returns).
+struct TransportAddress {
+  std::string transport;  // Transport::name()
+  std::string address;
+  friend bool operator==(const TransportAddress&, const TransportAddress&) = default;
+};
+
+// What a transport is told about a daemon when it decides whether it can reach it: its node,
+// locality and advertised transports (in its own order of preference).
+struct PeerInfo {
+  std::string node_name;
+  std::vector<std::string> locality;  // coarse to fine, e.g. {"pod-a", "rack-07"}; may be empty
+  std::vector<TransportAddress> transports;
+
+  // The address advertised for transport `name`, or null.
+  const TransportAddress* Find(std::string_view name) const;
+};
+
+// One kind of data-plane link (TCP, in memory; later shared memory, CUDA IPC, verbs): a factory
+// of endpoints that also says which peers it can reach and registers memory for them. The
+// daemon registers its transports in order of preference and picks one per peer
+// (transport/selector.h). Implementations are final and made by their folder's factory
+// (NewTcpTransport, InMemoryFabric::NewTransport). Thread-safe.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // The name daemons advertise it by: "tcp", "inmemory".
+  virtual std::string_view name() const = 0;
+
+  // Starts listening and returns the endpoint; its address() is what this daemon advertises for
+  // the transport. Errors: the listener's (e.g. the address is taken), or FailedPrecondition
+  // when the transport listens once only and already has.
+  virtual absl::StatusOr<std::unique_ptr<Endpoint>> Listen() = 0;
+
+  // Whether this transport can carry messages between the daemon `self` and `peer` (NCCL's
+  // canConnect): at least, `peer` advertises an address for it; a shared-memory transport also
+  // needs both on one node. Cheap; never blocks; does not connect.
+  virtual bool CanReach(const PeerInfo& self, const PeerInfo& peer) const = 0;
+
+  // Registers `bytes` of memory `kind` for sends and receives on this transport's endpoints.
+  // InvalidArgument for a kind the transport cannot move (TCP and in memory: host only).
+  virtual absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
+                                                                       MemoryKind kind) = 0;
 };
 
 }  // namespace baton::transport

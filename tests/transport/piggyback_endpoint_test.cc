@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "transport/forwarding_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
 
 namespace baton::transport {
@@ -18,16 +19,16 @@ absl::Time Deadline() { return absl::Now() + absl::Seconds(30); }
 ConstByteSpan Bytes(const std::string& text) { return std::as_bytes(std::span(text)); }
 
 // Passes everything to an in-memory endpoint and writes down the sends and waits it sees.
-class Recording final : public Endpoint {
+class Recording final : public ForwardingEndpoint {
  public:
-  explicit Recording(std::unique_ptr<Endpoint> inner) : inner_(std::move(inner)) {}
+  explicit Recording(std::unique_ptr<Endpoint> inner)
+      : ForwardingEndpoint(inner.get()), inner_(std::move(inner)) {}
 
   std::vector<std::string> calls() {
     absl::MutexLock lock(&mu_);
     return calls_;
   }
 
-  std::string address() const override { return inner_->address(); }
   absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
                     absl::Time deadline) override {
     Note(absl::StrCat("send ", peer, " ", tag.step));
@@ -47,9 +48,6 @@ class Recording final : public Endpoint {
   }
   // How long a receive's brief wait lasts, as a transport's spin would (in-memory ones have none).
   void set_patience(absl::Duration patience) { patience_ = patience; }
-  void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
-  void Forget(uint64_t comm) override { inner_->Forget(comm); }
-  std::vector<LinkStats> Stats() const override { return inner_->Stats(); }
 
  private:
   void Note(std::string call) {

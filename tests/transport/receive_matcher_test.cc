@@ -44,7 +44,7 @@ void Deliver(ReceiveMatcher& matcher, const std::string& peer, const Tag& tag, s
 }
 
 TEST(ReceiveMatcherTest, UnexpectedMessageIsReceivedLater) {
-  ReceiveMatcher matcher;
+  ReceiveMatcher matcher(/*max_unexpected_bytes=*/0, /*message_overhead_bytes=*/kFrameHeaderBytes);
   ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(kPeer, Tag{.seq = 1}, 3);
   ASSERT_FALSE(delivery.discard());
   std::memcpy(delivery.buffer().data(), "abc", 3);
@@ -54,6 +54,14 @@ TEST(ReceiveMatcherTest, UnexpectedMessageIsReceivedLater) {
   EXPECT_EQ(std::memcmp(received.data(), "abc", 3), 0);
   const LinkStats stats = matcher.RecvLinkStats().at(kPeer);
   EXPECT_EQ(stats.rx_bytes, 3 + kFrameHeaderBytes);
+  EXPECT_EQ(stats.rx_messages, 1u);
+}
+
+TEST(ReceiveMatcherTest, CountsNoOverheadUnlessTheTransportHasOne) {
+  ReceiveMatcher matcher;
+  Deliver(matcher, kPeer, Tag{.seq = 1}, 5, 'x');
+  const LinkStats stats = matcher.RecvLinkStats().at(kPeer);
+  EXPECT_EQ(stats.rx_bytes, 5u);
   EXPECT_EQ(stats.rx_messages, 1u);
 }
 

@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "transport/forwarding_endpoint.h"
 #include "transport/frame.h"
 #include "transport/inmemory/inmemory_transport.h"
 #include "transport/tcp/tcp_transport.h"
@@ -79,6 +80,8 @@ class TransportHarness {
   virtual absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) = 0;
   // Makes endpoints[index] lost to its peers, as if its process died; may destroy it.
   virtual void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) = 0;
+  // What the transport counts in LinkStats per message beyond its payload (its framing).
+  virtual uint64_t message_overhead_bytes() const = 0;
 };
 
 class InMemoryHarness final : public TransportHarness {
@@ -89,6 +92,7 @@ class InMemoryHarness final : public TransportHarness {
   void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
     fabric_->Kill(endpoints[index]->address());
   }
+  uint64_t message_overhead_bytes() const override { return 0; }
 
  private:
   std::unique_ptr<InMemoryFabric> fabric_ = NewInMemoryFabric();
@@ -106,6 +110,7 @@ class TcpHarness final : public TransportHarness {
   void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
     endpoints[index].reset();
   }
+  uint64_t message_overhead_bytes() const override { return kFrameHeaderBytes; }
 
  private:
   const int streams_per_peer_;
@@ -113,24 +118,17 @@ class TcpHarness final : public TransportHarness {
 
 // An endpoint that forwards everything but PostConsume, so that the interface's own PostConsume
 // (a receive into a buffer, handed over whole) is what runs.
-class DefaultConsumeEndpoint final : public Endpoint {
+class DefaultConsumeEndpoint final : public ForwardingEndpoint {
  public:
-  explicit DefaultConsumeEndpoint(std::unique_ptr<Endpoint> inner) : inner_(std::move(inner)) {}
-  std::string address() const override { return inner_->address(); }
-  absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
-                    absl::Time deadline) override {
-    return inner_->Send(peer, tag, data, deadline);
+  explicit DefaultConsumeEndpoint(std::unique_ptr<Endpoint> inner)
+      : ForwardingEndpoint(inner.get()), owned_(std::move(inner)) {}
+  std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
+                                          absl::Time deadline, PieceConsumer consume) override {
+    return Endpoint::PostConsume(peer, tag, length, deadline, std::move(consume));
   }
-  std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
-                                       absl::Time deadline, ArrivalCallback on_arrival) override {
-    return inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival));
-  }
-  void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
-  void Forget(uint64_t comm) override { inner_->Forget(comm); }
-  std::vector<LinkStats> Stats() const override { return inner_->Stats(); }
 
  private:
-  const std::unique_ptr<Endpoint> inner_;
+  const std::unique_ptr<Endpoint> owned_;
 };
 
 class DefaultConsumeHarness final : public TransportHarness {
@@ -143,6 +141,7 @@ class DefaultConsumeHarness final : public TransportHarness {
   void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
     inner_.KillEndpoint(endpoints, index);
   }
+  uint64_t message_overhead_bytes() const override { return inner_.message_overhead_bytes(); }
 
  private:
   InMemoryHarness inner_;
@@ -764,13 +763,14 @@ TEST_P(TransportConformanceTest, SendToSelf) {
   EXPECT_EQ(received, sent);
 }
 
-TEST_P(TransportConformanceTest, StatsCountPayloadPlusFrameHeader) {
+TEST_P(TransportConformanceTest, StatsCountPayloadPlusTheTransportsOwnOverhead) {
   MakeEndpoints(2);
+  const uint64_t overhead = harness_->message_overhead_bytes();
   const std::vector<size_t> sizes = {0, 1, 1000, size_t{1} << 20};
   uint64_t expected_bytes = 0;
   for (size_t i = 0; i < sizes.size(); ++i) {
     ASSERT_OK(ep(0).Send(addr(1), Tag{.seq = i}, Pattern(sizes[i], i), Deadline()));
-    expected_bytes += sizes[i] + kFrameHeaderBytes;
+    expected_bytes += sizes[i] + overhead;
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
     std::vector<std::byte> received(sizes[i]);
@@ -786,10 +786,52 @@ TEST_P(TransportConformanceTest, StatsCountPayloadPlusFrameHeader) {
   const LinkStats receiver = StatsFor(ep(1), addr(0));
   EXPECT_EQ(receiver.rx_bytes, expected_bytes);
   EXPECT_EQ(receiver.rx_messages, sizes.size());
-  EXPECT_EQ(receiver.tx_bytes, 3 + kFrameHeaderBytes);
+  EXPECT_EQ(receiver.tx_bytes, 3 + overhead);
   EXPECT_EQ(receiver.tx_messages, 1u);
   EXPECT_TRUE(receiver.up);
   EXPECT_EQ(receiver.errors, 0u);
+}
+
+TEST_P(TransportConformanceTest, RegionSendsAndReceivesStayInsideTheRegion) {
+  MakeEndpoints(2);
+  std::vector<std::byte> send_memory = Pattern(4096, 5);
+  std::vector<std::byte> recv_memory(4096);
+  const std::unique_ptr<MemoryRegion> send_region = HostMemoryRegion(send_memory);
+  const std::unique_ptr<MemoryRegion> recv_region = HostMemoryRegion(recv_memory);
+
+  std::unique_ptr<PostedRecv> recv = ep(1).PostRecvRegion(
+      addr(0), Tag{.seq = 1}, RegionSlice{recv_region.get(), 1000, 96}, Deadline(), nullptr);
+  ASSERT_OK(ep(0).SendRegion(addr(1), Tag{.seq = 1}, RegionSlice{send_region.get(), 2000, 96},
+                             Deadline()));
+  ASSERT_OK(recv->Wait());
+  EXPECT_TRUE(std::equal(recv_memory.begin() + 1000, recv_memory.begin() + 1096,
+                         send_memory.begin() + 2000));
+  EXPECT_EQ(recv_memory[999], std::byte{0});
+  EXPECT_EQ(recv_memory[1096], std::byte{0});
+
+  // Past the end, or an offset beyond it: nothing is sent or posted.
+  const uint64_t sent_before = StatsFor(ep(0), addr(1)).tx_messages;
+  EXPECT_EQ(
+      ep(0)
+          .SendRegion(addr(1), Tag{.seq = 2}, RegionSlice{send_region.get(), 4000, 97}, Deadline())
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      ep(0)
+          .SendRegion(addr(1), Tag{.seq = 2}, RegionSlice{send_region.get(), 5000, 0}, Deadline())
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ep(0).SendRegion(addr(1), Tag{.seq = 2}, RegionSlice{nullptr, 0, 1}, Deadline()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StatsFor(ep(0), addr(1)).tx_messages, sent_before);
+  std::unique_ptr<PostedRecv> outside = ep(1).PostRecvRegion(
+      addr(0), Tag{.seq = 3}, RegionSlice{recv_region.get(), 4090, 7}, Deadline(), nullptr);
+  EXPECT_TRUE(outside->Test());
+  EXPECT_EQ(outside->Wait().code(), absl::StatusCode::kInvalidArgument);
+  // Device memory is not this transport's to move.
+  const MemoryRegion device(send_memory, MemoryKind::kDevice);
+  EXPECT_EQ(ep(0).SendRegion(addr(1), Tag{.seq = 4}, RegionSlice{&device, 0, 8}, Deadline()).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(

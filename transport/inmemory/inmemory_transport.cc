@@ -8,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "spdlog/spdlog.h"
-#include "transport/frame.h"
 #include "transport/receive_matcher.h"
 
 namespace baton::transport {
@@ -68,6 +67,8 @@ class InMemoryFabricImpl final : public InMemoryFabric {
     endpoints_.emplace(address, Entry{endpoint.get(), false});
     return endpoint;
   }
+
+  std::unique_ptr<Transport> NewTransport(const std::string& address) override;
 
   void Kill(const std::string& address) override {
     // The writer lock waits for deliveries in progress, so no message from `address` can arrive
@@ -166,7 +167,7 @@ void InMemoryEndpoint::CountSent(const std::string& peer, uint64_t length, bool 
   LinkStats& link = tx_links_[peer];
   link.peer = peer;
   if (ok) {
-    link.tx_bytes += length + kFrameHeaderBytes;
+    link.tx_bytes += length;
     ++link.tx_messages;
   } else {
     ++link.errors;
@@ -191,6 +192,36 @@ std::vector<LinkStats> InMemoryEndpoint::Stats() const {
   std::sort(result.begin(), result.end(),
             [](const LinkStats& a, const LinkStats& b) { return a.peer < b.peer; });
   return result;
+}
+
+class InMemoryTransport final : public Transport {
+ public:
+  InMemoryTransport(InMemoryFabric* fabric, std::string address)
+      : fabric_(fabric), address_(std::move(address)) {}
+
+  std::string_view name() const override { return kInMemoryTransportName; }
+  absl::StatusOr<std::unique_ptr<Endpoint>> Listen() override {
+    return fabric_->CreateEndpoint(address_);
+  }
+  bool CanReach(const PeerInfo& self, const PeerInfo& peer) const override {
+    return peer.Find(kInMemoryTransportName) != nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
+                                                               MemoryKind kind) override {
+    if (kind != MemoryKind::kHost) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the inmemory transport cannot register ", MemoryKindName(kind), " memory"));
+    }
+    return HostMemoryRegion(bytes);
+  }
+
+ private:
+  InMemoryFabric* const fabric_;
+  const std::string address_;
+};
+
+std::unique_ptr<Transport> InMemoryFabricImpl::NewTransport(const std::string& address) {
+  return std::make_unique<InMemoryTransport>(this, address);
 }
 
 }  // namespace

@@ -1,10 +1,12 @@
 #pragma once
 
 // An in-process transport for tests: endpoints created on one Fabric exchange messages through
-// memory. A fabric can also take an endpoint down to simulate a lost peer.
+// memory. A fabric can also take an endpoint down to simulate a lost peer. Messages cost no
+// bytes beyond their payload: LinkStats count payload bytes only.
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "transport/transport.h"
@@ -19,10 +21,17 @@ class InMemoryFabric {
   // The endpoint must not outlive the fabric.
   virtual absl::StatusOr<std::unique_ptr<Endpoint>> CreateEndpoint(const std::string& address) = 0;
 
+  // An in-memory Transport whose Listen() creates the endpoint `address` on this fabric (once:
+  // AlreadyExists after). It reaches every peer that advertises an "inmemory" address, and
+  // moves host memory, which needs no registration. Must not outlive the fabric.
+  virtual std::unique_ptr<Transport> NewTransport(const std::string& address) = 0;
+
   // Simulates the loss of the endpoint at `address`: its peers' pending and future operations
   // with it fail with Unavailable naming it, as when a daemon's process dies.
   virtual void Kill(const std::string& address) = 0;
 };
+
+inline constexpr std::string_view kInMemoryTransportName = "inmemory";
 
 std::unique_ptr<InMemoryFabric> NewInMemoryFabric();
 

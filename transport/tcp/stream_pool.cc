@@ -216,7 +216,7 @@ void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<C
   stream->busy = false;
   if (healthy) return;
   // Keep the broken connection's retransmits: the counter must not go backwards.
-  links_[peer].retransmits += TcpRetransmits(stream->fd.get());
+  lost_retransmits_[peer] += TcpRetransmits(stream->fd.get());
   shutdown(stream->fd.get(), SHUT_RDWR);
   auto it = out_.find(peer);
   if (it == out_.end()) return;

@@ -71,6 +71,7 @@ void TcpEndpoint::Forget(uint64_t comm) {
 
 std::vector<LinkStats> TcpEndpoint::Stats() const {
   absl::flat_hash_map<std::string, LinkStats> links = matcher_.RecvLinkStats();
+  absl::flat_hash_map<std::string, uint64_t> retransmits;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [peer, tx] : links_) {
@@ -79,19 +80,25 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
       link.tx_bytes = tx.tx_bytes;
       link.tx_messages = tx.tx_messages;
       link.errors = tx.errors;
-      link.retransmits = tx.retransmits;
     }
+    retransmits = lost_retransmits_;
     for (const auto& [peer, streams] : out_) {
       LinkStats& link = links[peer];
       link.peer = peer;
       for (const auto& stream : streams) {
-        if (!stream->connecting) link.retransmits += TcpRetransmits(stream->fd.get());
+        if (!stream->connecting) retransmits[peer] += TcpRetransmits(stream->fd.get());
       }
     }
   }
   std::vector<LinkStats> result;
   result.reserve(links.size());
-  for (auto& [peer, link] : links) result.push_back(std::move(link));
+  for (auto& [peer, link] : links) {
+    // Every TCP link has the counter, 0 until the kernel retransmitted on it.
+    auto it = retransmits.find(peer);
+    link.counters.push_back(
+        LinkCounter{std::string(kRetransmitsCounter), it == retransmits.end() ? 0 : it->second});
+    result.push_back(std::move(link));
+  }
   std::sort(result.begin(), result.end(),
             [](const LinkStats& a, const LinkStats& b) { return a.peer < b.peer; });
   return result;

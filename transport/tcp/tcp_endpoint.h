@@ -49,7 +49,7 @@ class TcpEndpoint final : public Endpoint {
         receive_spin_(options.receive_spin),
         reader_linger_(options.reader_linger),
         streams_per_peer_(static_cast<size_t>(options.streams_per_peer)),
-        matcher_(options.max_unexpected_bytes_per_peer) {}
+        matcher_(options.max_unexpected_bytes_per_peer, kFrameHeaderBytes) {}
   ~TcpEndpoint() override;
 
   // Starts accepting connections; called once, right after construction.
@@ -194,6 +194,9 @@ class TcpEndpoint final : public Endpoint {
   absl::flat_hash_map<std::string, int> connections_ ABSL_GUARDED_BY(mu_);
   // tx counters and errors; rx counters and `up` come from matcher_.
   absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
+  // Per peer: what the kernel retransmitted on connections since dropped (the counter must not
+  // go backwards when a connection goes).
+  absl::flat_hash_map<std::string, uint64_t> lost_retransmits_ ABSL_GUARDED_BY(mu_);
 
   // Round trips: pings in flight by identifier, with the time their pong arrived (InfinitePast
   // until then), and pings from peers still to be answered.

@@ -35,4 +35,34 @@ absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& optio
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }
 
+namespace {
+
+class TcpTransport final : public Transport {
+ public:
+  explicit TcpTransport(TcpOptions options) : options_(std::move(options)) {}
+
+  std::string_view name() const override { return kTcpTransportName; }
+  absl::StatusOr<std::unique_ptr<Endpoint>> Listen() override { return NewTcpEndpoint(options_); }
+  bool CanReach(const PeerInfo& self, const PeerInfo& peer) const override {
+    return peer.Find(kTcpTransportName) != nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
+                                                               MemoryKind kind) override {
+    if (kind != MemoryKind::kHost) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the tcp transport cannot register ", MemoryKindName(kind), " memory"));
+    }
+    return HostMemoryRegion(bytes);
+  }
+
+ private:
+  const TcpOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> NewTcpTransport(const TcpOptions& options) {
+  return std::make_unique<TcpTransport>(options);
+}
+
 }  // namespace baton::transport

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -45,6 +46,16 @@ struct TcpOptions {
 inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 
 // Starts listening and returns the endpoint. Its address() is "<advertise host>:<bound port>".
+// Its LinkStats count each message's 40-byte frame header (frame.h) in the bytes, and carry the
+// counter kRetransmitsCounter: the segments the kernel retransmitted on the link's connections.
 absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& options);
+
+inline constexpr std::string_view kTcpTransportName = "tcp";
+inline constexpr std::string_view kRetransmitsCounter = "retransmits";
+
+// The TCP transport: Listen() is NewTcpEndpoint(options) (each call a new listener); it reaches
+// every peer that advertises a "tcp" address, and moves host memory, which needs no
+// registration.
+std::unique_ptr<Transport> NewTcpTransport(const TcpOptions& options);
 
 }  // namespace baton::transport

@@ -1,0 +1,119 @@
+#include "transport/routing_endpoint.h"
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "transport/inmemory/inmemory_transport.h"
+#include "transport/transport.h"
+
+namespace baton::transport {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::Time Deadline() { return absl::Now() + absl::Seconds(10); }
+
+std::vector<std::byte> Bytes(const std::string& text) {
+  std::vector<std::byte> bytes(text.size());
+  for (size_t i = 0; i < text.size(); ++i) bytes[i] = static_cast<std::byte>(text[i]);
+  return bytes;
+}
+
+// Two transports, as two in-memory fabrics: "primary" (everyone) and "fast" (a and b only).
+// Daemon a routes b over fast; c, which has no fast endpoint, stays on the primary.
+class RoutingEndpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a_primary_ = *primary_fabric_->CreateEndpoint("a");
+    b_primary_ = *primary_fabric_->CreateEndpoint("b");
+    c_primary_ = *primary_fabric_->CreateEndpoint("c");
+    a_fast_ = *fast_fabric_->CreateEndpoint("a-fast");
+    b_fast_ = *fast_fabric_->CreateEndpoint("b-fast");
+    router_ =
+        std::make_unique<RoutingEndpoint>(std::vector<Endpoint*>{a_primary_.get(), a_fast_.get()});
+  }
+
+  std::unique_ptr<InMemoryFabric> primary_fabric_ = NewInMemoryFabric();
+  std::unique_ptr<InMemoryFabric> fast_fabric_ = NewInMemoryFabric();
+  std::unique_ptr<Endpoint> a_primary_, b_primary_, c_primary_, a_fast_, b_fast_;
+  std::unique_ptr<RoutingEndpoint> router_;
+};
+
+TEST_F(RoutingEndpointTest, UnroutedPeersGoToThePrimaryByTheirOwnName) {
+  EXPECT_EQ(router_->address(), "a");
+  ASSERT_TRUE(router_->Send("c", Tag{.seq = 1}, Bytes("hello"), Deadline()).ok());
+  std::vector<std::byte> received(5);
+  ASSERT_TRUE(c_primary_->Recv("a", Tag{.seq = 1}, received, Deadline()).ok());
+  EXPECT_EQ(received, Bytes("hello"));
+}
+
+TEST_F(RoutingEndpointTest, RoutedPeerTravelsOverItsTransportUnderItsPlanName) {
+  ASSERT_TRUE(router_->AddRoute("b", a_fast_.get(), "b-fast").ok());
+  ASSERT_TRUE(router_->Send("b", Tag{.seq = 1}, Bytes("fast"), Deadline()).ok());
+  std::vector<std::byte> received(4);
+  ASSERT_TRUE(b_fast_->Recv("a-fast", Tag{.seq = 1}, received, Deadline()).ok());
+  EXPECT_EQ(received, Bytes("fast"));
+  // Nothing reached b on the primary.
+  EXPECT_EQ(b_primary_->Recv("a", Tag{.seq = 1}, received, absl::Now()).code(),
+            absl::StatusCode::kDeadlineExceeded);
+
+  // The answer is received under the name "b", from b's fast endpoint.
+  ASSERT_TRUE(b_fast_->Send("a-fast", Tag{.seq = 2}, Bytes("back"), Deadline()).ok());
+  ASSERT_TRUE(router_->Recv("b", Tag{.seq = 2}, received, Deadline()).ok());
+  EXPECT_EQ(received, Bytes("back"));
+
+  // Stats name the peer as the plan does, and c still goes to the primary.
+  ASSERT_TRUE(router_->Send("c", Tag{.seq = 3}, Bytes("x"), Deadline()).ok());
+  std::vector<std::string> peers;
+  for (const LinkStats& link : router_->Stats()) peers.push_back(link.peer);
+  EXPECT_THAT(peers, ::testing::ElementsAre("b", "c"));
+}
+
+TEST_F(RoutingEndpointTest, AbortReachesEveryTransport) {
+  ASSERT_TRUE(router_->AddRoute("b", a_fast_.get(), "b-fast").ok());
+  std::vector<std::byte> buffer(4);
+  std::unique_ptr<PostedRecv> over_fast =
+      router_->PostRecv("b", Tag{.comm = 7, .seq = 1}, buffer, Deadline(), nullptr);
+  std::unique_ptr<PostedRecv> over_primary =
+      router_->PostRecv("c", Tag{.comm = 7, .seq = 1}, buffer, Deadline(), nullptr);
+  router_->Abort(7, absl::AbortedError("stop"));
+  EXPECT_EQ(over_fast->Wait().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(over_primary->Wait().code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(RoutingEndpointTest, SelectRoutesWithTheSelectorsChoice) {
+  std::unique_ptr<Transport> primary = primary_fabric_->NewTransport("unused");
+  std::unique_ptr<Transport> fast = fast_fabric_->NewTransport("unused-fast");
+  // Both are "inmemory": the first one b advertises wins, which is the primary's position.
+  std::vector<Transport*> transports{primary.get(), fast.get()};
+  const PeerInfo self{"node-a", {}, {{"inmemory", "a"}}};
+  const PeerInfo b{"node-b", {}, {{"inmemory", "b"}}};
+  ASSERT_TRUE(router_->Select(transports, self, b, "b").ok());
+  ASSERT_TRUE(router_->Send("b", Tag{.seq = 1}, Bytes("p"), Deadline()).ok());
+  std::vector<std::byte> received(1);
+  ASSERT_TRUE(b_primary_->Recv("a", Tag{.seq = 1}, received, Deadline()).ok());
+
+  const PeerInfo nothing{"node-z", {}, {{"verbs", "mlx5_0"}}};
+  const absl::Status status = router_->Select(transports, self, nothing, "z");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("node-z"));
+}
+
+TEST_F(RoutingEndpointTest, RejectsARouteToAnUnknownEndpointOrAChangedRoute) {
+  EXPECT_EQ(router_->AddRoute("b", b_fast_.get(), "b-fast").code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(router_->AddRoute("b", a_fast_.get(), "b-fast").ok());
+  EXPECT_TRUE(router_->AddRoute("b", a_fast_.get(), "b-fast").ok());
+  EXPECT_EQ(router_->AddRoute("b", a_primary_.get(), "b").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace baton::transport

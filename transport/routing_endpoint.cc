@@ -1,0 +1,141 @@
+#include "transport/routing_endpoint.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace baton::transport {
+
+RoutingEndpoint::RoutingEndpoint(std::vector<Endpoint*> endpoints)
+    : endpoints_(std::move(endpoints)), names_(endpoints_.size()) {}
+
+absl::Status RoutingEndpoint::AddRoute(const std::string& peer, Endpoint* endpoint,
+                                       const std::string& address) {
+  auto it = std::find(endpoints_.begin(), endpoints_.end(), endpoint);
+  if (it == endpoints_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("route to peer ", peer, " names an endpoint this one does not hold"));
+  }
+  absl::MutexLock lock(&mu_);
+  if (auto existing = routes_.find(peer); existing != routes_.end()) {
+    if (existing->second.endpoint == endpoint && existing->second.address == address) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer ", peer, " is routed to another transport address already"));
+  }
+  routes_.emplace(peer, Route{endpoint, address});
+  names_[static_cast<size_t>(std::distance(endpoints_.begin(), it))][address] = peer;
+  routed_.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+absl::Status RoutingEndpoint::Select(std::span<Transport* const> transports, const PeerInfo& self,
+                                     const PeerInfo& peer, const std::string& peer_name) {
+  if (transports.size() != endpoints_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("routing over ", endpoints_.size(),
+                                                   " endpoints was given ", transports.size(),
+                                                   " transports"));
+  }
+  BATON_ASSIGN_OR_RETURN(const SelectedTransport selected, SelectTransport(transports, self, peer));
+  const size_t index = static_cast<size_t>(std::distance(
+      transports.begin(), std::find(transports.begin(), transports.end(), selected.transport)));
+  return AddRoute(peer_name, endpoints_[index], selected.address);
+}
+
+RoutingEndpoint::Route RoutingEndpoint::RouteOf(const std::string& peer) const {
+  if (routed_.load(std::memory_order_acquire)) {
+    absl::MutexLock lock(&mu_);
+    if (auto it = routes_.find(peer); it != routes_.end()) return it->second;
+  }
+  return Route{endpoints_.front(), peer};
+}
+
+// Each call: straight to the primary while nothing is routed, else through the peer's route.
+absl::Status RoutingEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
+                                   absl::Time deadline) {
+  if (!routed_.load(std::memory_order_acquire)) {
+    return endpoints_.front()->Send(peer, tag, data, deadline);
+  }
+  const Route route = RouteOf(peer);
+  return route.endpoint->Send(route.address, tag, data, deadline);
+}
+
+absl::Status RoutingEndpoint::SendAll(const std::string& peer, std::span<const OutMessage> messages,
+                                      absl::Time deadline) {
+  if (!routed_.load(std::memory_order_acquire)) {
+    return endpoints_.front()->SendAll(peer, messages, deadline);
+  }
+  const Route route = RouteOf(peer);
+  return route.endpoint->SendAll(route.address, messages, deadline);
+}
+
+std::unique_ptr<PostedRecv> RoutingEndpoint::PostRecv(const std::string& peer, const Tag& tag,
+                                                      ByteSpan data, absl::Time deadline,
+                                                      ArrivalCallback on_arrival) {
+  if (!routed_.load(std::memory_order_acquire)) {
+    return endpoints_.front()->PostRecv(peer, tag, data, deadline, std::move(on_arrival));
+  }
+  const Route route = RouteOf(peer);
+  return route.endpoint->PostRecv(route.address, tag, data, deadline, std::move(on_arrival));
+}
+
+std::unique_ptr<PostedRecv> RoutingEndpoint::PostConsume(const std::string& peer, const Tag& tag,
+                                                         size_t length, absl::Time deadline,
+                                                         PieceConsumer consume) {
+  if (!routed_.load(std::memory_order_acquire)) {
+    return endpoints_.front()->PostConsume(peer, tag, length, deadline, std::move(consume));
+  }
+  const Route route = RouteOf(peer);
+  return route.endpoint->PostConsume(route.address, tag, length, deadline, std::move(consume));
+}
+
+absl::StatusOr<absl::Duration> RoutingEndpoint::RoundTrip(const std::string& peer,
+                                                          absl::Time deadline) {
+  const Route route = RouteOf(peer);
+  return route.endpoint->RoundTrip(route.address, deadline);
+}
+
+absl::Status RoutingEndpoint::SendRegion(const std::string& peer, const Tag& tag,
+                                         const RegionSlice& slice, absl::Time deadline) {
+  const Route route = RouteOf(peer);
+  return route.endpoint->SendRegion(route.address, tag, slice, deadline);
+}
+
+std::unique_ptr<PostedRecv> RoutingEndpoint::PostRecvRegion(const std::string& peer, const Tag& tag,
+                                                            const RegionSlice& slice,
+                                                            absl::Time deadline,
+                                                            ArrivalCallback on_arrival) {
+  const Route route = RouteOf(peer);
+  return route.endpoint->PostRecvRegion(route.address, tag, slice, deadline, std::move(on_arrival));
+}
+
+void RoutingEndpoint::Abort(uint64_t comm, const absl::Status& reason) {
+  for (Endpoint* endpoint : endpoints_) endpoint->Abort(comm, reason);
+}
+
+void RoutingEndpoint::Forget(uint64_t comm) {
+  for (Endpoint* endpoint : endpoints_) endpoint->Forget(comm);
+}
+
+std::vector<LinkStats> RoutingEndpoint::Stats() const {
+  std::vector<LinkStats> all;
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    std::vector<LinkStats> links = endpoints_[i]->Stats();
+    if (routed_.load(std::memory_order_acquire)) {
+      absl::MutexLock lock(&mu_);
+      for (LinkStats& link : links) {
+        if (auto it = names_[i].find(link.peer); it != names_[i].end()) link.peer = it->second;
+      }
+    }
+    std::move(links.begin(), links.end(), std::back_inserter(all));
+  }
+  std::sort(all.begin(), all.end(),
+            [](const LinkStats& a, const LinkStats& b) { return a.peer < b.peer; });
+  return all;
+}
+
+}  // namespace baton::transport
