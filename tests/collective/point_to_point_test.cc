@@ -9,6 +9,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -45,6 +46,8 @@ struct Placement {
   std::vector<std::vector<int>> ranks_of;  // ranks of each daemon, ascending
 };
 
+void PrintTo(const Placement& placement, std::ostream* os) { *os << placement.name; }
+
 const std::vector<Placement>& Placements() {
   static const auto* const placements = new std::vector<Placement>{
       {"one_daemon_x3", {{0, 1, 2}}},
@@ -74,7 +77,8 @@ LayoutDaemon Daemon(int d, std::vector<int> ranks) {
 
 class Cluster {
  public:
-  explicit Cluster(std::vector<std::vector<int>> ranks_of, size_t chunk_bytes = kChunk)
+  // `chunk_bytes[d]` is daemon d's chunk size; kChunk for all when empty.
+  explicit Cluster(std::vector<std::vector<int>> ranks_of, std::vector<size_t> chunk_bytes = {})
       : fabric_(transport::NewInMemoryFabric()) {
     Layout layout;
     for (size_t d = 0; d < ranks_of.size(); ++d) {
@@ -90,8 +94,8 @@ class Cluster {
     }
     for (size_t d = 0; d < ranks_of.size(); ++d) {
       layout.self = static_cast<int>(d);
-      daemons_.push_back(
-          std::make_unique<PointToPoint>(endpoints_[d].get(), kComm, layout, chunk_bytes));
+      daemons_.push_back(std::make_unique<PointToPoint>(
+          endpoints_[d].get(), kComm, layout, chunk_bytes.empty() ? kChunk : chunk_bytes[d]));
     }
   }
   ~Cluster() {
@@ -105,6 +109,7 @@ class Cluster {
   // The PointToPoint of the daemon hosting `rank`.
   PointToPoint& of(int rank) { return daemon(DaemonOf(rank)); }
   transport::InMemoryFabric& fabric() { return *fabric_; }
+  transport::Endpoint& endpoint(int d) { return *endpoints_[static_cast<size_t>(d)]; }
 
   // Runs `body(rank)` on a thread per rank at once and returns each one's status.
   std::vector<absl::Status> Run(const std::function<absl::Status(int)>& body) {
@@ -369,9 +374,40 @@ TEST(PointToPointTest, LengthMismatchDropsOnlyThatMessage) {
                           HasSubstr(absl::StrCat(m.received, " bytes")),
                           HasSubstr(absl::StrCat("rank ", dst))));
         EXPECT_TRUE(next.ok()) << next;
+        if (cluster.DaemonOf(src) != cluster.DaemonOf(dst)) {
+          // Nothing of the dropped message is left with the receiving daemon's transport: a
+          // receive for any of its parts finds no message.
+          const uint64_t seq =
+              (uint64_t{1} << 63) | (static_cast<uint64_t>(src) << 32) | static_cast<uint32_t>(dst);
+          for (uint32_t part = 0; part <= 2 + (m.sent + kChunk - 1) / kChunk; ++part) {
+            const transport::Tag tag{kComm, seq, static_cast<uint32_t>(message), part};
+            const absl::Status left =
+                cluster.endpoint(cluster.DaemonOf(dst))
+                    .Recv(DaemonAddress(cluster.DaemonOf(src)), tag, {}, absl::Now());
+            EXPECT_TRUE(absl::IsDeadlineExceeded(left)) << TagToString(tag) << ": " << left;
+          }
+        }
         message += 2;
       }
     }
+  }
+}
+
+// Daemons that cut messages differently (a misconfiguration the plan prevents) fail a message
+// that takes several pieces with FailedPrecondition naming both chunk sizes, and still take all of
+// its pieces: the next message, one piece on either side, arrives intact.
+TEST(PointToPointTest, DaemonsDisagreeingOnChunkSize) {
+  for (const size_t receiver_chunk : {kChunk / 2, 2 * kChunk}) {
+    Cluster cluster({{0}, {1}}, {kChunk, receiver_chunk});
+    ASSERT_TRUE(SendPayload(cluster, 0, 1, 0, 3 * kChunk + 5).ok());
+    ASSERT_TRUE(SendPayload(cluster, 0, 1, 1, 7).ok());
+    std::vector<std::byte> buffer(3 * kChunk + 5);
+    const absl::Status status = cluster.of(1).Recv(0, 1, buffer, Deadline());
+    EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+    EXPECT_THAT(status.message(), AllOf(HasSubstr(absl::StrCat("pieces of ", kChunk, " bytes")),
+                                        HasSubstr(absl::StrCat("pieces of ", receiver_chunk))));
+    const absl::Status next = RecvPayload(cluster, 0, 1, 1, 7);
+    EXPECT_TRUE(next.ok()) << "receiver chunk " << receiver_chunk << ": " << next;
   }
 }
 
