@@ -87,4 +87,20 @@ std::unique_ptr<PostedRecv> PiggybackEndpoint::PostConsume(const std::string& pe
       this, inner()->PostConsume(peer, tag, length, deadline, std::move(consume)));
 }
 
+absl::Status PiggybackEndpoint::SendRegion(const std::string& peer, const Tag& tag,
+                                           const RegionSlice& slice, absl::Time deadline) {
+  BATON_ASSIGN_OR_RETURN(const ByteSpan bytes, HostRegionBytes(peer, slice));
+  return Send(peer, tag, bytes, deadline);
+}
+
+std::unique_ptr<PostedRecv> PiggybackEndpoint::PostRecvRegion(const std::string& peer,
+                                                              const Tag& tag,
+                                                              const RegionSlice& slice,
+                                                              absl::Time deadline,
+                                                              ArrivalCallback on_arrival) {
+  absl::StatusOr<ByteSpan> bytes = HostRegionBytes(peer, slice);
+  if (!bytes.ok()) return FailedRecv(bytes.status());
+  return PostRecv(peer, tag, *bytes, deadline, std::move(on_arrival));
+}
+
 }  // namespace baton::transport

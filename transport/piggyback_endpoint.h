@@ -30,7 +30,7 @@ class PiggybackEndpoint final : public ForwardingEndpoint {
  public:
   // Sends to other peers of at most this many bytes in all leave the held message held: the kernel
   // takes them at once (TCP: socket buffers are larger).
-  static constexpr size_t kHeldAcrossBytes = 64 * 1024;
+  static constexpr size_t kHeldAcrossBytes = size_t{64} << 10;
 
   // `inner` must outlive this endpoint.
   explicit PiggybackEndpoint(Endpoint* inner) : ForwardingEndpoint(inner) {}
@@ -53,14 +53,10 @@ class PiggybackEndpoint final : public ForwardingEndpoint {
   // A region's bytes go through Send and PostRecv above, so that they keep their order with the
   // held message (which is a copy in host memory).
   absl::Status SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
-                          absl::Time deadline) override {
-    return Endpoint::SendRegion(peer, tag, slice, deadline);
-  }
+                          absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecvRegion(const std::string& peer, const Tag& tag,
                                              const RegionSlice& slice, absl::Time deadline,
-                                             ArrivalCallback on_arrival) override {
-    return Endpoint::PostRecvRegion(peer, tag, slice, deadline, std::move(on_arrival));
-  }
+                                             ArrivalCallback on_arrival) override;
 
  private:
   struct Held {

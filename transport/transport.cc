@@ -98,8 +98,9 @@ class FailedPostedRecv final : public PostedRecv {
   const absl::Status status_;
 };
 
-// The bytes `slice` names, if this (host-memory) endpoint can move them.
-absl::StatusOr<ByteSpan> HostSlice(const std::string& peer, const RegionSlice& slice) {
+}  // namespace
+
+absl::StatusOr<ByteSpan> HostRegionBytes(const std::string& peer, const RegionSlice& slice) {
   if (slice.region == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat("a send or receive with peer ", peer, " names no registered region"));
@@ -112,8 +113,6 @@ absl::StatusOr<ByteSpan> HostSlice(const std::string& peer, const RegionSlice& s
   return slice.region->Slice(slice.offset, slice.length);
 }
 
-}  // namespace
-
 std::unique_ptr<PostedRecv> FailedRecv(absl::Status status) {
   return std::make_unique<FailedPostedRecv>(
       status.ok() ? absl::InternalError("FailedRecv given an OK status") : std::move(status));
@@ -121,14 +120,14 @@ std::unique_ptr<PostedRecv> FailedRecv(absl::Status status) {
 
 absl::Status Endpoint::SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
                                   absl::Time deadline) {
-  BATON_ASSIGN_OR_RETURN(const ByteSpan bytes, HostSlice(peer, slice));
+  BATON_ASSIGN_OR_RETURN(const ByteSpan bytes, HostRegionBytes(peer, slice));
   return Send(peer, tag, bytes, deadline);
 }
 
 std::unique_ptr<PostedRecv> Endpoint::PostRecvRegion(const std::string& peer, const Tag& tag,
                                                      const RegionSlice& slice, absl::Time deadline,
                                                      ArrivalCallback on_arrival) {
-  absl::StatusOr<ByteSpan> bytes = HostSlice(peer, slice);
+  absl::StatusOr<ByteSpan> bytes = HostRegionBytes(peer, slice);
   if (!bytes.ok()) return FailedRecv(bytes.status());
   return PostRecv(peer, tag, *bytes, deadline, std::move(on_arrival));
 }

@@ -116,6 +116,10 @@ struct RegionSlice {
   size_t length = 0;
 };
 
+// The bytes `slice` names, for a transport that moves host memory as it is: InvalidArgument
+// (naming `peer`) when it names no region, memory of another kind, or bytes outside its region.
+absl::StatusOr<ByteSpan> HostRegionBytes(const std::string& peer, const RegionSlice& slice);
+
 // A receive posted with Endpoint::PostRecv; the message is written into its buffer as it arrives,
 // while the poster does other work. Not thread-safe: one thread waits for it.
 class PostedRecv {

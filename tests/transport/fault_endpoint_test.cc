@@ -115,6 +115,7 @@ TEST(FaultEndpointCollectiveTest, RingAllReduceFailsCleanlyNamingThePeer) {
   std::vector<absl::Status> statuses(kSize);
   std::vector<std::vector<float>> data(kSize, std::vector<float>(3000, 1.0f));
   std::vector<std::thread> threads;
+  threads.reserve(kSize);
   for (int r = 0; r < kSize; ++r) {
     threads.emplace_back([&, r] {
       collective::OpContext ctx;

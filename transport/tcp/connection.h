@@ -32,13 +32,13 @@ constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
 // Payload bytes that nobody wants, and the pieces of a consumed message (Endpoint::PostConsume),
 // are read into a buffer of this size: small enough that a piece is still in the cache when its
 // consumer reads it.
-constexpr size_t kPieceBytes = 256 * 1024;
+constexpr size_t kPieceBytes = size_t{256} << 10;
 static_assert(kPieceBytes % Endpoint::kPieceAlignment == 0);
 
 // A receive of at most this many bytes is read by the thread that waits for it (see
 // TcpEndpoint::ReadForReceive); larger ones are left to the connection's reader thread, which
 // reads them while the waiting thread sends, so that both directions of bulk data keep moving.
-constexpr size_t kReadForReceiveMaxBytes = 64 * 1024;
+constexpr size_t kReadForReceiveMaxBytes = size_t{64} << 10;
 // A thread reading for its receive looks at least this often whether the receive has failed
 // (aborted, peer lost, shut down) or its message came over another connection.
 constexpr absl::Duration kReadForReceiveSlice = absl::Milliseconds(20);

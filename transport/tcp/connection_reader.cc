@@ -172,7 +172,7 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
   };
 
   if (delivery.discard()) {
-    const absl::Status status = drain();
+    absl::Status status = drain();
     matcher_.FinishDelivery(std::move(delivery), status);
     if (!status.ok()) CountError(peer);
     return status;
@@ -207,7 +207,7 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
     matcher_.FinishDelivery(std::move(delivery), absl::IsDeadlineExceeded(status)
                                                      ? RecvDeadlineExceeded(peer, header.tag)
                                                      : absl::CancelledError("receive cancelled"));
-    const absl::Status drained = drain();
+    absl::Status drained = drain();
     if (!drained.ok()) CountError(peer);
     return drained;
   }
