@@ -162,6 +162,7 @@ void CompareReduceMany(DataType type, ReduceOp op,
   std::vector<std::vector<std::byte>> host = inputs;
   std::vector<std::byte> host_out(bytes, std::byte{0x5A});
   std::vector<const void*> host_srcs;
+  host_srcs.reserve(host.size());
   for (const auto& input : host) host_srcs.push_back(input.data());
   void* host_dst = dst_source < 0 ? host_out.data() : host[dst_source].data();
   HostKernels().ReduceMany(type, op, host_dst, host_srcs, count);
@@ -222,6 +223,7 @@ TEST_P(CudaKernelsTest, ReduceManyMatchesHostOnRandomBits) {
   const auto [type, op] = GetParam();
   for (size_t count : {size_t{4096 + 5}, size_t{(1u << 18) + 1}}) {
     std::vector<std::vector<std::byte>> inputs;
+    inputs.reserve(5);
     for (int r = 0; r < 5; ++r) {
       inputs.push_back(test::RandomBytes(count * DataTypeSize(type), r,
                                          static_cast<uint64_t>(type) << 8 | static_cast<int>(op)));
@@ -298,6 +300,7 @@ TEST_P(CudaKernelsTypeTest, AvgIsSumThenDivide) {
   const auto inputs = test::ReduceInputs(type, ReduceOp::kAvg, kRanks, count);
   std::vector<std::byte> want(bytes);
   std::vector<const void*> host_srcs;
+  host_srcs.reserve(inputs.size());
   for (const auto& input : inputs) host_srcs.push_back(input.data());
   HostKernels().ReduceMany(type, ReduceOp::kAvg, want.data(), host_srcs, count);
   HostKernels().Divide(type, want.data(), count, kRanks);
@@ -317,7 +320,7 @@ TEST_P(CudaKernelsTypeTest, AvgIsSumThenDivide) {
 }
 
 std::string TypeName(const testing::TestParamInfo<DataType>& info) {
-  return std::string(DataTypeName(info.param));
+  return absl::StrCat(DataTypeName(info.param));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaKernelsTypeTest, testing::ValuesIn(test::kAllTypes),
