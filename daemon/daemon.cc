@@ -126,8 +126,15 @@ class DaemonImpl final : public Daemon {
     self.transports = std::move(advertised);
     BATON_ASSIGN_OR_RETURN(NodeTopology topology, LoadTopology());
     metrics_ = Metrics::Create(self.node_name, kBatonVersion);
-    node_ =
-        std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get(), std::move(topology));
+    Node::TransportSelector select = [this, self_info = self.ToPeerInfo()](const Member& peer) {
+      std::vector<transport::Transport*> transports;
+      for (const std::unique_ptr<transport::Transport>& t : transports_) {
+        transports.push_back(t.get());
+      }
+      return endpoint_->Select(transports, self_info, peer.ToPeerInfo(), peer.data_address);
+    };
+    node_ = std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get(),
+                                   std::move(topology), std::move(select));
     metrics_->SetNode(node_.get());
     peer_service_.SetNode(node_.get());
     node_->StartLinkMonitor();

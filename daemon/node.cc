@@ -27,10 +27,11 @@ absl::StatusOr<CommId> ParseCommId(const std::string& text) {
 }
 
 Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
-           NodeTopology topology)
+           NodeTopology topology, TransportSelector select)
     : config_(config),
       self_(std::move(self)),
       endpoint_(endpoint),
+      select_(std::move(select)),
       observer_(observer),
       topology_(std::move(topology)),
       rendezvous_([this](Plan& plan) { FinishPlan(plan); }),
@@ -45,7 +46,12 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
           BATON_RETURN_IF_ERROR(CheckChunkBytes(plan.chunk_bytes, "the communicator's plan"));
         }
         std::vector<Member> members;
-        for (const PlanDaemon& daemon : plan.daemons) members.push_back(daemon.member);
+        for (const PlanDaemon& daemon : plan.daemons) {
+          members.push_back(daemon.member);
+          if (select_ && daemon.member.data_address != self_.data_address) {
+            BATON_RETURN_IF_ERROR(select_(daemon.member));
+          }
+        }
         directory_.AddPlan(members);
         CommunicatorOptions options;
         options.op_timeout = config_.op_timeout;

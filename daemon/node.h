@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -58,10 +59,16 @@ struct LinkView {
 
 class Node {
  public:
+  // Picks the transport that carries this daemon's traffic to `peer` (the daemon's
+  // RoutingEndpoint::Select among its transports); an error names the peer and what it offers.
+  using TransportSelector = std::function<absl::Status(const Member& peer)>;
+
   // `self` is how other daemons reach this one. `endpoint` must outlive the node.
   // `observer` (may be null) is told about every completed operation and must outlive the node.
+  // `select` (may be empty: every peer on `endpoint` as it is) runs for every other daemon of a
+  // communicator's plan before the communicator forms; its error fails the join.
   Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
-       NodeTopology topology);
+       NodeTopology topology, TransportSelector select = nullptr);
 
   const NodeTopology& topology() const { return topology_; }
 
@@ -142,6 +149,7 @@ class Node {
   const Config config_;
   const Member self_;
   transport::Endpoint* const endpoint_;
+  const TransportSelector select_;
   OpObserver* const observer_;
   const NodeTopology topology_;
   Rendezvous rendezvous_;

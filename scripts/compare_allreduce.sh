@@ -100,7 +100,10 @@ log() { echo "compare_allreduce: $*" >&2; }
 # --- the peer benchmarks ------------------------------------------------------------------
 mkdir -p "$dir/raw"
 peer_bin="$peer_build/bin"
-if [ ! -x "$peer_bin/gloo_allreduce_bench" ] || [ ! -x "$peer_bin/mpi_allreduce_bench" ]; then
+needs_peers=false
+[[ ",$libs," == *",gloo_"* || ",$libs," == *",mpi,"* ]] && needs_peers=true
+if $needs_peers && { [ ! -x "$peer_bin/gloo_allreduce_bench" ] ||
+  [ ! -x "$peer_bin/mpi_allreduce_bench" ]; }; then
   log "building the peer benchmarks in $peer_build (scripts/setup_bench.sh installs Gloo, MPI)"
   [ -f "$peer_build/CMakeCache.txt" ] ||
     cmake -S "$kRoot" -B "$peer_build" -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -43,6 +43,9 @@ absl::Status RoutingEndpoint::Select(std::span<Transport* const> transports, con
   BATON_ASSIGN_OR_RETURN(const SelectedTransport selected, SelectTransport(transports, self, peer));
   const size_t index = static_cast<size_t>(std::distance(
       transports.begin(), std::find(transports.begin(), transports.end(), selected.transport)));
+  // The primary endpoint under the peer's own name is where an unrouted peer goes anyway: no
+  // route, so that a daemon with only its primary transport never looks one up per message.
+  if (index == 0 && selected.address == peer_name) return absl::OkStatus();
   return AddRoute(peer_name, endpoints_[index], selected.address);
 }
 

@@ -38,7 +38,8 @@ class RoutingEndpoint final : public Endpoint {
   // not change while messages may be in flight).
   absl::Status AddRoute(const std::string& peer, Endpoint* endpoint, const std::string& address);
   // SelectTransport among `transports` (transports[i]'s endpoint is the i-th given to the
-  // constructor), then AddRoute(peer_name, ...). Errors: SelectTransport's and AddRoute's.
+  // constructor), then AddRoute(peer_name, ...) unless the choice is the primary endpoint at
+  // peer_name itself (the default route). Errors: SelectTransport's and AddRoute's.
   absl::Status Select(std::span<Transport* const> transports, const PeerInfo& self,
                       const PeerInfo& peer, const std::string& peer_name);
 
