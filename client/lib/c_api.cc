@@ -45,6 +45,11 @@ static_assert(BATON_SUM == static_cast<int>(collective::ReduceOp::kSum));
 static_assert(BATON_AVG == static_cast<int>(collective::ReduceOp::kAvg));
 static_assert(BATON_ALL_REDUCE == static_cast<int>(collective::Collective::kAllReduce));
 static_assert(BATON_BARRIER == static_cast<int>(collective::Collective::kBarrier));
+static_assert(BATON_GATHER == static_cast<int>(collective::Collective::kGather));
+static_assert(BATON_SCATTER == static_cast<int>(collective::Collective::kScatter));
+static_assert(BATON_ALL_TO_ALL_V == static_cast<int>(collective::Collective::kAllToAllV));
+static_assert(BATON_SEND == static_cast<int>(collective::Collective::kSend));
+static_assert(BATON_RECV == static_cast<int>(collective::Collective::kRecv));
 static_assert(BATON_ALGORITHM_RING == 1 + static_cast<int>(collective::Algorithm::kRing));
 static_assert(BATON_ALGORITHM_HALVING_DOUBLING ==
               1 + static_cast<int>(collective::Algorithm::kHalvingDoubling));
@@ -52,7 +57,7 @@ static_assert(BATON_UNAUTHENTICATED == static_cast<int>(absl::StatusCode::kUnaut
 
 constexpr int kDataTypes = BATON_FP8_E5M2 + 1;
 constexpr int kReduceOps = BATON_AVG + 1;
-constexpr int kCollectives = BATON_BARRIER + 1;
+constexpr int kCollectives = BATON_RECV + 1;
 constexpr int kAlgorithms = BATON_ALGORITHM_HALVING_DOUBLING + 1;
 
 constexpr absl::Duration kDefaultConnectTimeout = absl::Seconds(10);
@@ -193,6 +198,25 @@ baton_code_t Async(baton_comm_t* comm, baton_dtype_t type, baton_reduce_op_t op,
                               : std::make_shared<CompletedRequest>(checked.status());
   *request = handle.release();
   return Finish(absl::OkStatus());
+}
+
+// all_to_all_v's four arrays of `entries` counts, as the core's vectors.
+struct VectorCounts {
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+
+absl::StatusOr<VectorCounts> CountsOf(const size_t* send_counts, const size_t* send_displs,
+                                      const size_t* recv_counts, const size_t* recv_displs,
+                                      size_t entries) {
+  if (entries > 0 && (send_counts == nullptr || send_displs == nullptr || recv_counts == nullptr ||
+                      recv_displs == nullptr)) {
+    return absl::InvalidArgumentError(
+        "send_counts, send_displs, recv_counts and recv_displs must not be null");
+  }
+  auto copy = [entries](const size_t* values) {
+    return entries == 0 ? std::vector<size_t>() : std::vector<size_t>(values, values + entries);
+  };
+  return VectorCounts{copy(send_counts), copy(send_displs), copy(recv_counts), copy(recv_displs)};
 }
 
 const char* AlgorithmNameOf(baton_algorithm_t algorithm) {
@@ -557,12 +581,119 @@ baton_code_t baton_barrier_async(baton_comm_t* comm, const baton_call_options_t*
                [&](core::Communicator& c, const Checked& k) { return c.BarrierAsync(k.options); });
 }
 
+baton_code_t baton_gather(baton_comm_t* comm, const void* send, void* recv, size_t count,
+                          baton_dtype_t type, int root, const baton_call_options_t* options) {
+  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
+    return c.Gather(send, recv, count, k.type, root, k.options);
+  });
+}
+
+baton_code_t baton_scatter(baton_comm_t* comm, const void* send, void* recv, size_t count,
+                           baton_dtype_t type, int root, const baton_call_options_t* options) {
+  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
+    return c.Scatter(send, recv, count, k.type, root, k.options);
+  });
+}
+
+baton_code_t baton_all_to_all_v(baton_comm_t* comm, const void* send, const size_t* send_counts,
+                                const size_t* send_displs, void* recv, const size_t* recv_counts,
+                                const size_t* recv_displs, size_t entries, baton_dtype_t type,
+                                const baton_call_options_t* options) {
+  return Blocking(comm, type, BATON_SUM, options,
+                  [&](core::Communicator& c, const Checked& k) -> absl::Status {
+                    absl::StatusOr<VectorCounts> v =
+                        CountsOf(send_counts, send_displs, recv_counts, recv_displs, entries);
+                    if (!v.ok()) return v.status();
+                    return c.AllToAllV(send, v->send_counts, v->send_displs, recv, v->recv_counts,
+                                       v->recv_displs, k.type, k.options);
+                  });
+}
+
+baton_code_t baton_send(baton_comm_t* comm, const void* buf, size_t count, baton_dtype_t type,
+                        int peer, const baton_call_options_t* options) {
+  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
+    return c.Send(buf, count, k.type, peer, k.options);
+  });
+}
+
+baton_code_t baton_recv(baton_comm_t* comm, void* buf, size_t count, baton_dtype_t type, int peer,
+                        const baton_call_options_t* options) {
+  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
+    return c.Recv(buf, count, k.type, peer, k.options);
+  });
+}
+
+baton_code_t baton_gather_async(baton_comm_t* comm, const void* send, void* recv, size_t count,
+                                baton_dtype_t type, int root, const baton_call_options_t* options,
+                                baton_request_t** request) {
+  return Async(comm, type, BATON_SUM, options, request,
+               [&](core::Communicator& c, const Checked& k) {
+                 return c.GatherAsync(send, recv, count, k.type, root, k.options);
+               });
+}
+
+baton_code_t baton_scatter_async(baton_comm_t* comm, const void* send, void* recv, size_t count,
+                                 baton_dtype_t type, int root, const baton_call_options_t* options,
+                                 baton_request_t** request) {
+  return Async(comm, type, BATON_SUM, options, request,
+               [&](core::Communicator& c, const Checked& k) {
+                 return c.ScatterAsync(send, recv, count, k.type, root, k.options);
+               });
+}
+
+baton_code_t baton_all_to_all_v_async(baton_comm_t* comm, const void* send,
+                                      const size_t* send_counts, const size_t* send_displs,
+                                      void* recv, const size_t* recv_counts,
+                                      const size_t* recv_displs, size_t entries, baton_dtype_t type,
+                                      const baton_call_options_t* options,
+                                      baton_request_t** request) {
+  return Async(comm, type, BATON_SUM, options, request,
+               [&](core::Communicator& c, const Checked& k) -> std::shared_ptr<core::Request> {
+                 absl::StatusOr<VectorCounts> v =
+                     CountsOf(send_counts, send_displs, recv_counts, recv_displs, entries);
+                 if (!v.ok()) return std::make_shared<CompletedRequest>(v.status());
+                 return c.AllToAllVAsync(send, v->send_counts, v->send_displs, recv, v->recv_counts,
+                                         v->recv_displs, k.type, k.options);
+               });
+}
+
+baton_code_t baton_send_async(baton_comm_t* comm, const void* buf, size_t count, baton_dtype_t type,
+                              int peer, const baton_call_options_t* options,
+                              baton_request_t** request) {
+  return Async(comm, type, BATON_SUM, options, request,
+               [&](core::Communicator& c, const Checked& k) {
+                 return c.SendAsync(buf, count, k.type, peer, k.options);
+               });
+}
+
+baton_code_t baton_recv_async(baton_comm_t* comm, void* buf, size_t count, baton_dtype_t type,
+                              int peer, const baton_call_options_t* options,
+                              baton_request_t** request) {
+  return Async(comm, type, BATON_SUM, options, request,
+               [&](core::Communicator& c, const Checked& k) {
+                 return c.RecvAsync(buf, count, k.type, peer, k.options);
+               });
+}
+
+baton_code_t baton_group_start(void) { return Finish(core::GroupStart()); }
+
+baton_code_t baton_group_end(void) { return Finish(core::GroupEnd()); }
+
+baton_code_t baton_comm_abort(baton_comm_t* comm, const char* reason) {
+  if (comm == nullptr) return Invalid("communicator is null");
+  return Finish(comm->impl->Abort(reason != nullptr ? absl::string_view(reason) : ""));
+}
+
 baton_code_t baton_request_wait(baton_request_t* request, int64_t timeout_ms, int* done) {
   if (done != nullptr) *done = 0;
   if (request == nullptr) return Invalid("request is null");
   std::optional<absl::Status> status;
   if (timeout_ms == 0) {
     status = request->impl->Test();
+    if (!status) {
+      absl::Status waited = request->impl->Wait(absl::ZeroDuration());
+      if (absl::IsFailedPrecondition(waited)) return Finish(waited);
+    }
   } else {
     const absl::Duration timeout =
         timeout_ms < 0 ? absl::InfiniteDuration() : absl::Milliseconds(timeout_ms);
@@ -571,6 +702,8 @@ baton_code_t baton_request_wait(baton_request_t* request, int64_t timeout_ms, in
     absl::Status waited = request->impl->Wait(timeout);
     status = request->impl->Test();
     if (!status && waited.ok()) status = waited;
+    // Queued in a group that has not ended: say so rather than "still running".
+    if (!status && absl::IsFailedPrecondition(waited)) return Finish(waited);
   }
   if (!status) {
     return Finish(absl::DeadlineExceededError("the operation is still running"));

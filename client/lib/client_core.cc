@@ -21,6 +21,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "baton/v1/baton.grpc.pb.h"
+#include "client/lib/call.h"
+#include "client/lib/channel_client.h"
+#include "client/lib/group.h"
+#include "client/lib/session.h"
 #include "common/shared_memory.h"
 #include "common/spin.h"
 #include "common/status_macros.h"
@@ -29,192 +33,6 @@
 
 namespace baton::core {
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
-
-void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-}
-
-constexpr absl::Duration kControlTimeout = absl::Seconds(30);
-
-// What a communicator needs of its client: the session, and pointer -> buffer resolution.
-class Session {
- public:
-  Session(std::unique_ptr<v1::Client::Stub> stub, uint64_t id, std::string node_name)
-      : stub_(std::move(stub)), id_(id), node_name_(std::move(node_name)) {}
-
-  v1::Client::Stub* stub() { return stub_.get(); }
-  uint64_t id() const { return id_; }
-  // Set once the session's watch stream to the daemon has ended (the daemon went away).
-  void MarkLost() { lost_.store(true); }
-  bool lost() const { return lost_.load(); }
-  const std::string& node_name() const { return node_name_; }
-
-  absl::StatusOr<void*> Allocate(size_t bytes) {
-    static std::atomic<uint64_t> counter{0};
-    const std::string name = absl::StrCat("/baton.", getpid(), ".", id_, ".", counter.fetch_add(1));
-    absl::StatusOr<std::unique_ptr<SharedMemory>> memory = SharedMemory::Create(name, bytes);
-    if (!memory.ok()) return memory.status();
-    v1::RegisterBufferRequest request;
-    request.set_session_id(id_);
-    request.set_shm_name(name);
-    request.set_size(bytes);
-    v1::RegisterBufferResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context, kControlTimeout);
-    absl::Status status = FromGrpc(stub_->RegisterBuffer(&context, request, &response));
-    // Both sides hold a mapping now (or the daemon failed): the name is no longer needed.
-    (*memory)->Unlink();
-    if (!status.ok()) return status;
-    void* data = (*memory)->data();
-    absl::MutexLock lock(&mu_);
-    buffers_[static_cast<std::byte*>(data)] = Buffer{std::move(*memory), response.buffer_id()};
-    return data;
-  }
-
-  absl::Status Free(void* data) {
-    Buffer buffer;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = buffers_.find(static_cast<std::byte*>(data));
-      if (it == buffers_.end()) {
-        return absl::InvalidArgumentError("pointer was not returned by Allocate");
-      }
-      buffer = std::move(it->second);
-      buffers_.erase(it);
-    }
-    v1::ReleaseBufferRequest request;
-    request.set_session_id(id_);
-    request.set_buffer_id(buffer.id);
-    v1::ReleaseBufferResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context, kControlTimeout);
-    return FromGrpc(stub_->ReleaseBuffer(&context, request, &response));
-  }
-
-  // The registered buffer holding [data, data + bytes), if any.
-  std::optional<v1::BufferRef> Find(const void* data, size_t bytes) {
-    const auto* begin = static_cast<const std::byte*>(data);
-    absl::MutexLock lock(&mu_);
-    auto it = buffers_.upper_bound(const_cast<std::byte*>(begin));
-    if (it == buffers_.begin()) return std::nullopt;
-    --it;
-    const size_t offset = static_cast<size_t>(begin - it->first);
-    if (offset > it->second.memory->size() || bytes > it->second.memory->size() - offset) {
-      return std::nullopt;
-    }
-    v1::BufferRef ref;
-    ref.set_buffer_id(it->second.id);
-    ref.set_offset(offset);
-    return ref;
-  }
-
- private:
-  struct Buffer {
-    std::unique_ptr<SharedMemory> memory;
-    uint64_t id = 0;
-  };
-  std::unique_ptr<v1::Client::Stub> stub_;
-  const uint64_t id_;
-  const std::string node_name_;
-  std::atomic<bool> lost_{false};
-  absl::Mutex mu_;
-  std::map<std::byte*, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
-};
-
-// The client's side of one rank's submission channel (common/submission_channel.h). Used by one
-// thread at a time (the communicator runs its rank's operations one after another).
-class ChannelClient {
- public:
-  // Creates a channel for rank `rank` of communicator `comm_tag` and has the daemon attach it.
-  // On failure the rank keeps using the gRPC path; the status says why.
-  static absl::StatusOr<std::unique_ptr<ChannelClient>> Open(Session& session, uint64_t comm_tag,
-                                                             int rank) {
-    static std::atomic<uint64_t> counter{0};
-    const std::string name =
-        absl::StrCat("/baton.", getpid(), ".", session.id(), ".channel.", counter.fetch_add(1));
-    absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
-        SharedMemory::Create(name, channel::kChannelBytes);
-    if (!memory.ok()) return memory.status();
-    auto* page = new ((*memory)->data()) channel::Layout;
-    page->magic = channel::kMagic;
-    page->version = channel::kVersion;
-    v1::OpenChannelRequest request;
-    request.set_session_id(session.id());
-    request.set_comm_tag(comm_tag);
-    request.set_rank(rank);
-    request.set_shm_name(name);
-    v1::OpenChannelResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context, kControlTimeout);
-    absl::Status status = FromGrpc(session.stub()->OpenChannel(&context, request, &response));
-    (*memory)->Unlink();
-    if (!status.ok()) return status;
-    return std::unique_ptr<ChannelClient>(new ChannelClient(std::move(*memory), page));
-  }
-
-  // Runs one operation; returns the algorithm the daemon ran. After a failure to hear back (the
-  // daemon closed the channel or vanished, or did not answer by the deadline) every later call
-  // fails the same way: the daemon aborts the communicator in those cases anyway.
-  absl::StatusOr<std::string> Run(const channel::OpDescriptor& op, absl::Duration timeout,
-                                  const Session& session) {
-    if (!broken_.ok()) return broken_;
-    page_->op = op;
-    const uint32_t previous = submitted_++;
-    channel::Publish(page_->submitted, submitted_, page_->daemon_sleeping);
-    // The daemon enforces the timeout; this deadline only guards against a daemon that stopped
-    // answering altogether.
-    const absl::Time start = absl::Now();
-    absl::Time lost_since = absl::InfiniteFuture();
-    absl::Status waited = channel::WaitForChange(
-        page_->completed, previous, page_->client_sleeping, spin_.next(),
-        absl::Now() + timeout + absl::Seconds(10), [&]() -> absl::Status {
-          // A result published just before the channel closed still counts.
-          if (page_->completed.load() != previous) return absl::OkStatus();
-          if (page_->closed.load() != 0) {
-            return absl::UnavailableError(
-                "batond closed this rank's submission channel (the daemon is shutting down or "
-                "the communicator was destroyed)");
-          }
-          if (session.lost()) {
-            // A daemon that shuts down ends the sessions first, then fails the operations in
-            // flight and publishes their errors: give it a moment to say why.
-            if (lost_since == absl::InfiniteFuture()) lost_since = absl::Now();
-            if (absl::Now() - lost_since < kLostGrace) return absl::OkStatus();
-            return absl::UnavailableError("lost the connection to batond");
-          }
-          return absl::OkStatus();
-        });
-    spin_.Record(absl::Now() - start);
-    if (!waited.ok()) {
-      broken_ = absl::IsDeadlineExceeded(waited)
-                    ? absl::DeadlineExceededError("batond did not answer before the deadline")
-                    : waited;
-      return broken_;
-    }
-    std::string algorithm;
-    absl::Status status = channel::ReadResult(page_->result, &algorithm);
-    if (!status.ok()) return status;
-    return algorithm;
-  }
-
- private:
-  ChannelClient(std::unique_ptr<SharedMemory> memory, channel::Layout* page)
-      : memory_(std::move(memory)), page_(page) {}
-
-  const std::unique_ptr<SharedMemory> memory_;
-  channel::Layout* const page_;
-  // How long a result may still come after the daemon's session stream ended.
-  static constexpr absl::Duration kLostGrace = absl::Seconds(1);
-
-  uint32_t submitted_ = 0;
-  AdaptiveSpin spin_{channel::kDefaultSpin};
-  absl::Status broken_;
-};
 
 absl::StatusOr<std::string> CreateCommIdVia(Session& session) {
   v1::CreateCommIdRequest request;
@@ -230,7 +48,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Sess
                                                       const std::string& comm_id, int world_size,
                                                       int rank, absl::Duration timeout);
 
-class CommunicatorImpl final : public Communicator {
+class CommunicatorImpl final : public Communicator, public GroupMember {
  public:
   CommunicatorImpl(std::shared_ptr<Session> session, uint64_t tag, int world_size, int rank,
                    int daemon_count, std::unique_ptr<ChannelClient> channel)
@@ -239,6 +57,7 @@ class CommunicatorImpl final : public Communicator {
         world_size_(world_size),
         rank_(rank),
         daemon_count_(daemon_count),
+        calls_(world_size, rank),
         channel_(std::move(channel)) {}
   ~CommunicatorImpl() override { Destroy().IgnoreError(); }
 
@@ -252,59 +71,109 @@ class CommunicatorImpl final : public Communicator {
 
   absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                          const CallOptions& options) override {
-    return Blocking(AllReduceCall(send, recv, count, type, op), options);
+    return Blocking(calls_.AllReduce(send, recv, count, type, op), options);
   }
   absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
                              ReduceOp op, const CallOptions& options) override {
-    return Blocking(ReduceScatterCall(send, recv, recv_count, type, op), options);
+    return Blocking(calls_.ReduceScatter(send, recv, recv_count, type, op), options);
   }
   absl::Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
                          const CallOptions& options) override {
-    return Blocking(AllGatherCall(send, recv, send_count, type), options);
+    return Blocking(calls_.AllGather(send, recv, send_count, type), options);
   }
   absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
                          const CallOptions& options) override {
-    return Blocking(BroadcastCall(send, recv, count, type, root), options);
+    return Blocking(calls_.Broadcast(send, recv, count, type, root), options);
   }
   absl::Status Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                       int root, const CallOptions& options) override {
-    return Blocking(ReduceCall(send, recv, count, type, op, root), options);
+    return Blocking(calls_.Reduce(send, recv, count, type, op, root), options);
   }
   absl::Status AllToAll(const void* send, void* recv, size_t count, DataType type,
                         const CallOptions& options) override {
-    return Blocking(AllToAllCall(send, recv, count, type), options);
+    return Blocking(calls_.AllToAll(send, recv, count, type), options);
   }
   absl::Status Barrier(const CallOptions& options) override {
-    return Blocking(BarrierCall(), options);
+    return Blocking(calls_.Barrier(), options);
+  }
+  absl::Status Gather(const void* send, void* recv, size_t count, DataType type, int root,
+                      const CallOptions& options) override {
+    return Blocking(calls_.Gather(send, recv, count, type, root), options);
+  }
+  absl::Status Scatter(const void* send, void* recv, size_t count, DataType type, int root,
+                       const CallOptions& options) override {
+    return Blocking(calls_.Scatter(send, recv, count, type, root), options);
+  }
+  absl::Status AllToAllV(const void* send, const std::vector<size_t>& send_counts,
+                         const std::vector<size_t>& send_displs, void* recv,
+                         const std::vector<size_t>& recv_counts,
+                         const std::vector<size_t>& recv_displs, DataType type,
+                         const CallOptions& options) override {
+    return Blocking(
+        calls_.AllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
+        options);
+  }
+  absl::Status Send(const void* send, size_t count, DataType type, int peer,
+                    const CallOptions& options) override {
+    return Blocking(calls_.Send(send, count, type, peer), options);
+  }
+  absl::Status Recv(void* recv, size_t count, DataType type, int peer,
+                    const CallOptions& options) override {
+    return Blocking(calls_.Recv(recv, count, type, peer), options);
   }
 
   std::shared_ptr<Request> AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
                                           ReduceOp op, const CallOptions& options) override {
-    return Enqueue(AllReduceCall(send, recv, count, type, op), options);
+    return Enqueue(calls_.AllReduce(send, recv, count, type, op), options);
   }
   std::shared_ptr<Request> ReduceScatterAsync(const void* send, void* recv, size_t recv_count,
                                               DataType type, ReduceOp op,
                                               const CallOptions& options) override {
-    return Enqueue(ReduceScatterCall(send, recv, recv_count, type, op), options);
+    return Enqueue(calls_.ReduceScatter(send, recv, recv_count, type, op), options);
   }
   std::shared_ptr<Request> AllGatherAsync(const void* send, void* recv, size_t send_count,
                                           DataType type, const CallOptions& options) override {
-    return Enqueue(AllGatherCall(send, recv, send_count, type), options);
+    return Enqueue(calls_.AllGather(send, recv, send_count, type), options);
   }
   std::shared_ptr<Request> BroadcastAsync(const void* send, void* recv, size_t count, DataType type,
                                           int root, const CallOptions& options) override {
-    return Enqueue(BroadcastCall(send, recv, count, type, root), options);
+    return Enqueue(calls_.Broadcast(send, recv, count, type, root), options);
   }
   std::shared_ptr<Request> ReduceAsync(const void* send, void* recv, size_t count, DataType type,
                                        ReduceOp op, int root, const CallOptions& options) override {
-    return Enqueue(ReduceCall(send, recv, count, type, op, root), options);
+    return Enqueue(calls_.Reduce(send, recv, count, type, op, root), options);
   }
   std::shared_ptr<Request> AllToAllAsync(const void* send, void* recv, size_t count, DataType type,
                                          const CallOptions& options) override {
-    return Enqueue(AllToAllCall(send, recv, count, type), options);
+    return Enqueue(calls_.AllToAll(send, recv, count, type), options);
   }
   std::shared_ptr<Request> BarrierAsync(const CallOptions& options) override {
-    return Enqueue(BarrierCall(), options);
+    return Enqueue(calls_.Barrier(), options);
+  }
+  std::shared_ptr<Request> GatherAsync(const void* send, void* recv, size_t count, DataType type,
+                                       int root, const CallOptions& options) override {
+    return Enqueue(calls_.Gather(send, recv, count, type, root), options);
+  }
+  std::shared_ptr<Request> ScatterAsync(const void* send, void* recv, size_t count, DataType type,
+                                        int root, const CallOptions& options) override {
+    return Enqueue(calls_.Scatter(send, recv, count, type, root), options);
+  }
+  std::shared_ptr<Request> AllToAllVAsync(const void* send, const std::vector<size_t>& send_counts,
+                                          const std::vector<size_t>& send_displs, void* recv,
+                                          const std::vector<size_t>& recv_counts,
+                                          const std::vector<size_t>& recv_displs, DataType type,
+                                          const CallOptions& options) override {
+    return Enqueue(
+        calls_.AllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
+        options);
+  }
+  std::shared_ptr<Request> SendAsync(const void* send, size_t count, DataType type, int peer,
+                                     const CallOptions& options) override {
+    return Enqueue(calls_.Send(send, count, type, peer), options);
+  }
+  std::shared_ptr<Request> RecvAsync(void* recv, size_t count, DataType type, int peer,
+                                     const CallOptions& options) override {
+    return Enqueue(calls_.Recv(recv, count, type, peer), options);
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
@@ -340,7 +209,46 @@ class CommunicatorImpl final : public Communicator {
     return estimates;
   }
 
+  absl::Status Abort(absl::string_view reason) override {
+    // This rank's side first, at once: the queued calls and every later one fail, and the call
+    // in flight stops waiting (channel) or is cancelled (gRPC).
+    const absl::Status aborted = absl::AbortedError(absl::StrCat(
+        "communicator aborted by rank ", rank_, ": ",
+        reason.empty() ? absl::string_view("no reason given") : reason.substr(0, kMaxReason)));
+    std::deque<Queued> dropped;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      if (abort_status_.ok()) abort_status_ = aborted;
+      dropped.swap(queue_);
+      if (running_context_ != nullptr) running_context_->TryCancel();
+    }
+    aborted_.store(true);
+    for (Queued& q : dropped) q.request->Complete(aborted);
+    // Then every rank's, through the daemon (which tells the others).
+    v1::AbortCommunicatorRequest request;
+    request.set_session_id(session_->id());
+    request.set_comm_tag(tag_);
+    request.set_rank(rank_);
+    request.set_reason(std::string(reason.substr(0, kMaxReason)));
+    v1::AbortCommunicatorResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context, kAbortTimeout);
+    absl::Status status =
+        FromGrpc(session_->stub()->AbortCommunicator(&context, request, &response));
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          absl::StrCat("aborted this rank's side; the daemon did not take the "
+                                       "abort to the other ranks: ",
+                                       status.message()));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status Destroy() override {
+    if (InGroup()) {
+      DropDeferred(this, absl::FailedPreconditionError(
+                             "the communicator was destroyed before its group ended"));
+    }
     DrainQueue();
     absl::MutexLock lock(&mu_);
     if (destroyed_) return absl::OkStatus();
@@ -357,50 +265,41 @@ class CommunicatorImpl final : public Communicator {
     return FromGrpc(session_->stub()->Destroy(&context, request, &response));
   }
 
+  void Submit(Call call, const CallOptions& options,
+              std::shared_ptr<PendingRequest> request) override {
+    absl::MutexLock lock(&queue_mu_);
+    if (!abort_status_.ok()) {
+      request->Complete(abort_status_);
+      return;
+    }
+    if (closing_) {
+      request->Complete(absl::FailedPreconditionError("communicator was destroyed"));
+      return;
+    }
+    queue_.push_back(Queued{std::move(call), options, std::move(request)});
+    if (!worker_.joinable()) worker_ = std::thread([this] { RunQueue(); });
+  }
+
  private:
-  // One call as the daemon sees it: which buffers it reads and writes, and how many elements.
-  struct Call {
-    v1::CollectiveOp op;
-    const void* send;
-    void* recv;
-    size_t count;       // the request's count (see the proto)
-    size_t send_count;  // elements read from send
-    size_t recv_count;  // elements written to recv
-    DataType type;
-    ReduceOp reduce_op;
-    int root;
-    bool reads_send;   // this rank's send is read
-    bool writes_recv;  // this rank's recv is written
-  };
-
-  class RequestImpl final : public Request {
-   public:
-    absl::Status Wait(absl::Duration timeout) override {
-      if (!done_.WaitForNotificationWithTimeout(timeout)) {
-        return absl::DeadlineExceededError("the operation is still running");
-      }
-      return status_;
-    }
-    std::optional<absl::Status> Test() override {
-      if (!done_.HasBeenNotified()) return std::nullopt;
-      return status_;
-    }
-    void Complete(absl::Status status) {
-      status_ = std::move(status);
-      done_.Notify();
-    }
-
-   private:
-    absl::Notification done_;
-    absl::Status status_;  // written once, before done_ is notified
-  };
+  // The reason's bound (the daemon keeps as much).
+  static constexpr size_t kMaxReason = 512;
+  // Abort must return even when the daemon is gone.
+  static constexpr absl::Duration kAbortTimeout = absl::Seconds(2);
 
   // Runs a call in submission order: inline when nothing is queued or running, else after the
-  // queued calls.
+  // queued calls. In a group: deferred, and OK at once.
   absl::Status Blocking(absl::StatusOr<Call> call, const CallOptions& options) {
-    if (!call.ok()) return call.status();
+    if (!call.ok()) {
+      if (InGroup()) NoteGroupError(call.status());
+      return call.status();
+    }
+    if (InGroup()) {
+      Defer(this, *std::move(call), options);
+      return absl::OkStatus();
+    }
     {
       absl::MutexLock lock(&queue_mu_);
+      if (!abort_status_.ok()) return abort_status_;
       if (queue_.empty() && !running_) {
         running_ = true;
         queue_mu_.Unlock();
@@ -414,18 +313,15 @@ class CommunicatorImpl final : public Communicator {
   }
 
   std::shared_ptr<Request> Enqueue(absl::StatusOr<Call> call, const CallOptions& options) {
-    auto request = std::make_shared<RequestImpl>();
     if (!call.ok()) {
-      request->Complete(call.status());
-      return request;
+      if (InGroup()) NoteGroupError(call.status());
+      auto failed = std::make_shared<PendingRequest>();
+      failed->Complete(call.status());
+      return failed;
     }
-    absl::MutexLock lock(&queue_mu_);
-    if (closing_) {
-      request->Complete(absl::FailedPreconditionError("communicator was destroyed"));
-      return request;
-    }
-    queue_.push_back(Queued{*call, options, request});
-    if (!worker_.joinable()) worker_ = std::thread([this] { RunQueue(); });
+    if (InGroup()) return Defer(this, *std::move(call), options);
+    auto request = std::make_shared<PendingRequest>();
+    Submit(*std::move(call), options, request);
     return request;
   }
 
@@ -460,141 +356,16 @@ class CommunicatorImpl final : public Communicator {
     queue_mu_.Await(absl::Condition(&idle));
   }
 
-  absl::StatusOr<Call> AllReduceCall(const void* send, void* recv, size_t count, DataType type,
-                                     ReduceOp op) const {
-    return Call{
-        v1::COLLECTIVE_OP_ALL_REDUCE, send, recv, count, count, count, type, op, 0, true, true};
-  }
-  absl::StatusOr<Call> ReduceScatterCall(const void* send, void* recv, size_t recv_count,
-                                         DataType type, ReduceOp op) const {
-    size_t send_count = 0;
-    BATON_ASSIGN_OR_RETURN(send_count, Times(recv_count, world_size_));
-    return Call{v1::COLLECTIVE_OP_REDUCE_SCATTER,
-                send,
-                recv,
-                recv_count,
-                send_count,
-                recv_count,
-                type,
-                op,
-                0,
-                true,
-                true};
-  }
-  absl::StatusOr<Call> AllGatherCall(const void* send, void* recv, size_t send_count,
-                                     DataType type) const {
-    size_t recv_count = 0;
-    BATON_ASSIGN_OR_RETURN(recv_count, Times(send_count, world_size_));
-    return Call{v1::COLLECTIVE_OP_ALL_GATHER,
-                send,
-                recv,
-                send_count,
-                send_count,
-                recv_count,
-                type,
-                ReduceOp::kSum,
-                0,
-                true,
-                true};
-  }
-  absl::StatusOr<Call> BroadcastCall(const void* send, void* recv, size_t count, DataType type,
-                                     int root) const {
-    BATON_RETURN_IF_ERROR(CheckRoot(root));
-    const bool is_root = root == rank_;
-    return Call{v1::COLLECTIVE_OP_BROADCAST,
-                is_root ? send : recv,
-                recv,
-                count,
-                count,
-                count,
-                type,
-                ReduceOp::kSum,
-                root,
-                is_root,
-                true};
-  }
-  absl::StatusOr<Call> ReduceCall(const void* send, void* recv, size_t count, DataType type,
-                                  ReduceOp op, int root) const {
-    BATON_RETURN_IF_ERROR(CheckRoot(root));
-    const bool is_root = root == rank_;
-    return Call{v1::COLLECTIVE_OP_REDUCE,
-                send,
-                is_root ? recv : const_cast<void*>(send),
-                count,
-                count,
-                count,
-                type,
-                op,
-                root,
-                true,
-                is_root};
-  }
-  absl::StatusOr<Call> AllToAllCall(const void* send, void* recv, size_t count,
-                                    DataType type) const {
-    size_t total = 0;
-    BATON_ASSIGN_OR_RETURN(total, Times(count, world_size_));
-    return Call{v1::COLLECTIVE_OP_ALL_TO_ALL,
-                send,
-                recv,
-                count,
-                total,
-                total,
-                type,
-                ReduceOp::kSum,
-                0,
-                true,
-                true};
-  }
-  absl::StatusOr<Call> BarrierCall() const {
-    return Call{v1::COLLECTIVE_OP_BARRIER, nullptr,        nullptr, 0,     0,    0,
-                DataType::kUint8,          ReduceOp::kSum, 0,       false, false};
-  }
-
-  static collective::Collective KindOf(v1::CollectiveOp op) {
-    switch (op) {
-      case v1::COLLECTIVE_OP_REDUCE_SCATTER:
-        return collective::Collective::kReduceScatter;
-      case v1::COLLECTIVE_OP_ALL_GATHER:
-        return collective::Collective::kAllGather;
-      case v1::COLLECTIVE_OP_BROADCAST:
-        return collective::Collective::kBroadcast;
-      case v1::COLLECTIVE_OP_REDUCE:
-        return collective::Collective::kReduce;
-      case v1::COLLECTIVE_OP_ALL_TO_ALL:
-        return collective::Collective::kAllToAll;
-      case v1::COLLECTIVE_OP_BARRIER:
-        return collective::Collective::kBarrier;
-      default:
-        return collective::Collective::kAllReduce;
-    }
-  }
-
-  absl::StatusOr<size_t> Times(size_t count, int factor) const {
-    if (count > SIZE_MAX / static_cast<size_t>(factor)) {
-      return absl::InvalidArgumentError(absl::StrCat("count ", count, " overflows"));
-    }
-    return count * static_cast<size_t>(factor);
-  }
-
-  absl::Status CheckRoot(int root) const {
-    if (root < 0 || root >= world_size_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("root ", root, " is out of range for world size ", world_size_));
-    }
-    return absl::OkStatus();
+  absl::Status AbortStatus() {
+    absl::MutexLock lock(&queue_mu_);
+    return abort_status_;
   }
 
   absl::Status Run(const Call& call, const CallOptions& options) {
-    const size_t element = collective::DataTypeSize(call.type);
-    if (element == 0) return absl::InvalidArgumentError("unknown data type");
-    if (std::max(call.send_count, call.recv_count) > SIZE_MAX / element) {
-      return absl::InvalidArgumentError(absl::StrCat("count ", call.count, " overflows"));
-    }
-    const size_t send_bytes = call.reads_send ? call.send_count * element : 0;
-    const size_t recv_bytes = call.writes_recv ? call.recv_count * element : 0;
-    if ((send_bytes > 0 && call.send == nullptr) || (recv_bytes > 0 && call.recv == nullptr)) {
-      return absl::InvalidArgumentError("send and recv must not be null");
-    }
+    absl::StatusOr<CallBytes> bytes = CheckBuffers(call);
+    if (!bytes.ok()) return bytes.status();
+    const size_t send_bytes = bytes->send;
+    const size_t recv_bytes = bytes->recv;
     // $BATON_ALGO overrides the daemon's choice for the collectives that algorithm implements
     // (like NCCL_ALGO); an explicit per-call choice must be implemented.
     std::optional<Algorithm> algorithm = options.algorithm;
@@ -605,11 +376,12 @@ class CommunicatorImpl final : public Communicator {
           return absl::InvalidArgumentError(
               absl::StrCat("BATON_ALGO='", env, "' is not one of ring, tree, direct"));
         }
-        if (collective::IsSupported(KindOf(call.op), *parsed)) algorithm = parsed;
+        if (collective::IsSupported(call.kind, *parsed)) algorithm = parsed;
       }
     }
     absl::MutexLock lock(&mu_);  // one operation of this rank at a time; they run in order
     if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
+    if (aborted_.load()) return AbortStatus();
 
     // Registered memory is used in place; anything else goes through the staging buffer, which
     // holds the input at offset 0 and the output after it.
@@ -625,10 +397,21 @@ class CommunicatorImpl final : public Communicator {
       send_ref = session_->Find(staging, send_bytes);
       recv_ref = session_->Find(staging + send_bytes, recv_bytes);
     }
+    // The channel's page holds the counts of all_to_all_v for worlds up to kMaxVectorRanks;
+    // larger ones go through gRPC (in order: this rank has one operation in flight at a time).
+    const bool on_channel =
+        channel_ != nullptr && (call.kind != collective::Collective::kAllToAllV ||
+                                call.send_counts.size() <= channel::kMaxVectorRanks);
     absl::StatusOr<std::string> ran =
-        channel_ != nullptr ? RunOnChannel(call, algorithm, send_ref, recv_ref, options)
-                            : RunOnGrpc(call, algorithm, send_ref, recv_ref, options);
-    if (!ran.ok()) return ran.status();
+        on_channel ? RunOnChannel(call, algorithm, send_ref, recv_ref, options)
+                   : RunOnGrpc(call, algorithm, send_ref, recv_ref, options);
+    if (!ran.ok()) {
+      // An abort cut the wait short or cancelled the call: say why.
+      if (aborted_.load() && (absl::IsCancelled(ran.status()) || absl::IsAborted(ran.status()))) {
+        return AbortStatus();
+      }
+      return ran.status();
+    }
     if (staged && recv_bytes > 0) {
       std::memcpy(call.recv, static_cast<std::byte*>(staging_) + send_bytes, recv_bytes);
     }
@@ -642,10 +425,11 @@ class CommunicatorImpl final : public Communicator {
                                            const CallOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     channel::OpDescriptor op;
-    op.kind = static_cast<uint32_t>(KindOf(call.op));
+    op.kind = static_cast<uint32_t>(call.kind);
     op.data_type = static_cast<uint32_t>(call.type);
     op.reduce_op = static_cast<uint32_t>(call.reduce_op);
     op.root = call.root;
+    op.peer = call.peer;
     op.algorithm = algorithm ? 1 + static_cast<uint32_t>(*algorithm) : 0;
     op.count = call.count;
     if (send) {
@@ -657,7 +441,16 @@ class CommunicatorImpl final : public Communicator {
       op.recv_offset = recv->offset();
     }
     op.timeout_ms = absl::ToInt64Milliseconds(options.timeout);
-    return channel_->Run(op, options.timeout, *session_);
+    if (call.kind == collective::Collective::kAllToAllV) {
+      channel::VectorTail& tail = channel_->vectors();
+      const size_t entries = call.send_counts.size();
+      tail.entries = static_cast<uint32_t>(entries);
+      std::copy_n(call.send_counts.begin(), entries, tail.send_counts);
+      std::copy_n(call.send_displs.begin(), entries, tail.send_displs);
+      std::copy_n(call.recv_counts.begin(), entries, tail.recv_counts);
+      std::copy_n(call.recv_displs.begin(), entries, tail.recv_displs);
+    }
+    return channel_->Run(op, options.timeout, *session_, aborted_);
   }
 
   absl::StatusOr<std::string> RunOnGrpc(const Call& call, std::optional<Algorithm> algorithm,
@@ -668,11 +461,16 @@ class CommunicatorImpl final : public Communicator {
     request.set_session_id(session_->id());
     request.set_comm_tag(tag_);
     request.set_rank(rank_);
-    request.set_op(call.op);
+    request.set_op(OpOf(call.kind));
     request.set_data_type(std::string(collective::DataTypeName(call.type)));
     request.set_reduce_op(std::string(collective::ReduceOpName(call.reduce_op)));
     request.set_count(call.count);
     request.set_root(call.root);
+    request.set_peer(call.peer);
+    for (uint64_t v : call.send_counts) request.add_send_counts(v);
+    for (uint64_t v : call.send_displs) request.add_send_displs(v);
+    for (uint64_t v : call.recv_counts) request.add_recv_counts(v);
+    for (uint64_t v : call.recv_displs) request.add_recv_displs(v);
     if (algorithm) request.set_algorithm(std::string(collective::AlgorithmName(*algorithm)));
     request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
     if (send) *request.mutable_send() = *send;
@@ -682,9 +480,48 @@ class CommunicatorImpl final : public Communicator {
     // The daemon enforces the timeout; the RPC deadline only guards against a daemon that
     // vanished.
     SetDeadline(context, options.timeout + absl::Seconds(10));
+    {
+      absl::MutexLock lock(&queue_mu_);
+      if (!abort_status_.ok()) return abort_status_;
+      running_context_ = &context;  // so that Abort can cancel it
+    }
     absl::Status status = FromGrpc(session_->stub()->Collective(&context, request, &response));
+    {
+      absl::MutexLock lock(&queue_mu_);
+      running_context_ = nullptr;
+    }
     if (!status.ok()) return status;
     return response.algorithm();
+  }
+
+  static v1::CollectiveOp OpOf(collective::Collective kind) {
+    switch (kind) {
+      case collective::Collective::kAllReduce:
+        return v1::COLLECTIVE_OP_ALL_REDUCE;
+      case collective::Collective::kReduceScatter:
+        return v1::COLLECTIVE_OP_REDUCE_SCATTER;
+      case collective::Collective::kAllGather:
+        return v1::COLLECTIVE_OP_ALL_GATHER;
+      case collective::Collective::kBroadcast:
+        return v1::COLLECTIVE_OP_BROADCAST;
+      case collective::Collective::kReduce:
+        return v1::COLLECTIVE_OP_REDUCE;
+      case collective::Collective::kAllToAll:
+        return v1::COLLECTIVE_OP_ALL_TO_ALL;
+      case collective::Collective::kBarrier:
+        return v1::COLLECTIVE_OP_BARRIER;
+      case collective::Collective::kGather:
+        return v1::COLLECTIVE_OP_GATHER;
+      case collective::Collective::kScatter:
+        return v1::COLLECTIVE_OP_SCATTER;
+      case collective::Collective::kAllToAllV:
+        return v1::COLLECTIVE_OP_ALL_TO_ALL_V;
+      case collective::Collective::kSend:
+        return v1::COLLECTIVE_OP_SEND;
+      case collective::Collective::kRecv:
+        return v1::COLLECTIVE_OP_RECV;
+    }
+    return v1::COLLECTIVE_OP_UNSPECIFIED;
   }
 
   absl::Status EnsureStaging(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -705,6 +542,7 @@ class CommunicatorImpl final : public Communicator {
   const int world_size_;
   const int rank_;
   const int daemon_count_;
+  const CallBuilder calls_;
   mutable absl::Mutex mu_;
   // Null when the rank submits over gRPC ($BATON_SUBMIT=grpc, or the daemon refused a channel).
   const std::unique_ptr<ChannelClient> channel_ ABSL_PT_GUARDED_BY(mu_);
@@ -716,12 +554,16 @@ class CommunicatorImpl final : public Communicator {
   struct Queued {
     Call call;
     CallOptions options;
-    std::shared_ptr<RequestImpl> request;
+    std::shared_ptr<PendingRequest> request;
   };
   absl::Mutex queue_mu_;
   std::deque<Queued> queue_ ABSL_GUARDED_BY(queue_mu_);
   bool running_ ABSL_GUARDED_BY(queue_mu_) = false;  // a call is executing (inline or queued)
   bool closing_ ABSL_GUARDED_BY(queue_mu_) = false;
+  // Set by Abort; the channel's wait looks at aborted_ without a lock.
+  absl::Status abort_status_ ABSL_GUARDED_BY(queue_mu_);
+  std::atomic<bool> aborted_{false};
+  grpc::ClientContext* running_context_ ABSL_GUARDED_BY(queue_mu_) = nullptr;
   std::thread worker_;  // started by the first queued call
 };
 
@@ -754,6 +596,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Sess
 
 absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorImpl::Split(int color, int key,
                                                                       absl::Duration timeout) {
+  if (InGroup()) {
+    return absl::FailedPreconditionError("baton_comm_split cannot be called inside a group");
+  }
   // Built from this communicator's own collectives, like MPI implementations do:
   // 1. all-gather every rank's (color, key);
   // 2. the first rank of each colour, by (key, rank), creates the new communicator's id at its

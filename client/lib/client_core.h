@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
@@ -100,6 +101,36 @@ class Communicator {
   // Returns once every rank has entered the barrier.
   virtual absl::Status Barrier(const CallOptions& options = {}) = 0;
 
+  // root's recv (count * world_size elements) = every rank's send (count elements), in rank
+  // order; recv is neither read nor written off the root (it may be null there).
+  virtual absl::Status Gather(const void* send, void* recv, size_t count, DataType type, int root,
+                              const CallOptions& options = {}) = 0;
+
+  // recv (count elements) = block `rank` of root's send (count * world_size elements); send is
+  // read on the root only (it may be null elsewhere).
+  virtual absl::Status Scatter(const void* send, void* recv, size_t count, DataType type, int root,
+                               const CallOptions& options = {}) = 0;
+
+  // Like MPI_Alltoallv: send_counts[j] elements from send + send_displs[j] go to rank j;
+  // recv_counts[i] elements from rank i land at recv + recv_displs[i]. Every vector has
+  // world_size entries; counts may differ between peers and may be 0. InvalidArgument for
+  // vectors of another length, counts whose sums overflow, or a null buffer with a block in it.
+  virtual absl::Status AllToAllV(const void* send, const std::vector<size_t>& send_counts,
+                                 const std::vector<size_t>& send_displs, void* recv,
+                                 const std::vector<size_t>& recv_counts,
+                                 const std::vector<size_t>& recv_displs, DataType type,
+                                 const CallOptions& options = {}) = 0;
+
+  // Point to point: `count` elements of `send` to rank `peer`. Completes once the daemon has
+  // taken the data (it never waits for the matching Recv). Matched in order per (sender,
+  // receiver) pair; any count, 0 included.
+  virtual absl::Status Send(const void* send, size_t count, DataType type, int peer,
+                            const CallOptions& options = {}) = 0;
+  // Receives rank `peer`'s next message to this rank into `recv` (`count` elements, which must
+  // be the sender's count). Completes when the data is in `recv`.
+  virtual absl::Status Recv(void* recv, size_t count, DataType type, int peer,
+                            const CallOptions& options = {}) = 0;
+
   // Non-blocking forms of the calls above: each returns at once, and its operation runs after
   // every operation submitted before it on this communicator (blocking or not), in submission
   // order. Buffers must stay valid and unchanged until the request completes. Operations on
@@ -123,6 +154,27 @@ class Communicator {
                                                  DataType type,
                                                  const CallOptions& options = {}) = 0;
   virtual std::shared_ptr<Request> BarrierAsync(const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> GatherAsync(const void* send, void* recv, size_t count,
+                                               DataType type, int root,
+                                               const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> ScatterAsync(const void* send, void* recv, size_t count,
+                                                DataType type, int root,
+                                                const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> AllToAllVAsync(
+      const void* send, const std::vector<size_t>& send_counts,
+      const std::vector<size_t>& send_displs, void* recv, const std::vector<size_t>& recv_counts,
+      const std::vector<size_t>& recv_displs, DataType type, const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> SendAsync(const void* send, size_t count, DataType type,
+                                             int peer, const CallOptions& options = {}) = 0;
+  virtual std::shared_ptr<Request> RecvAsync(void* recv, size_t count, DataType type, int peer,
+                                             const CallOptions& options = {}) = 0;
+
+  // Aborts the communicator on every rank: asks the daemon to fail its pending and future
+  // operations everywhere with Aborted and `reason`, and fails this rank's queued operations and
+  // later calls at once with the same. The daemon call has a short deadline, so this returns
+  // within seconds even without a daemon (its error then says so; this rank's side is aborted
+  // anyway). Idempotent.
+  virtual absl::Status Abort(absl::string_view reason) = 0;
 
   // Collective over this communicator, like MPI_Comm_split / ncclCommSplit: the ranks passing
   // the same `color` form a new communicator, ranked by (key, rank here). A negative color joins
@@ -143,6 +195,18 @@ class Communicator {
   // Leaves the communicator once the operations already submitted have finished. Idempotent.
   virtual absl::Status Destroy() = 0;
 };
+
+// Groups, like ncclGroupStart/End, per thread and nestable: between the outermost GroupStart and
+// its GroupEnd, calls on any communicator are queued instead of run (blocking calls return OK at
+// once; an argument error they can see at once is returned at once, and the call is not queued).
+// GroupEnd submits the group's Sends first, in their order, then its other calls, in their
+// order, and waits for all of them; it returns the first error (an argument error of a call in
+// the group first). So a ring of Send+Recv pairs cannot deadlock, however it was queued.
+// Split, Destroy and Abort are not queued: Split fails with FailedPrecondition in a group;
+// Destroy fails the group's queued calls of that communicator; Abort runs at once.
+absl::Status GroupStart();
+// FailedPrecondition without a matching GroupStart.
+absl::Status GroupEnd();
 
 class Client {
  public:

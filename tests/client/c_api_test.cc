@@ -123,17 +123,25 @@ TEST(CApi, ReduceOpsHaveNamesAndParse) {
 
 TEST(CApi, CollectivesHaveNamesAndParse) {
   const std::pair<baton_collective_t, const char*> kCollectives[] = {
-      {BATON_ALL_REDUCE, "all_reduce"}, {BATON_REDUCE_SCATTER, "reduce_scatter"},
-      {BATON_ALL_GATHER, "all_gather"}, {BATON_BROADCAST, "broadcast"},
-      {BATON_REDUCE, "reduce"},         {BATON_ALL_TO_ALL, "all_to_all"},
-      {BATON_BARRIER, "barrier"}};
+      {BATON_ALL_REDUCE, "all_reduce"},
+      {BATON_REDUCE_SCATTER, "reduce_scatter"},
+      {BATON_ALL_GATHER, "all_gather"},
+      {BATON_BROADCAST, "broadcast"},
+      {BATON_REDUCE, "reduce"},
+      {BATON_ALL_TO_ALL, "all_to_all"},
+      {BATON_BARRIER, "barrier"},
+      {BATON_GATHER, "gather"},
+      {BATON_SCATTER, "scatter"},
+      {BATON_ALL_TO_ALL_V, "all_to_all_v"},
+      {BATON_SEND, "send"},
+      {BATON_RECV, "recv"}};
   for (const auto& [collective, name] : kCollectives) {
     EXPECT_STREQ(baton_collective_name(collective), name);
     baton_collective_t parsed = static_cast<baton_collective_t>(-7);
     EXPECT_TRUE(Succeeds(baton_collective_parse(name, &parsed))) << name;
     EXPECT_EQ(parsed, collective) << name;
   }
-  EXPECT_STREQ(baton_collective_name(static_cast<baton_collective_t>(7)), "unknown");
+  EXPECT_STREQ(baton_collective_name(static_cast<baton_collective_t>(12)), "unknown");
   EXPECT_STREQ(baton_collective_name(static_cast<baton_collective_t>(-1)), "unknown");
   baton_collective_t unchanged = BATON_BARRIER;
   EXPECT_TRUE(Fails(baton_collective_parse("allreduce", &unchanged), BATON_INVALID_ARGUMENT));
@@ -184,7 +192,7 @@ TEST(CApi, AlgorithmsHaveNamesParseAndImplementTheirCollectives) {
     }
   }
   EXPECT_EQ(baton_algorithm_supports(static_cast<baton_algorithm_t>(42), BATON_ALL_REDUCE), 0);
-  EXPECT_EQ(baton_algorithm_supports(BATON_ALGORITHM_AUTO, static_cast<baton_collective_t>(9)), 0);
+  EXPECT_EQ(baton_algorithm_supports(BATON_ALGORITHM_AUTO, static_cast<baton_collective_t>(12)), 0);
 }
 
 TEST(CApi, CallOptionsInitSetsTheDefaults) {

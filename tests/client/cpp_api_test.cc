@@ -148,7 +148,10 @@ TEST(CppApi, NamesAndParsing) {
   EXPECT_EQ(baton::ParseReduceOp("min"), baton::ReduceOp::kMin);
   EXPECT_EQ(baton::ParseReduceOp("median"), std::nullopt);
   EXPECT_EQ(baton::ParseCollective("all_to_all"), baton::Collective::kAllToAll);
-  EXPECT_EQ(baton::ParseCollective("gather"), std::nullopt);
+  EXPECT_EQ(baton::ParseCollective("gather"), baton::Collective::kGather);
+  EXPECT_EQ(baton::ParseCollective("all_to_all_v"), baton::Collective::kAllToAllV);
+  EXPECT_EQ(baton::CollectiveName(baton::Collective::kRecv), "recv");
+  EXPECT_EQ(baton::ParseCollective("gatherv"), std::nullopt);
   EXPECT_EQ(baton::ParseAlgorithm("tree"), baton::Algorithm::kTree);
   EXPECT_EQ(baton::ParseAlgorithm("auto"), std::nullopt) << "auto is no algorithm here";
   EXPECT_EQ(baton::ParseAlgorithm("butterfly"), std::nullopt);

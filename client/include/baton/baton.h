@@ -114,7 +114,12 @@ typedef enum baton_collective {
   BATON_BROADCAST = 3,
   BATON_REDUCE = 4,
   BATON_ALL_TO_ALL = 5,
-  BATON_BARRIER = 6
+  BATON_BARRIER = 6,
+  BATON_GATHER = 7,
+  BATON_SCATTER = 8,
+  BATON_ALL_TO_ALL_V = 9,
+  BATON_SEND = 10,
+  BATON_RECV = 11
 } baton_collective_t;
 
 typedef enum baton_algorithm {
@@ -287,6 +292,84 @@ BATON_API baton_code_t baton_all_to_all(baton_comm_t* comm, const void* send, vo
 /* Returns once every rank has entered the barrier. */
 BATON_API baton_code_t baton_barrier(baton_comm_t* comm, const baton_call_options_t* options);
 
+/* root's recv (count * world_size elements) = every rank's send (count elements), in rank order.
+ * recv is neither read nor written off the root, and may be NULL there. */
+BATON_API baton_code_t baton_gather(baton_comm_t* comm, const void* send, void* recv, size_t count,
+                                    baton_dtype_t type, int root,
+                                    const baton_call_options_t* options);
+/* recv (count elements) = block `rank` of root's send (count * world_size elements). send is read
+ * on the root only, and may be NULL elsewhere. */
+BATON_API baton_code_t baton_scatter(baton_comm_t* comm, const void* send, void* recv, size_t count,
+                                     baton_dtype_t type, int root,
+                                     const baton_call_options_t* options);
+/* Like MPI_Alltoallv (PyTorch's all_to_all_single with split sizes): send_counts[j] elements
+ * starting at element send_displs[j] of send go to rank j; the recv_counts[i] elements from rank
+ * i land at element recv_displs[i] of recv. Each array has `entries` elements, which must be the
+ * world size. Counts may differ between peers and may be 0; recv_counts[i] must equal rank i's
+ * send_counts[rank]. send spans max_j(send_displs[j] + send_counts[j]) elements, recv likewise.
+ * BATON_INVALID_ARGUMENT, before anything is submitted, for a NULL array, `entries` other than
+ * the world size, a displacement + count that overflows, or recv blocks that overlap. */
+BATON_API baton_code_t baton_all_to_all_v(baton_comm_t* comm, const void* send,
+                                          const size_t* send_counts, const size_t* send_displs,
+                                          void* recv, const size_t* recv_counts,
+                                          const size_t* recv_displs, size_t entries,
+                                          baton_dtype_t type, const baton_call_options_t* options);
+
+/* ---- Point to point --------------------------------------------------------------------- */
+
+/* Sends `count` elements of `buf` to rank `peer` of `comm`; returns once the daemon has taken the
+ * data (it never waits for the matching receive, so `buf` may be reused at once). Any count,
+ * including 0. Messages between two ranks are matched in order: the n-th send from rank a to rank
+ * b meets b's n-th receive from a. A rank may have several sends and receives outstanding (the
+ * _async forms, or a group). */
+BATON_API baton_code_t baton_send(baton_comm_t* comm, const void* buf, size_t count,
+                                  baton_dtype_t type, int peer,
+                                  const baton_call_options_t* options);
+/* Receives rank `peer`'s next message to this rank into `buf` (`count` elements); returns once the
+ * data is in `buf`. A count that differs from the matching send's fails both sides' calls with an
+ * error naming both counts. */
+BATON_API baton_code_t baton_recv(baton_comm_t* comm, void* buf, size_t count, baton_dtype_t type,
+                                  int peer, const baton_call_options_t* options);
+
+/* ---- Groups ----------------------------------------------------------------------------- */
+
+/* Like ncclGroupStart/ncclGroupEnd. Groups belong to the calling thread and nest: only the
+ * outermost baton_group_end acts.
+ *
+ * Between baton_group_start and baton_group_end, the operations this thread calls (collectives,
+ * send and receive, blocking or _async, on any communicator) are queued, not run:
+ *  - a blocking call returns BATON_OK at once (or BATON_INVALID_ARGUMENT, for an argument error
+ *    it can see at once; that call is not queued); its outcome comes from baton_group_end. Its
+ *    buffers must stay valid and unchanged until then;
+ *  - an _async call returns a request that completes after baton_group_end submitted it; waiting
+ *    on it before then returns BATON_FAILED_PRECONDITION at once (done = 0).
+ * baton_group_end submits the group's sends first, in the order they were called, then its other
+ * operations, in the order they were called, and waits until all of them have completed. It
+ * returns BATON_OK or the first error (in call order; argument errors of calls in the group
+ * first), and BATON_FAILED_PRECONDITION without a matching baton_group_start. Since a send
+ * completes once the daemon has its data, a ring exchange of send+receive pairs in a group cannot
+ * deadlock, whatever order they were queued in; per pair of ranks, sends keep their order and
+ * receives theirs.
+ *
+ * Not queued: baton_comm_split fails with BATON_FAILED_PRECONDITION inside a group;
+ * baton_comm_abort runs at once (the group's operations on that communicator then fail with
+ * BATON_ABORTED); baton_comm_leave and baton_comm_destroy fail that communicator's queued
+ * operations with BATON_FAILED_PRECONDITION first. Every other call runs at once as usual. A
+ * communicator with operations in another thread's open group must not be destroyed. */
+BATON_API baton_code_t baton_group_start(void);
+BATON_API baton_code_t baton_group_end(void);
+
+/* ---- Abort ------------------------------------------------------------------------------ */
+
+/* Aborts `comm` on every rank (like ncclCommAbort, but for all ranks): the pending and future
+ * operations of the communicator fail with BATON_ABORTED and a message that contains `reason`
+ * (NULL or "": "no reason given"; at most 512 bytes of it are kept) on every rank, within about a
+ * second. This rank's queued operations fail at once. Returns within a few seconds even if the
+ * daemon is gone: this rank's side is aborted anyway, and the returned error (e.g.
+ * BATON_UNAVAILABLE) says the other ranks may not have been told. Idempotent; the handle must
+ * still be freed with baton_comm_destroy. */
+BATON_API baton_code_t baton_comm_abort(baton_comm_t* comm, const char* reason);
+
 /* ---- Non-blocking collectives ----------------------------------------------------------- */
 
 /* The same operations, returning at once with a request in *request. An operation runs after
@@ -322,6 +405,29 @@ BATON_API baton_code_t baton_all_to_all_async(baton_comm_t* comm, const void* se
                                               baton_request_t** request);
 BATON_API baton_code_t baton_barrier_async(baton_comm_t* comm, const baton_call_options_t* options,
                                            baton_request_t** request);
+BATON_API baton_code_t baton_gather_async(baton_comm_t* comm, const void* send, void* recv,
+                                          size_t count, baton_dtype_t type, int root,
+                                          const baton_call_options_t* options,
+                                          baton_request_t** request);
+BATON_API baton_code_t baton_scatter_async(baton_comm_t* comm, const void* send, void* recv,
+                                           size_t count, baton_dtype_t type, int root,
+                                           const baton_call_options_t* options,
+                                           baton_request_t** request);
+/* The arrays are copied before the call returns. */
+BATON_API baton_code_t baton_all_to_all_v_async(
+    baton_comm_t* comm, const void* send, const size_t* send_counts, const size_t* send_displs,
+    void* recv, const size_t* recv_counts, const size_t* recv_displs, size_t entries,
+    baton_dtype_t type, const baton_call_options_t* options, baton_request_t** request);
+/* A send's request completes once the daemon has taken the data; until then `buf` must stay
+ * unchanged. */
+BATON_API baton_code_t baton_send_async(baton_comm_t* comm, const void* buf, size_t count,
+                                        baton_dtype_t type, int peer,
+                                        const baton_call_options_t* options,
+                                        baton_request_t** request);
+BATON_API baton_code_t baton_recv_async(baton_comm_t* comm, void* buf, size_t count,
+                                        baton_dtype_t type, int peer,
+                                        const baton_call_options_t* options,
+                                        baton_request_t** request);
 
 /* Waits up to `timeout_ms` (< 0: no limit; 0: just looks) for the request. When it has completed,
  * sets *done (if not NULL) to 1 and returns the operation's code, with its message in

@@ -157,6 +157,11 @@ enum class Collective : int {
   kReduce = BATON_REDUCE,
   kAllToAll = BATON_ALL_TO_ALL,
   kBarrier = BATON_BARRIER,
+  kGather = BATON_GATHER,
+  kScatter = BATON_SCATTER,
+  kAllToAllV = BATON_ALL_TO_ALL_V,
+  kSend = BATON_SEND,
+  kRecv = BATON_RECV,
 };
 
 // The algorithm families; "the daemon chooses" is an empty std::optional<Algorithm>.
@@ -329,6 +334,47 @@ class Communicator {
     const baton_call_options_t o = options.ToC();
     return Status::FromC(baton_barrier(handle_, &o));
   }
+  Status Gather(const void* send, void* recv, size_t count, DataType type, int root,
+                const CallOptions& options = {}) {
+    const baton_call_options_t o = options.ToC();
+    return Status::FromC(baton_gather(handle_, send, recv, count, C(type), root, &o));
+  }
+  Status Scatter(const void* send, void* recv, size_t count, DataType type, int root,
+                 const CallOptions& options = {}) {
+    const baton_call_options_t o = options.ToC();
+    return Status::FromC(baton_scatter(handle_, send, recv, count, C(type), root, &o));
+  }
+  // Every vector must have world_size() entries (kInvalidArgument otherwise).
+  Status AllToAllV(const void* send, const std::vector<size_t>& send_counts,
+                   const std::vector<size_t>& send_displs, void* recv,
+                   const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                   DataType type, const CallOptions& options = {}) {
+    const baton_call_options_t o = options.ToC();
+    size_t entries = 0;
+    if (Status s = Entries(send_counts, send_displs, recv_counts, recv_displs, &entries); !s.ok()) {
+      return s;
+    }
+    return Status::FromC(baton_all_to_all_v(handle_, send, send_counts.data(), send_displs.data(),
+                                            recv, recv_counts.data(), recv_displs.data(), entries,
+                                            C(type), &o));
+  }
+  // Point to point (baton_send, baton_recv): matched in order per pair of ranks.
+  Status Send(const void* buf, size_t count, DataType type, int peer,
+              const CallOptions& options = {}) {
+    const baton_call_options_t o = options.ToC();
+    return Status::FromC(baton_send(handle_, buf, count, C(type), peer, &o));
+  }
+  Status Recv(void* buf, size_t count, DataType type, int peer, const CallOptions& options = {}) {
+    const baton_call_options_t o = options.ToC();
+    return Status::FromC(baton_recv(handle_, buf, count, C(type), peer, &o));
+  }
+
+  // Fails the communicator's pending and future operations on every rank with kAborted and
+  // `reason` (baton_comm_abort). Returns within seconds even without a daemon.
+  Status Abort(std::string_view reason) {
+    const std::string text(reason);
+    return Status::FromC(baton_comm_abort(handle_, text.c_str()));
+  }
 
   // Non-blocking forms: see <baton/baton.h>. An argument error completes the request at once.
   std::shared_ptr<Request> AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
@@ -385,6 +431,51 @@ class Communicator {
     const baton_code_t code = baton_barrier_async(handle_, &o, &r);
     return Wrap(code, r);
   }
+  std::shared_ptr<Request> GatherAsync(const void* send, void* recv, size_t count, DataType type,
+                                       int root, const CallOptions& options = {}) {
+    const baton_call_options_t o = options.ToC();
+    baton_request_t* r = nullptr;
+    const baton_code_t code = baton_gather_async(handle_, send, recv, count, C(type), root, &o, &r);
+    return Wrap(code, r);
+  }
+  std::shared_ptr<Request> ScatterAsync(const void* send, void* recv, size_t count, DataType type,
+                                        int root, const CallOptions& options = {}) {
+    const baton_call_options_t o = options.ToC();
+    baton_request_t* r = nullptr;
+    const baton_code_t code =
+        baton_scatter_async(handle_, send, recv, count, C(type), root, &o, &r);
+    return Wrap(code, r);
+  }
+  std::shared_ptr<Request> AllToAllVAsync(const void* send, const std::vector<size_t>& send_counts,
+                                          const std::vector<size_t>& send_displs, void* recv,
+                                          const std::vector<size_t>& recv_counts,
+                                          const std::vector<size_t>& recv_displs, DataType type,
+                                          const CallOptions& options = {}) {
+    size_t entries = 0;
+    if (Status s = Entries(send_counts, send_displs, recv_counts, recv_displs, &entries); !s.ok()) {
+      return std::make_shared<Request>(std::move(s));
+    }
+    const baton_call_options_t o = options.ToC();
+    baton_request_t* r = nullptr;
+    const baton_code_t code =
+        baton_all_to_all_v_async(handle_, send, send_counts.data(), send_displs.data(), recv,
+                                 recv_counts.data(), recv_displs.data(), entries, C(type), &o, &r);
+    return Wrap(code, r);
+  }
+  std::shared_ptr<Request> SendAsync(const void* buf, size_t count, DataType type, int peer,
+                                     const CallOptions& options = {}) {
+    const baton_call_options_t o = options.ToC();
+    baton_request_t* r = nullptr;
+    const baton_code_t code = baton_send_async(handle_, buf, count, C(type), peer, &o, &r);
+    return Wrap(code, r);
+  }
+  std::shared_ptr<Request> RecvAsync(void* buf, size_t count, DataType type, int peer,
+                                     const CallOptions& options = {}) {
+    const baton_call_options_t o = options.ToC();
+    baton_request_t* r = nullptr;
+    const baton_code_t code = baton_recv_async(handle_, buf, count, C(type), peer, &o, &r);
+    return Wrap(code, r);
+  }
 
   // Like MPI_Comm_split: see baton_comm_split. nullptr for a negative color.
   StatusOr<std::unique_ptr<Communicator>> Split(
@@ -434,6 +525,20 @@ class Communicator {
  private:
   static baton_dtype_t C(DataType type) { return static_cast<baton_dtype_t>(type); }
   static baton_reduce_op_t C(ReduceOp op) { return static_cast<baton_reduce_op_t>(op); }
+  // The common length of all_to_all_v's vectors, or kInvalidArgument if they differ.
+  static Status Entries(const std::vector<size_t>& a, const std::vector<size_t>& b,
+                        const std::vector<size_t>& c, const std::vector<size_t>& d,
+                        size_t* entries) {
+    if (a.size() != b.size() || a.size() != c.size() || a.size() != d.size()) {
+      return Status(StatusCode::kInvalidArgument,
+                    "send_counts, send_displs, recv_counts and recv_displs have " +
+                        std::to_string(a.size()) + ", " + std::to_string(b.size()) + ", " +
+                        std::to_string(c.size()) + " and " + std::to_string(d.size()) +
+                        " entries; each needs one per rank");
+    }
+    *entries = a.size();
+    return Status();
+  }
   static std::chrono::nanoseconds Nanoseconds(double seconds) {
     return std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9));
   }
@@ -444,6 +549,45 @@ class Communicator {
     return std::make_shared<Request>(Status::FromC(code));
   }
   baton_comm_t* const handle_;
+};
+
+// ---- Groups ---------------------------------------------------------------------------------
+
+// Like ncclGroupStart/End (baton_group_start/end: what may be called inside a group is stated
+// there). Per thread, nestable.
+inline Status GroupStart() { return Status::FromC(baton_group_start()); }
+// Submits the group's operations (sends first) and waits for them; the first error.
+inline Status GroupEnd() { return Status::FromC(baton_group_end()); }
+
+// A group for a scope: starts one, and ends it in End() or, if End was not called, in the
+// destructor (whose result is then lost: call End to see it).
+//
+//   baton::Group group;
+//   comm->Send(out, n, baton::DataType::kFloat32, (rank + 1) % world);
+//   comm->Recv(in, n, baton::DataType::kFloat32, (rank + world - 1) % world);
+//   baton::Status status = group.End();
+class Group {
+ public:
+  Group() : started_(GroupStart()) {}
+  ~Group() {
+    if (!ended_) End();
+  }
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  // Ends the group once (later calls return the same status).
+  Status End() {
+    if (!ended_) {
+      ended_ = true;
+      result_ = started_.ok() ? GroupEnd() : started_;
+    }
+    return result_;
+  }
+
+ private:
+  Status started_;
+  Status result_;
+  bool ended_ = false;
 };
 
 // A session with the node's daemon. Thread-safe.

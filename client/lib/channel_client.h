@@ -1,0 +1,117 @@
+#pragma once
+
+// The client's side of one rank's submission channel (common/submission_channel.h). Internal.
+
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/lib/session.h"
+#include "common/shared_memory.h"
+#include "common/spin.h"
+#include "common/submission_channel.h"
+
+namespace baton::core {
+
+// The client's side of one rank's submission channel (common/submission_channel.h). Used by one
+// thread at a time (the communicator runs its rank's operations one after another).
+class ChannelClient {
+ public:
+  // Creates a channel for rank `rank` of communicator `comm_tag` and has the daemon attach it.
+  // On failure the rank keeps using the gRPC path; the status says why.
+  static absl::StatusOr<std::unique_ptr<ChannelClient>> Open(Session& session, uint64_t comm_tag,
+                                                             int rank) {
+    static std::atomic<uint64_t> counter{0};
+    const std::string name =
+        absl::StrCat("/baton.", getpid(), ".", session.id(), ".channel.", counter.fetch_add(1));
+    absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
+        SharedMemory::Create(name, channel::kChannelBytes);
+    if (!memory.ok()) return memory.status();
+    auto* page = new ((*memory)->data()) channel::Layout;
+    page->magic = channel::kMagic;
+    page->version = channel::kVersion;
+    v1::OpenChannelRequest request;
+    request.set_session_id(session.id());
+    request.set_comm_tag(comm_tag);
+    request.set_rank(rank);
+    request.set_shm_name(name);
+    v1::OpenChannelResponse response;
+    grpc::ClientContext context;
+    SetDeadline(context, kControlTimeout);
+    absl::Status status = FromGrpc(session.stub()->OpenChannel(&context, request, &response));
+    (*memory)->Unlink();
+    if (!status.ok()) return status;
+    return std::unique_ptr<ChannelClient>(new ChannelClient(std::move(*memory), page));
+  }
+
+  // Runs one operation; returns the algorithm the daemon ran. After a failure to hear back (the
+  // daemon closed the channel or vanished, or did not answer by the deadline) every later call
+  // fails the same way: the daemon aborts the communicator in those cases anyway.
+  // `aborted`: the communicator was aborted; stop waiting (the channel is not used again).
+  absl::StatusOr<std::string> Run(const channel::OpDescriptor& op, absl::Duration timeout,
+                                  const Session& session, const std::atomic<bool>& aborted) {
+    if (!broken_.ok()) return broken_;
+    page_->op = op;
+    const uint32_t previous = submitted_++;
+    channel::Publish(page_->submitted, submitted_, page_->daemon_sleeping);
+    // The daemon enforces the timeout; this deadline only guards against a daemon that stopped
+    // answering altogether.
+    const absl::Time start = absl::Now();
+    absl::Time lost_since = absl::InfiniteFuture();
+    absl::Status waited = channel::WaitForChange(
+        page_->completed, previous, page_->client_sleeping, spin_.next(),
+        absl::Now() + timeout + absl::Seconds(10), [&]() -> absl::Status {
+          // A result published just before the channel closed still counts.
+          if (page_->completed.load() != previous) return absl::OkStatus();
+          if (aborted.load()) return absl::AbortedError("the communicator was aborted");
+          if (page_->closed.load() != 0) {
+            return absl::UnavailableError(
+                "batond closed this rank's submission channel (the daemon is shutting down or "
+                "the communicator was destroyed)");
+          }
+          if (session.lost()) {
+            // A daemon that shuts down ends the sessions first, then fails the operations in
+            // flight and publishes their errors: give it a moment to say why.
+            if (lost_since == absl::InfiniteFuture()) lost_since = absl::Now();
+            if (absl::Now() - lost_since < kLostGrace) return absl::OkStatus();
+            return absl::UnavailableError("lost the connection to batond");
+          }
+          return absl::OkStatus();
+        });
+    spin_.Record(absl::Now() - start);
+    if (!waited.ok()) {
+      broken_ = absl::IsDeadlineExceeded(waited)
+                    ? absl::DeadlineExceededError("batond did not answer before the deadline")
+                    : waited;
+      return broken_;
+    }
+    std::string algorithm;
+    absl::Status status = channel::ReadResult(page_->result, &algorithm);
+    if (!status.ok()) return status;
+    return algorithm;
+  }
+
+  // all_to_all_v's counts, written before Run.
+  channel::VectorTail& vectors() { return page_->vectors; }
+
+ private:
+  ChannelClient(std::unique_ptr<SharedMemory> memory, channel::Layout* page)
+      : memory_(std::move(memory)), page_(page) {}
+
+  const std::unique_ptr<SharedMemory> memory_;
+  channel::Layout* const page_;
+  // How long a result may still come after the daemon's session stream ended.
+  static constexpr absl::Duration kLostGrace = absl::Seconds(1);
+
+  uint32_t submitted_ = 0;
+  AdaptiveSpin spin_{channel::kDefaultSpin};
+  absl::Status broken_;
+};
+
+}  // namespace baton::core
