@@ -204,12 +204,13 @@ int Bench(int argc, char** argv, bool worker) {
   options.AddInt("check", &check, "-c: check every element of the result (1) or not (0)");
   options.AddString("op", &bench.op,
                     "-o: all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, "
-                    "barrier");
+                    "barrier, gather, scatter, all_to_all_v (rank i sends (i + j) % 3 + 1 shares "
+                    "to rank j), sendrecv (send to rank + 1, receive from rank - 1, in a group)");
   options.AddString("datatype", &bench.data_type,
                     "-d: int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, "
                     "float64, fp8_e4m3, fp8_e5m2");
   options.AddString("redop", &bench.reduce_op, "sum, prod, min, max, avg");
-  options.AddInt("root", &bench.root, "-r: root rank of broadcast and reduce");
+  options.AddInt("root", &bench.root, "-r: root rank of broadcast, reduce, gather and scatter");
   options.AddString(
       "algorithm", &bench.algorithm,
       "ring, tree, direct, doubling or halving_doubling (default: the daemons' choice, "
@@ -247,8 +248,9 @@ int Bench(int argc, char** argv, bool worker) {
       "Runs one collective over every daemon of a running cluster, launching --ranks-per-daemon\n"
       "rank processes on each, and prints per size the time, algbw = size / time and busbw =\n"
       "algbw * factor (nccl-tests: 2(n-1)/n for all_reduce; (n-1)/n for reduce_scatter,\n"
-      "all_gather and all_to_all, whose size is the whole gathered buffer; 1 for broadcast and\n"
-      "reduce), and how many elements of the checked result were wrong.",
+      "all_gather, all_to_all, gather, scatter and all_to_all_v, whose size is the largest\n"
+      "buffer; 1 for broadcast, reduce and sendrecv), and how many elements of the checked\n"
+      "result were wrong. all_to_all_v's count column is the elements of one share.",
       static_cast<int>(args.size()), const_cast<char**>(args.data()), 1, nullptr);
   if (code >= 0) return code;
   bench.check = check != 0;

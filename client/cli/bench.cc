@@ -71,6 +71,46 @@ double Tagged(int rank, size_t i) {
   return static_cast<double>((static_cast<size_t>(rank) * 3 + i) % 11);
 }
 
+// all_to_all_v's uneven pattern: rank i sends (i + j) % 3 + 1 shares to rank j (symmetric, so a
+// rank receives as many shares as it sends).
+size_t Shares(int from, int to) { return static_cast<size_t>((from + to) % 3 + 1); }
+
+// The most shares any rank sends: the largest buffer is that many shares.
+size_t MostShares(int world) {
+  size_t most = 0;
+  for (int i = 0; i < world; ++i) {
+    size_t total = 0;
+    for (int j = 0; j < world; ++j) total += Shares(i, j);
+    most = std::max(most, total);
+  }
+  return most;
+}
+
+// Rank `rank`'s all_to_all_v counts and displacements for shares of `share` elements.
+struct VectorLayout {
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
+};
+VectorLayout LayoutFor(int world, int rank, size_t share) {
+  VectorLayout v;
+  size_t sent = 0, received = 0;
+  for (int j = 0; j < world; ++j) {
+    v.send_displs.push_back(sent);
+    v.send_counts.push_back(Shares(rank, j) * share);
+    sent += v.send_counts.back();
+    v.recv_displs.push_back(received);
+    v.recv_counts.push_back(Shares(j, rank) * share);
+    received += v.recv_counts.back();
+  }
+  return v;
+}
+
+// Where rank `from`'s block for rank `to` starts in `from`'s send buffer.
+size_t SendDispl(int from, int to, size_t share) {
+  size_t displ = 0;
+  for (int k = 0; k < to; ++k) displ += Shares(from, k) * share;
+  return displ;
+}
+
 std::vector<int64_t> Sizes(const BenchOptions& options) {
   std::vector<int64_t> sizes;
   for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes;
@@ -100,7 +140,11 @@ size_t CountFor(Collective op, int64_t bytes, size_t element, int world) {
     case Collective::kReduceScatter:
     case Collective::kAllGather:
     case Collective::kAllToAll:
+    case Collective::kGather:
+    case Collective::kScatter:
       return elements / static_cast<size_t>(world);
+    case Collective::kAllToAllV:  // elements per share
+      return elements / MostShares(world);
     case Collective::kBarrier:
       return 0;
     default:
@@ -115,13 +159,17 @@ double BusBwFactor(absl::string_view op, int world_size) {
   const double n = world_size;
   if (op == "all_reduce") return 2 * (n - 1) / n;
   if (op == "reduce_scatter" || op == "all_gather" || op == "all_to_all") return (n - 1) / n;
-  if (op == "broadcast" || op == "reduce") return 1;
+  if (op == "gather" || op == "scatter" || op == "all_to_all_v") return (n - 1) / n;
+  if (op == "broadcast" || op == "reduce" || op == "sendrecv") return 1;
   return 0;
 }
 
 absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket,
                           const std::string& comm_id, int world_size, int rank) {
-  std::optional<Collective> op = ParseCollective(options.op);
+  // sendrecv (nccl-tests' sendrecv_perf) runs as kSend here: a Send and a Recv in a group.
+  std::optional<Collective> op = options.op == "sendrecv"
+                                     ? std::optional<Collective>(Collective::kSend)
+                                     : ParseCollective(options.op);
   std::optional<DataType> type = ParseDataType(options.data_type);
   std::optional<ReduceOp> reduce_op = ParseReduceOp(options.reduce_op);
   if (!op || !type || !reduce_op) return absl::InvalidArgumentError("bad -o, -d or -r");
@@ -158,10 +206,34 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
     const size_t count = CountFor(*op, bytes, element, world_size);
     const size_t world = static_cast<size_t>(world_size);
     // Inputs for this size.
-    const size_t send_elements =
-        (*op == Collective::kReduceScatter || *op == Collective::kAllToAll) ? count * world : count;
-    const size_t recv_elements =
-        (*op == Collective::kAllGather || *op == Collective::kAllToAll) ? count * world : count;
+    const VectorLayout vectors = LayoutFor(world_size, rank, count);
+    const int next = (rank + 1) % world_size;
+    const int previous = (rank + world_size - 1) % world_size;
+    size_t send_elements = count;
+    size_t recv_elements = count;
+    switch (*op) {
+      case Collective::kReduceScatter:
+        send_elements = count * world;
+        break;
+      case Collective::kAllGather:
+        recv_elements = count * world;
+        break;
+      case Collective::kAllToAll:
+        send_elements = recv_elements = count * world;
+        break;
+      case Collective::kGather:
+        recv_elements = rank == root ? count * world : 0;
+        break;
+      case Collective::kScatter:
+        send_elements = rank == root ? count * world : 0;
+        break;
+      case Collective::kAllToAllV:
+        send_elements = vectors.send_displs.back() + vectors.send_counts.back();
+        recv_elements = vectors.recv_displs.back() + vectors.recv_counts.back();
+        break;
+      default:
+        break;
+    }
     for (size_t i = 0; i < send_elements; ++i) {
       const bool reduces = *op == Collective::kAllReduce || *op == Collective::kReduce ||
                            *op == Collective::kReduceScatter;
@@ -196,11 +268,26 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
             return c.AllToAll(send, recv, count, *type, call);
           case Collective::kBarrier:
             return c.Barrier(call);
+          case Collective::kGather:
+            return c.Gather(send, recv, count, *type, root, call);
+          case Collective::kScatter:
+            return c.Scatter(send, recv, count, *type, root, call);
+          case Collective::kAllToAllV:
+            return c.AllToAllV(send, vectors.send_counts, vectors.send_displs, recv,
+                               vectors.recv_counts, vectors.recv_displs, *type, call);
+          case Collective::kSend: {  // sendrecv: to the next rank, from the previous one
+            Group group;
+            c.Send(send, count, *type, next, call);
+            c.Recv(recv, count, *type, previous, call);
+            return group.End();
+          }
+          case Collective::kRecv:
+            break;
         }
         return Status(StatusCode::kInternal, "unreachable");
       }());
     };
-    if (options.explain && rank == 0) {
+    if (options.explain && rank == 0 && options.op != "sendrecv") {
       StatusOr<std::vector<AlgorithmEstimate>> estimates = (*comm)->Explain(*op, count, *type);
       if (!estimates.ok()) return ToAbsl(estimates.status());
       std::vector<collective::AlgorithmCost> costs;
@@ -294,7 +381,40 @@ absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket
               }
             }
             break;
+          case Collective::kGather:
+            if (rank == root) {
+              for (size_t r = 0; r < world; ++r) {
+                for (size_t i = 0; i < count; ++i) {
+                  wrong += collective::GetElement(Internal(*type), recv, r * count + i) !=
+                           Tagged(static_cast<int>(r), i);
+                }
+              }
+            }
+            break;
+          case Collective::kScatter:
+            // Block `rank` of the root's input holds Tagged(root, rank * count + i).
+            for (size_t i = 0; i < count; ++i) {
+              wrong += collective::GetElement(Internal(*type), recv, i) !=
+                       Tagged(root, static_cast<size_t>(rank) * count + i);
+            }
+            break;
+          case Collective::kAllToAllV:
+            // The block from rank r starts at r's displacement for this rank in r's input.
+            for (int r = 0; r < world_size; ++r) {
+              const size_t from = SendDispl(r, rank, count);
+              for (size_t i = 0; i < vectors.recv_counts[r]; ++i) {
+                wrong += collective::GetElement(Internal(*type), recv,
+                                                vectors.recv_displs[r] + i) != Tagged(r, from + i);
+              }
+            }
+            break;
+          case Collective::kSend:
+            for (size_t i = 0; i < count; ++i) {
+              wrong += collective::GetElement(Internal(*type), recv, i) != Tagged(previous, i);
+            }
+            break;
           case Collective::kBarrier:
+          case Collective::kRecv:
             break;
         }
       }
@@ -380,7 +500,12 @@ absl::Status RunBench(const BenchOptions& options) {
   if (options.min_bytes < 0 || options.max_bytes < options.min_bytes) {
     return absl::InvalidArgumentError("need 0 <= --minbytes <= --maxbytes");
   }
-  if (!ParseCollective(options.op)) {
+  if (options.op == "send" || options.op == "recv") {
+    return absl::InvalidArgumentError(
+        "-o sendrecv runs send and recv (each rank sends to the next and receives from the "
+        "previous, in a group)");
+  }
+  if (options.op != "sendrecv" && !ParseCollective(options.op)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown operation '", options.op, "'"));
   }
   if (!ParseDataType(options.data_type)) {

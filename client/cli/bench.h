@@ -22,10 +22,12 @@ struct BenchOptions {
   int64_t warmup_iters = 5;
   bool check = true;
   int64_t ranks_per_daemon = 2;
-  std::string op = "all_reduce";  // any collective (collective/algorithm.h names)
+  // Any collective (collective/algorithm.h names) but send and recv, or "sendrecv" (nccl-tests'
+  // sendrecv_perf: each rank sends to rank + 1 and receives from rank - 1, in a group).
+  std::string op = "all_reduce";
   std::string data_type = "float32";
   std::string reduce_op = "sum";
-  int64_t root = 0;  // broadcast and reduce
+  int64_t root = 0;  // broadcast, reduce, gather and scatter
   // Empty: the daemons choose. A comma-separated list ("auto,ring,tree"; "auto" lets the daemons
   // choose) compares them: each size runs the algorithms in turn, iteration by iteration, so they
   // meet the same conditions, and the table shows each one's median time and the first one's
@@ -56,8 +58,9 @@ absl::Status RunBench(const BenchOptions& options);
 absl::Status RunBenchRank(const BenchOptions& options, const std::string& socket,
                           const std::string& comm_id, int world_size, int rank);
 
-// nccl-tests' busbw factor: 2(n-1)/n for all_reduce, (n-1)/n for reduce_scatter, all_gather and
-// all_to_all, 1 for broadcast and reduce, 0 for barrier.
+// nccl-tests' busbw factor: 2(n-1)/n for all_reduce; (n-1)/n for reduce_scatter, all_gather,
+// all_to_all, gather, scatter and all_to_all_v; 1 for broadcast, reduce and sendrecv; 0 for
+// barrier.
 double BusBwFactor(absl::string_view op, int world_size);
 
 }  // namespace baton::client
