@@ -384,18 +384,21 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     if (aborted_.load()) return AbortStatus();
 
     // Registered memory is used in place; anything else goes through the staging buffer, which
-    // holds the input at offset 0 and the output after it.
+    // holds the staged input at offset 0 and the staged output after it.
     std::optional<v1::BufferRef> send_ref =
         send_bytes > 0 ? session_->Find(call.send, send_bytes) : std::nullopt;
     std::optional<v1::BufferRef> recv_ref =
         recv_bytes > 0 ? session_->Find(call.recv, recv_bytes) : std::nullopt;
-    const bool staged = (send_bytes > 0 && !send_ref) || (recv_bytes > 0 && !recv_ref);
-    if (staged) {
-      BATON_RETURN_IF_ERROR(EnsureStaging(send_bytes + recv_bytes));
+    const size_t send_staged = send_bytes > 0 && !send_ref ? send_bytes : 0;
+    const bool recv_staged = recv_bytes > 0 && !recv_ref;
+    if (send_staged > 0 || recv_staged) {
+      BATON_RETURN_IF_ERROR(EnsureStaging(send_staged + (recv_staged ? recv_bytes : 0)));
       auto* staging = static_cast<std::byte*>(staging_);
-      if (send_bytes > 0) std::memcpy(staging, call.send, send_bytes);
-      send_ref = session_->Find(staging, send_bytes);
-      recv_ref = session_->Find(staging + send_bytes, recv_bytes);
+      if (send_staged > 0) {
+        std::memcpy(staging, call.send, send_bytes);
+        send_ref = session_->Find(staging, send_bytes);
+      }
+      if (recv_staged) recv_ref = session_->Find(staging + send_staged, recv_bytes);
     }
     // The channel's page holds the counts of all_to_all_v for worlds up to kMaxVectorRanks;
     // larger ones go through gRPC (in order: this rank has one operation in flight at a time).
@@ -412,11 +415,25 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       }
       return ran.status();
     }
-    if (staged && recv_bytes > 0) {
-      std::memcpy(call.recv, static_cast<std::byte*>(staging_) + send_bytes, recv_bytes);
-    }
+    if (recv_staged) CopyOutStaged(call, static_cast<std::byte*>(staging_) + send_staged);
     last_algorithm_ = *std::move(ran);
     return absl::OkStatus();
+  }
+
+  // Copies a staged output to the user's buffer: all of it, or for all_to_all_v only the blocks
+  // (what lies between them is the user's and stays as it was).
+  static void CopyOutStaged(const Call& call, const std::byte* staged) {
+    const size_t element = collective::DataTypeSize(call.type);
+    auto* out = static_cast<std::byte*>(call.recv);
+    if (call.kind != collective::Collective::kAllToAllV) {
+      std::memcpy(out, staged, call.recv_count * element);
+      return;
+    }
+    for (size_t i = 0; i < call.recv_counts.size(); ++i) {
+      const size_t at = call.recv_displs[i] * element;
+      if (call.recv_counts[i] > 0)
+        std::memcpy(out + at, staged + at, call.recv_counts[i] * element);
+    }
   }
 
   absl::StatusOr<std::string> RunOnChannel(const Call& call, std::optional<Algorithm> algorithm,
