@@ -18,7 +18,9 @@ namespace {
 TreeNode NcclBinaryTree(int size, int rank) {
   TreeNode node;
   if (rank == 0) {
-    if (size > 1) node.children.push_back(static_cast<int>(std::bit_floor(unsigned(size - 1))));
+    if (size > 1) {
+      node.children.push_back(static_cast<int>(std::bit_floor(static_cast<unsigned>(size - 1))));
+    }
     return node;
   }
   const int bit = rank & -rank;
@@ -64,7 +66,8 @@ std::array<TreeNode, 2> DoubleBinaryTree(int size, int rank) {
 int DoubleBinaryTreeRoot(int size, int tree) {
   const bool odd = size % 2 == 1;
   // Tree 0's root: 0, or for odd size >= 3 0's only child in NCCL's tree.
-  const int root0 = odd && size >= 3 ? static_cast<int>(std::bit_floor(unsigned(size - 1))) : 0;
+  const int root0 =
+      odd && size >= 3 ? static_cast<int>(std::bit_floor(static_cast<unsigned>(size - 1))) : 0;
   if (tree == 0) return root0;
   return odd ? (root0 + 1) % size : size - 1 - root0;
 }

@@ -116,6 +116,7 @@ absl::StatusOr<std::string> OperationRunner::RunSchedule(uint64_t seq,
   schedule.parts = parts;
   schedule.algorithm = ChooseAlgorithm(spec);
   const std::string name =
+      // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
       across ? std::string(AlgorithmName(schedule.algorithm)) : std::string("local");
   algorithm_name = name;
   const OpImplementation* implementation = FindImplementation(spec.collective, schedule.algorithm);

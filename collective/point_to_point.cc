@@ -306,7 +306,7 @@ absl::Status PointToPoint::RecvRemote(int src, int dst, transport::ByteSpan data
     number = pairs_[{src, dst}].received++;
     receiving_.insert(&receive);
   }
-  const absl::Status status = ReceivePieces(receive, src, dst, number, data, deadline);
+  absl::Status status = ReceivePieces(receive, src, dst, number, data, deadline);
   absl::MutexLock lock(&mu_);
   receiving_.erase(&receive);
   if (status.ok() || status.code() == absl::StatusCode::kInvalidArgument) return status;
@@ -378,7 +378,7 @@ absl::Status PointToPoint::ReceivePieces(RemoteReceive& receive, int src, int ds
         }));
   }
   for (uint64_t i = 0; i < std::min(expected, pieces); ++i) {
-    const absl::Status status = AwaitPiece(receive, i + 1, *posted[i], deadline);
+    absl::Status status = AwaitPiece(receive, i + 1, *posted[i], deadline);
     if (!status.ok() && !absl::IsFailedPrecondition(status)) return status;  // not dropped
   }
   for (uint64_t i = expected; i < pieces; ++i) {

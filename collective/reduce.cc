@@ -15,8 +15,11 @@
 // The loops below are compiled three times on x86-64: for AVX-512 (x86-64-v4), for AVX2 and F16C
 // (x86-64-v3), and for the baseline (SSE2), and the first call picks the best the CPU has
 // (GCC's target_clones). Not under the sanitizers, whose runtimes are not set up yet when the
-// loader resolves the choice.
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// loader resolves the choice, and not under clang (nor so clang-tidy), which rejects
+// target_clones on function templates ("multiversioned functions do not yet support function
+// templates", clang 14).
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define BATON_SIMD_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else

@@ -28,6 +28,7 @@ absl::Status RingAllGather(const OpContext& ctx, const Ring& ring, void* data, s
   const int r = ring.rank;
   const int steps = n - 1;
   std::vector<internal::RingStep> schedule;
+  schedule.reserve(static_cast<size_t>(steps));
   for (int s = 0; s < steps; ++s) {
     schedule.push_back(
         {SegmentOf(count, n, r - s), SegmentOf(count, n, r - s - 1), /*reduce=*/false});

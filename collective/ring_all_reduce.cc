@@ -59,6 +59,7 @@ absl::Status RingAllReduce(const OpContext& ctx, const Ring& ring,
   // reducing step combines its own inputs with what arrives; every segment of recv is written by
   // a later step.
   std::vector<internal::RingStep> schedule;
+  schedule.reserve(2 * static_cast<size_t>(steps));
   for (int s = 0; s < steps; ++s) {
     schedule.push_back({SegmentOf(count, n, r - s), SegmentOf(count, n, r - s - 1),
                         /*reduce=*/true, /*send_from_input=*/s == 0, /*own_from_input=*/true});

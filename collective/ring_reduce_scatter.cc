@@ -31,6 +31,7 @@ absl::Status RingReduceScatter(const OpContext& ctx, const Ring& ring, void* dat
   const int r = ring.rank;
   const int steps = n - 1;
   std::vector<internal::RingStep> schedule;
+  schedule.reserve(static_cast<size_t>(steps));
   for (int s = 0; s < steps; ++s) {
     schedule.push_back(
         {SegmentOf(count, n, r - 1 - s), SegmentOf(count, n, r - 2 - s), /*reduce=*/true});

@@ -59,7 +59,8 @@ class TreeOperation {
     const size_t scratch_elements = std::min(chunk_elements_, halves_[0].length);
     scratch_ = std::make_unique_for_overwrite<std::byte[]>(scratch_elements * element_size_);
     // At least the double binary tree's depth, plus one for other balanced trees a caller passes.
-    const int depth = std::bit_width(static_cast<unsigned>(participants_.size() - 1)) + 1;
+    const int depth =
+        static_cast<int>(std::bit_width(static_cast<unsigned>(participants_.size() - 1))) + 1;
     const size_t lag = 2 * static_cast<size_t>(depth);
     const size_t rounds = std::max(chunks_[0], chunks_[1]) + lag;
     for (size_t i = 0; i < rounds; ++i) {

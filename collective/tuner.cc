@@ -193,7 +193,8 @@ Algorithm MeasuredTimes::Choose(size_t bytes, const std::vector<AlgorithmCost>& 
   if (costs.empty()) return Algorithm::kRing;
   const int size_class = Cell(bytes, Algorithm::kRing) / kAlgorithms;
   const bool explore = ++chosen_[size_class] % kExploreEvery == 0;
-  std::vector<AlgorithmCost> candidates(costs.begin(), costs.begin() + CandidateCount(costs));
+  std::vector<AlgorithmCost> candidates(
+      costs.begin(), costs.begin() + static_cast<std::ptrdiff_t>(CandidateCount(costs)));
   for (AlgorithmCost& candidate : candidates) {
     candidate.measured = Mean(bytes, candidate.algorithm);
     candidate.samples = Samples(bytes, candidate.algorithm);

@@ -11,12 +11,14 @@
 namespace baton {
 
 absl::Status InitLogging(absl::string_view name, absl::string_view level) {
+  // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
   const spdlog::level::level_enum parsed = spdlog::level::from_str(std::string(level));
   // from_str maps anything unknown to "off"; only accept "off" when it was asked for.
   if (parsed == spdlog::level::off && level != "off") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown log level '", level, "' (trace, debug, info, warn, error, off)"));
   }
+  // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
   auto logger = spdlog::stderr_color_mt(std::string(name));
   logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %n[%P]: %v");
   logger->set_level(parsed);

@@ -40,8 +40,10 @@ absl::StatusOr<absl::Duration> ParseDurationFlag(absl::string_view text) {
 }
 
 void OptionSet::AddString(absl::string_view name, std::string* target, absl::string_view help) {
+  // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
   options_.push_back({NormalizeName(name), std::string(help),
                       [target](absl::string_view v) {
+                        // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
                         *target = std::string(v);
                         return absl::OkStatus();
                       },
@@ -49,6 +51,7 @@ void OptionSet::AddString(absl::string_view name, std::string* target, absl::str
 }
 
 void OptionSet::AddInt(absl::string_view name, int64_t* target, absl::string_view help) {
+  // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
   options_.push_back({NormalizeName(name), std::string(help),
                       [target](absl::string_view v) {
                         int64_t parsed = 0;
@@ -63,6 +66,7 @@ void OptionSet::AddInt(absl::string_view name, int64_t* target, absl::string_vie
 }
 
 void OptionSet::AddBool(absl::string_view name, bool* target, absl::string_view help) {
+  // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
   options_.push_back({NormalizeName(name), std::string(help),
                       [target](absl::string_view v) -> absl::Status {
                         absl::StatusOr<bool> parsed = ParseBool(v);
@@ -75,6 +79,7 @@ void OptionSet::AddBool(absl::string_view name, bool* target, absl::string_view 
 
 void OptionSet::AddDuration(absl::string_view name, absl::Duration* target,
                             absl::string_view help) {
+  // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
   options_.push_back({NormalizeName(name), std::string(help),
                       [target](absl::string_view v) -> absl::Status {
                         absl::StatusOr<absl::Duration> parsed = ParseDurationFlag(v);

@@ -34,10 +34,14 @@ absl::Status Annotate(const absl::Status& status, absl::string_view context);
 
 #define BATON_ASSIGN_OR_RETURN(lhs, expr) \
   BATON_ASSIGN_OR_RETURN_IMPL(BATON_STATUS_CONCAT(baton_statusor_, __LINE__), lhs, expr)
+// `lhs` may be a declaration ("Node node"), which parentheses would break, and
+// `tmp` is always the identifier BATON_ASSIGN_OR_RETURN makes.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define BATON_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                \
   if (!tmp.ok()) return tmp.status();               \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 // Evaluates a POSIX call returning -1 on failure; returns an errno status from the enclosing
 // function when it fails.

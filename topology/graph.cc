@@ -484,7 +484,7 @@ void AssignDefaultNames(Graph& graph) {
   for (const Node& node : graph.nodes) {
     if (!node.name.empty()) taken.insert(node.name);
   }
-  auto claim = [&](std::string name) {
+  auto claim = [&](const std::string& name) {
     std::string unique = name;
     for (int k = 2; taken.count(unique) > 0; ++k) unique = absl::StrCat(name, "#", k);
     taken.insert(unique);

@@ -146,7 +146,7 @@ struct Graph {
 
   // Appends `node`, assigning its id; returns the id.
   int AddNode(Node node);
-  void AddLink(Link link) { links.push_back(std::move(link)); }
+  void AddLink(Link link) { links.push_back(link); }
 
   std::vector<int> NodesOfType(NodeType type) const;  // ids, ascending
   // The upstream end of `node`'s PCI link, or -1.

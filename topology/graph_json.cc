@@ -80,6 +80,7 @@ JsonValue AttributesToJson(const std::vector<std::pair<std::string, std::string>
 JsonValue NodeToJson(const Node& node) {
   ObjectWriter w;
   w.Int("id", node.id, std::numeric_limits<int64_t>::min())
+      // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
       .Value("type", JsonValue::String(std::string(NodeTypeName(node.type))))
       .Str("name", node.name);
   if (node.type == NodeType::kCpu) {
@@ -157,6 +158,7 @@ JsonValue LinkToJson(const Link& l) {
   return ObjectWriter()
       .Int("a", l.a, std::numeric_limits<int64_t>::min())
       .Int("b", l.b, std::numeric_limits<int64_t>::min())
+      // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
       .Value("type", JsonValue::String(std::string(LinkTypeName(l.type))))
       .Double("bandwidth_gbps", l.bandwidth_gbps)
       .Int("nvlink_count", l.nvlink_count, 0)
@@ -434,6 +436,7 @@ std::string GraphToJson(const Graph& graph) {
   JsonValue links = JsonValue::MakeArray();
   for (const Link& link : graph.links) links.Append(LinkToJson(link));
   ObjectWriter w;
+  // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
   w.Value("format", JsonValue::String(std::string(kGraphJsonFormat)))
       .Str("source", graph.source)
       .Str("hostname", graph.hostname);
@@ -467,7 +470,7 @@ absl::StatusOr<Graph> GraphFromJson(absl::string_view json) {
         graph.nodes.push_back(std::move(node));
       } else {
         BATON_ASSIGN_OR_RETURN(Link link, LinkFromJson(items->array()[i], i));
-        graph.links.push_back(std::move(link));
+        graph.links.push_back(link);
       }
     }
   }

@@ -128,7 +128,7 @@ std::string IbPortState(absl::string_view code) {
   static const char* const kStates[] = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"};
   int value;
   if (absl::SimpleAtoi(code, &value) && value >= 0 && value <= 5) return kStates[value];
-  return std::string(code);
+  return std::string(code);  // NOLINT(google-readability-casting): T(x) to a class type
 }
 
 void FillNic(hwloc_obj_t pci, Node* node) {
@@ -236,7 +236,8 @@ class HwlocConverter {
           node.cpu.model = number;
         }
       }
-      cpu_by_numa_[node.cpu.numa_id] = graph_.AddNode(std::move(node));
+      const int numa_id = node.cpu.numa_id;
+      cpu_by_numa_[numa_id] = graph_.AddNode(std::move(node));
     }
   }
 

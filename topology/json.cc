@@ -221,6 +221,7 @@ class JsonParser {
       if (!digit()) return Error("expected a digit in the exponent");
       while (digit()) ++pos_;
     }
+    // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
     return JsonValue::NumberLiteral(std::string(text_.substr(start, pos_ - start)));
   }
 
@@ -410,7 +411,7 @@ void Write(const JsonValue& v, int indent, int level, std::string* out) {
   const auto newline = [&](int at_level) {
     if (indent <= 0) return;
     out->push_back('\n');
-    out->append(static_cast<size_t>(indent * at_level), ' ');
+    out->append(static_cast<size_t>(indent) * static_cast<size_t>(at_level), ' ');
   };
   switch (v.kind()) {
     case JsonValue::Kind::kNull:

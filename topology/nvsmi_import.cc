@@ -133,7 +133,9 @@ absl::StatusOr<Matrix> ParseMatrix(absl::string_view text) {
     }
     for (size_t k = n + 1; k < tokens.size() && k - n - 1 < extra_columns.size(); ++k) {
       const std::string& column = extra_columns[k - n - 1];
+      // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
       if (column == "cpu") m.cpu_affinity[row] = std::string(tokens[k]);
+      // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
       if (column == "numa") m.numa_affinity[row] = std::string(tokens[k]);
     }
   }
@@ -155,6 +157,7 @@ absl::StatusOr<Matrix> ParseMatrix(absl::string_view text) {
     absl::string_view line = absl::StripAsciiWhitespace(lines[at]);
     std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 1));
     if (parts.size() == 2 && absl::StartsWith(parts[0], "NIC")) {
+      // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
       m.nic_legend[std::string(parts[0])] = std::string(absl::StripAsciiWhitespace(parts[1]));
     }
   }

@@ -304,7 +304,7 @@ std::vector<NicAssignment> AssignNics(const Graph& graph, const PathTable& paths
       double bw = path.bandwidth_gbps;
       if (c.port >= 0) {
         const int64_t mbps = graph.nodes[c.nic].nic.ports[c.port].speed_mbps;
-        if (mbps > 0) bw = std::min(bw, mbps / 8000.0);
+        if (mbps > 0) bw = std::min(bw, static_cast<double>(mbps) / 8000.0);
       }
       const int l = load[{c.nic, c.port}];
       const bool better = best.nic < 0 || std::tie(path.type, best.bandwidth_gbps, l, path.hops) <

@@ -1,6 +1,7 @@
 #include "topology/sysfs.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -116,7 +117,7 @@ absl::StatusOr<std::vector<SysfsIbDevice>> ScanInfinibandDevices(const std::stri
       const std::string rate = ReadFile(port_dir / "rate");
       double gbps;
       if (absl::SimpleAtod(rate.substr(0, rate.find(' ')), &gbps)) {
-        port.rate_mbps = static_cast<int64_t>(gbps * 1000 + 0.5);
+        port.rate_mbps = std::lround(gbps * 1000);
       }
       // "4: ACTIVE"
       const std::string state = ReadFile(port_dir / "state");

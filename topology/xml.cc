@@ -139,6 +139,7 @@ class Parser {
     if (AtEnd() || !IsNameStart(Peek())) return Error("expected a name");
     const size_t start = pos_;
     while (!AtEnd() && IsNameChar(Peek())) Advance(1);
+    // NOLINTNEXTLINE(google-readability-casting): T(x) to a class type
     return std::string(doc_.substr(start, pos_ - start));
   }
 
