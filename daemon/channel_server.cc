@@ -27,26 +27,26 @@ absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor
   std::optional<collective::Collective> kind = FromRaw<collective::Collective>(
       op.kind, collective::CollectiveName, collective::ParseCollective);
   if (!kind) return absl::InvalidArgumentError(absl::StrCat("unknown collective ", op.kind));
-  call.kind = *kind;
+  call.spec.collective = *kind;
   std::optional<collective::DataType> type = FromRaw<collective::DataType>(
       op.data_type, collective::DataTypeName, collective::ParseDataType);
   if (!type) return absl::InvalidArgumentError(absl::StrCat("unknown data type ", op.data_type));
-  call.data_type = *type;
+  call.spec.type = *type;
   std::optional<collective::ReduceOp> reduce = FromRaw<collective::ReduceOp>(
       op.reduce_op, collective::ReduceOpName, collective::ParseReduceOp);
   if (!reduce) return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", op.reduce_op));
-  call.reduce_op = *reduce;
+  call.spec.op = *reduce;
   if (op.algorithm != 0) {
-    call.algorithm = FromRaw<collective::Algorithm>(op.algorithm - 1, collective::AlgorithmName,
-                                                    collective::ParseAlgorithm);
-    if (!call.algorithm) {
+    call.spec.algorithm = FromRaw<collective::Algorithm>(
+        op.algorithm - 1, collective::AlgorithmName, collective::ParseAlgorithm);
+    if (!call.spec.algorithm) {
       return absl::InvalidArgumentError(absl::StrCat("unknown algorithm ", op.algorithm - 1));
     }
   }
-  call.root = op.root;
-  call.peer = op.peer;
-  call.count = op.count;
-  if (call.kind == collective::Collective::kAllToAllV) {
+  call.spec.root = op.root;
+  call.spec.peer = op.peer;
+  call.spec.count = op.count;
+  if (call.spec.collective == collective::Collective::kAllToAllV) {
     // One read of the length: the client may scribble on the page while we copy.
     const uint32_t entries = vectors.entries;
     if (entries > channel::kMaxVectorRanks) {
@@ -54,10 +54,10 @@ absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor
                                                      " counts on the submission channel (at most ",
                                                      channel::kMaxVectorRanks, ")"));
     }
-    call.send_counts.assign(vectors.send_counts, vectors.send_counts + entries);
-    call.send_displs.assign(vectors.send_displs, vectors.send_displs + entries);
-    call.recv_counts.assign(vectors.recv_counts, vectors.recv_counts + entries);
-    call.recv_displs.assign(vectors.recv_displs, vectors.recv_displs + entries);
+    call.spec.send_counts.assign(vectors.send_counts, vectors.send_counts + entries);
+    call.spec.send_displs.assign(vectors.send_displs, vectors.send_displs + entries);
+    call.spec.recv_counts.assign(vectors.recv_counts, vectors.recv_counts + entries);
+    call.spec.recv_displs.assign(vectors.recv_displs, vectors.recv_displs + entries);
   }
   call.send_buffer = op.send_buffer;
   call.send_offset = op.send_offset;

@@ -102,53 +102,52 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
   call.rank = request->rank();
   switch (request->op()) {
     case v1::COLLECTIVE_OP_ALL_REDUCE:
-      call.kind = collective::Collective::kAllReduce;
+      call.spec.collective = collective::Collective::kAllReduce;
       break;
     case v1::COLLECTIVE_OP_REDUCE_SCATTER:
-      call.kind = collective::Collective::kReduceScatter;
+      call.spec.collective = collective::Collective::kReduceScatter;
       break;
     case v1::COLLECTIVE_OP_ALL_GATHER:
-      call.kind = collective::Collective::kAllGather;
+      call.spec.collective = collective::Collective::kAllGather;
       break;
     case v1::COLLECTIVE_OP_BROADCAST:
-      call.kind = collective::Collective::kBroadcast;
+      call.spec.collective = collective::Collective::kBroadcast;
       break;
     case v1::COLLECTIVE_OP_REDUCE:
-      call.kind = collective::Collective::kReduce;
+      call.spec.collective = collective::Collective::kReduce;
       break;
     case v1::COLLECTIVE_OP_ALL_TO_ALL:
-      call.kind = collective::Collective::kAllToAll;
+      call.spec.collective = collective::Collective::kAllToAll;
       break;
     case v1::COLLECTIVE_OP_BARRIER:
-      call.kind = collective::Collective::kBarrier;
+      call.spec.collective = collective::Collective::kBarrier;
       break;
     case v1::COLLECTIVE_OP_GATHER:
-      call.kind = collective::Collective::kGather;
+      call.spec.collective = collective::Collective::kGather;
       break;
     case v1::COLLECTIVE_OP_SCATTER:
-      call.kind = collective::Collective::kScatter;
+      call.spec.collective = collective::Collective::kScatter;
       break;
     case v1::COLLECTIVE_OP_ALL_TO_ALL_V:
-      call.kind = collective::Collective::kAllToAllV;
+      call.spec.collective = collective::Collective::kAllToAllV;
       break;
     case v1::COLLECTIVE_OP_SEND:
-      call.kind = collective::Collective::kSend;
+      call.spec.collective = collective::Collective::kSend;
       break;
     case v1::COLLECTIVE_OP_RECV:
-      call.kind = collective::Collective::kRecv;
+      call.spec.collective = collective::Collective::kRecv;
       break;
     default:
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("unknown collective ", request->op()));
   }
-  call.root = request->root();
-  call.peer = request->peer();
+  call.spec.root = request->root();
+  call.spec.peer = request->peer();
   if (!request->algorithm().empty()) {
-    call.algorithm = collective::ParseAlgorithm(request->algorithm());
-    if (!call.algorithm) {
-      return grpc::Status(
-          grpc::StatusCode::INVALID_ARGUMENT,
-          absl::StrCat("unknown algorithm '", request->algorithm(), "' (ring, tree, direct)"));
+    call.spec.algorithm = collective::ParseAlgorithm(request->algorithm());
+    if (!call.spec.algorithm) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("unknown algorithm '", request->algorithm(), "'"));
     }
   }
   std::optional<collective::DataType> type = collective::ParseDataType(request->data_type());
@@ -156,18 +155,18 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("unknown data type '", request->data_type(), "'"));
   }
-  call.data_type = *type;
+  call.spec.type = *type;
   std::optional<collective::ReduceOp> op = collective::ParseReduceOp(request->reduce_op());
   if (!op) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         absl::StrCat("unknown reduce op '", request->reduce_op(), "'"));
   }
-  call.reduce_op = *op;
-  call.count = request->count();
-  call.send_counts.assign(request->send_counts().begin(), request->send_counts().end());
-  call.send_displs.assign(request->send_displs().begin(), request->send_displs().end());
-  call.recv_counts.assign(request->recv_counts().begin(), request->recv_counts().end());
-  call.recv_displs.assign(request->recv_displs().begin(), request->recv_displs().end());
+  call.spec.op = *op;
+  call.spec.count = request->count();
+  call.spec.send_counts.assign(request->send_counts().begin(), request->send_counts().end());
+  call.spec.send_displs.assign(request->send_displs().begin(), request->send_displs().end());
+  call.spec.recv_counts.assign(request->recv_counts().begin(), request->recv_counts().end());
+  call.spec.recv_displs.assign(request->recv_displs().begin(), request->recv_displs().end());
   call.send_buffer = request->send().buffer_id();
   call.send_offset = request->send().offset();
   call.recv_buffer = request->recv().buffer_id();

@@ -274,18 +274,11 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   }
   // Every check here fails only this call: the communicator stays usable.
   OpRequest request;
+  request.spec = call.spec;
   collective::OpSpec& spec = request.spec;
-  spec.collective = call.kind;
-  spec.type = call.data_type;
-  spec.op = call.reduce_op;
-  spec.count = call.kind == collective::Collective::kBarrier ? 0 : call.count;
-  spec.send_counts = call.send_counts;
-  spec.send_displs = call.send_displs;
-  spec.recv_counts = call.recv_counts;
-  spec.recv_displs = call.recv_displs;
-  spec.root = spec.Rooted() ? call.root : 0;
-  spec.peer = spec.PointToPoint() ? call.peer : 0;
-  spec.algorithm = call.algorithm;
+  if (spec.collective == collective::Collective::kBarrier) spec.count = 0;
+  if (!spec.Rooted()) spec.root = 0;
+  if (!spec.PointToPoint()) spec.peer = 0;
   const int world = comm->plan().world_size;
   BATON_RETURN_IF_ERROR(spec.Validate(world, call.rank));
 

@@ -74,7 +74,8 @@ TEST_F(ChannelServerTest, CallsRunAsTheChannelsRankAndResultsComeBack) {
   auto server = Open([&](const CollectiveCall& call) -> absl::StatusOr<std::string> {
     absl::MutexLock lock(&mu);
     calls.push_back(call);
-    if (call.count == 13) return absl::FailedPreconditionError("ranks disagree on operation 1");
+    if (call.spec.count == 13)
+      return absl::FailedPreconditionError("ranks disagree on operation 1");
     return std::string("ring");
   });
   ASSERT_TRUE(server.ok()) << server.status();
@@ -91,16 +92,16 @@ TEST_F(ChannelServerTest, CallsRunAsTheChannelsRankAndResultsComeBack) {
 
   absl::MutexLock lock(&mu);
   ASSERT_EQ(calls.size(), 4u);
-  EXPECT_EQ(calls[1].count, 1000u);
+  EXPECT_EQ(calls[1].spec.count, 1000u);
   for (const CollectiveCall& call : calls) {
     // Who is calling comes from the channel, never from the page.
     EXPECT_EQ(call.session_id, 7u);
     EXPECT_EQ(call.comm_tag, 0xabcu);
     EXPECT_EQ(call.rank, 3);
-    EXPECT_EQ(call.kind, collective::Collective::kAllReduce);
-    EXPECT_EQ(call.data_type, collective::DataType::kFloat32);
-    EXPECT_EQ(call.reduce_op, collective::ReduceOp::kMax);
-    EXPECT_FALSE(call.algorithm.has_value());
+    EXPECT_EQ(call.spec.collective, collective::Collective::kAllReduce);
+    EXPECT_EQ(call.spec.type, collective::DataType::kFloat32);
+    EXPECT_EQ(call.spec.op, collective::ReduceOp::kMax);
+    EXPECT_FALSE(call.spec.algorithm.has_value());
     EXPECT_EQ(call.send_buffer, 11u);
     EXPECT_EQ(call.send_offset, 64u);
     EXPECT_EQ(call.recv_buffer, 12u);
