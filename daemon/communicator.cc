@@ -14,16 +14,6 @@ namespace baton::daemon {
 
 namespace {
 
-collective::Layout LayoutOf(const Plan& plan, int self) {
-  collective::Layout layout;
-  layout.world_size = plan.world_size;
-  layout.self = self;
-  for (const PlanDaemon& daemon : plan.daemons) {
-    layout.daemons.push_back({daemon.member.data_address, daemon.ranks, daemon.member.node_name});
-  }
-  return layout;
-}
-
 collective::RunnerOptions RunnerOptionsOf(const Plan& plan, const CommunicatorOptions& options) {
   collective::RunnerOptions runner;
   runner.op_timeout = options.op_timeout;
@@ -46,9 +36,10 @@ Communicator::Communicator(Plan plan, int self, transport::Endpoint* endpoint,
       options_(options),
       notify_abort_(std::move(notify_abort)),
       local_ranks_(plan_.daemons[self].ranks),
-      runner_(LayoutOf(plan_, self), plan_.comm_tag, endpoint, RunnerOptionsOf(plan_, options_)),
-      point_to_point_(endpoint, plan_.comm_tag, LayoutOf(plan_, self), options_.chunk_bytes) {
+      runner_(plan_.LayoutFor(self), plan_.comm_tag, endpoint, RunnerOptionsOf(plan_, options_)),
+      point_to_point_(endpoint, plan_.comm_tag, plan_.LayoutFor(self), options_.chunk_bytes) {
   sessions_.resize(local_ranks_.size());
+  attached_once_.resize(local_ranks_.size(), false);
   next_seq_.resize(local_ranks_.size(), 0);
   executor_ = std::thread([this] {
     SetThreadName("baton-executor");
@@ -82,6 +73,7 @@ absl::Status Communicator::AttachRank(int rank, uint64_t session_id) {
     return absl::AlreadyExistsError(absl::StrCat("rank ", rank, " is already attached"));
   }
   sessions_[index] = session_id;
+  attached_once_[index] = true;
   return absl::OkStatus();
 }
 
@@ -107,10 +99,14 @@ std::vector<int> Communicator::DetachSession(uint64_t session_id) {
 
 bool Communicator::Empty() const {
   absl::MutexLock lock(&mu_);
-  return std::none_of(sessions_.begin(), sessions_.end(),
+  // A local rank that has not attached yet (its join's answer is on its way) may still use the
+  // communicator: a peer's eager sends to it wait here, so an early leaver must not end it.
+  const bool all_arrived = std::all_of(attached_once_.begin(), attached_once_.end(),
+                                       [](bool attached) { return attached; });
+  return (all_arrived || !aborted_.ok()) &&
+         std::none_of(sessions_.begin(), sessions_.end(),
                       [](const auto& s) { return s.has_value(); });
 }
-
 absl::Status Communicator::CheckAttached(int rank, uint64_t session_id) const {
   const int index = LocalIndex(rank);
   absl::MutexLock lock(&mu_);

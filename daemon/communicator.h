@@ -100,7 +100,8 @@ class Communicator {
   bool DetachRank(int rank);
   // Unbinds every rank of a session; returns the ranks it held.
   std::vector<int> DetachSession(uint64_t session_id);
-  // True when no rank is attached.
+  // True when no rank is attached and every local rank has attached once (or the communicator has
+  // failed): then no local rank can use it any more.
   bool Empty() const;
   // OK when `rank` is attached by `session_id`, else PermissionDenied.
   absl::Status CheckAttached(int rank, uint64_t session_id) const;
@@ -160,6 +161,7 @@ class Communicator {
 
   mutable absl::Mutex mu_;
   std::vector<std::optional<uint64_t>> sessions_ ABSL_GUARDED_BY(mu_);  // by local index
+  std::vector<bool> attached_once_ ABSL_GUARDED_BY(mu_);                // by local index
   std::vector<uint64_t> next_seq_ ABSL_GUARDED_BY(mu_);                 // by local index
   std::map<uint64_t, Slot> slots_ ABSL_GUARDED_BY(mu_);
   uint64_t next_to_run_ ABSL_GUARDED_BY(mu_) = 0;

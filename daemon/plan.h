@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "collective/layout.h"
 #include "transport/transport.h"
 
 namespace baton::daemon {
@@ -62,6 +63,17 @@ struct Plan {
       key += "|" + daemon.member.data_address + "#" + std::to_string(daemon.ranks.size());
     }
     return key;
+  }
+
+  // The daemons and their ranks as collective/ sees them, from daemon `self`'s side.
+  collective::Layout LayoutFor(int self) const {
+    collective::Layout layout;
+    layout.world_size = world_size;
+    layout.self = self;
+    for (const PlanDaemon& daemon : daemons) {
+      layout.daemons.push_back({daemon.member.data_address, daemon.ranks, daemon.member.node_name});
+    }
+    return layout;
   }
 
   // Index into `daemons` of the daemon whose data address is `data_address`, or -1.
