@@ -17,6 +17,7 @@
 #include "client/cli/bench.h"
 #include "client/lib/absl_interop.h"
 #include "client/local_cluster.h"
+#include "collective/registry.h"
 #include "common/options.h"
 #include "common/version.h"
 #include "google/protobuf/util/json_util.h"
@@ -213,7 +214,7 @@ int Bench(int argc, char** argv, bool worker) {
   options.AddInt("root", &bench.root, "-r: root rank of broadcast, reduce, gather and scatter");
   options.AddString(
       "algorithm", &bench.algorithm,
-      "ring, tree, direct, doubling or halving_doubling (default: the daemons' choice, "
+      "an algorithm of the collective, as listed below (default: the daemons' choice, "
       "\"auto\"); a list such as auto,ring,tree,doubling compares them in one run");
   options.AddBool("explain", &bench.explain,
                   "add the tuner's predicted time of each algorithm and its choice per size");
@@ -239,8 +240,7 @@ int Bench(int argc, char** argv, bool worker) {
   std::vector<std::string> expanded = ExpandShortFlags(argc, argv, 2);
   std::vector<const char*> args;
   for (const std::string& arg : expanded) args.push_back(arg.c_str());
-  const int code = ParseOrHelp(
-      options,
+  const std::string usage = absl::StrCat(
       "Usage: baton bench [-o all_reduce] [-d float32] [--redop sum] [-r 0] [-b 8] [-e 64M]\n"
       "                   [-f 2] [-n 20] [-w 5] [-c 1] [--ranks-per-daemon 2] [--explain] "
       "[--median]\n"
@@ -250,8 +250,12 @@ int Bench(int argc, char** argv, bool worker) {
       "algbw * factor (nccl-tests: 2(n-1)/n for all_reduce; (n-1)/n for reduce_scatter,\n"
       "all_gather, all_to_all, gather, scatter and all_to_all_v, whose size is the largest\n"
       "buffer; 1 for broadcast, reduce and sendrecv), and how many elements of the checked\n"
-      "result were wrong. all_to_all_v's count column is the elements of one share.",
-      static_cast<int>(args.size()), const_cast<char**>(args.data()), 1, nullptr);
+      "result were wrong. all_to_all_v's count column is the elements of one share.\n\n"
+      "Algorithms (--algorithm) of each collective, the first its default on one daemon\n"
+      "(collective/registry.h):\n",
+      baton::collective::DescribeImplementations());
+  const int code = ParseOrHelp(options, usage, static_cast<int>(args.size()),
+                               const_cast<char**>(args.data()), 1, nullptr);
   if (code >= 0) return code;
   bench.check = check != 0;
   absl::StatusOr<int64_t> min = ParseSize(min_bytes);
