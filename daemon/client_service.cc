@@ -255,7 +255,7 @@ grpc::Status ClientService::Explain(grpc::ServerContext*, const v1::ExplainReque
   if (!costs.ok()) return ToGrpc(costs.status());
   for (const collective::AlgorithmCost& cost : *costs) {
     v1::AlgorithmEstimate* estimate = response->add_estimates();
-    estimate->set_algorithm(std::string(collective::AlgorithmName(cost.algorithm)));
+    estimate->set_algorithm(std::string{collective::AlgorithmName(cost.algorithm)});
     estimate->set_predicted_seconds(absl::ToDoubleSeconds(cost.predicted));
     if (cost.measured) estimate->set_measured_seconds(absl::ToDoubleSeconds(*cost.measured));
     estimate->set_measured_samples(cost.samples);

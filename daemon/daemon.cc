@@ -241,7 +241,7 @@ class DaemonImpl final : public Daemon {
     if (!discovered.ok()) {
       spdlog::warn("topology discovery failed: {}", discovered.status().ToString());
       return NodeTopology{topology::Graph(), "discovered",
-                          std::string(discovered.status().message())};
+                          std::string{discovered.status().message()}};
     }
     return NodeTopology{std::move(discovered->graph), "discovered", discovered->gpu_note};
   }

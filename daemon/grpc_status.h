@@ -9,7 +9,7 @@ namespace baton::daemon {
 
 inline grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string{status.message()});
 }
 
 inline absl::Status FromGrpc(const grpc::Status& status) {

@@ -35,7 +35,7 @@ int Serve(mg_connection* connection, void* data) {
 
 class CivetHttpServer final : public HttpServer {
  public:
-  CivetHttpServer(std::vector<HttpRoute> routes) : routes_(std::move(routes)) {}
+  explicit CivetHttpServer(std::vector<HttpRoute> routes) : routes_(std::move(routes)) {}
   ~CivetHttpServer() override {
     if (context_ == nullptr) return;
     // civetweb's accept loop sees its stop flag only between polls of up to 2 s

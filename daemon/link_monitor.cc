@@ -156,7 +156,7 @@ void LinkMonitor::Record(const Member& peer, const absl::StatusOr<Member>& answe
     }
     link.up = false;
     ++link.probes_failed;
-    link.last_error = std::string(answered.status().message());
+    link.last_error = std::string{answered.status().message()};
     return;
   }
   if (!answered->node_name.empty()) link.peer.node_name = answered->node_name;

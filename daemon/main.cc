@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   // The config file first, then flags on top of it.
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
-    if (arg.rfind("--config=", 0) == 0) config_file = std::string(arg.substr(9));
+    if (arg.rfind("--config=", 0) == 0) config_file = std::string{arg.substr(9)};
     if (arg == "--config" && i + 1 < argc) config_file = argv[i + 1];
   }
   if (!config_file.empty()) {

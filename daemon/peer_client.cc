@@ -122,11 +122,11 @@ void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
   auto call = std::make_shared<Call>();
   call->request.set_comm_tag(comm_tag);
   call->request.set_code(static_cast<int>(reason.code()));
-  call->request.set_message(std::string(reason.message()));
+  call->request.set_message(std::string{reason.message()});
   call->request.set_from_node(from_node);
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   StubFor(address)->async()->Abort(
-      &call->context, &call->request, &call->response, [call, address](grpc::Status status) {
+      &call->context, &call->request, &call->response, [call, address](const grpc::Status& status) {
         if (!status.ok()) {
           spdlog::debug("abort notice to {} failed: {}", address, status.error_message());
         }

@@ -6,10 +6,10 @@
 
 namespace baton::daemon {
 
-PeerDirectory::PeerDirectory(Member self, std::vector<std::string> configured,
+PeerDirectory::PeerDirectory(Member self, const std::vector<std::string>& configured,
                              absl::Duration linger)
     : self_(std::move(self)), linger_(linger) {
-  for (std::string& configured_address : configured) {
+  for (const std::string& configured_address : configured) {
     const std::string address(absl::StripAsciiWhitespace(configured_address));
     if (address.empty() || address == self_.peer_address) continue;
     Entry& entry = entries_[address];

@@ -21,7 +21,7 @@ class PeerDirectory {
  public:
   // `configured` holds peer API addresses to know (and probe) always; `self` is this daemon, which
   // is never its own peer.
-  PeerDirectory(Member self, std::vector<std::string> configured, absl::Duration linger);
+  PeerDirectory(Member self, const std::vector<std::string>& configured, absl::Duration linger);
 
   // Records the peers of a communicator being created, so that even one that ends before the
   // next Update lingers.

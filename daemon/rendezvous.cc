@@ -67,6 +67,7 @@ absl::Status Rendezvous::OrderByLocality(Plan& plan) {
   }
   BATON_ASSIGN_OR_RETURN(std::vector<int> ring, topology::PlanDaemonRing(daemons));
   std::vector<PlanDaemon> ordered;
+  ordered.reserve(ring.size());
   for (int index : ring) ordered.push_back(plan.daemons[index]);
   plan.daemons = std::move(ordered);
   return absl::OkStatus();

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: unit and integration tests, the same again under
-# AddressSanitizer + UndefinedBehaviorSanitizer, the tests labelled tsan (transport, collective
-# and the daemon's threads) under ThreadSanitizer, and the format check. Exits non-zero on any
-# failure.
+# Sets up, builds and runs every test: the format check, unit and integration tests, clang-tidy
+# over every source outside tests/ (scripts/tidy.sh), the same tests again under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and the tests labelled tsan (transport,
+# collective and the daemon's threads) under ThreadSanitizer. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -16,6 +16,9 @@ step "build (warnings are errors)"
 bash scripts/build.sh build
 step "tests"
 (cd build && ctest --output-on-failure --timeout 300 -j 2)
+
+step "clang-tidy (.clang-tidy; any finding fails)"
+bash scripts/tidy.sh build
 
 step "build with AddressSanitizer + UndefinedBehaviorSanitizer"
 bash scripts/build.sh build-asan -DBATON_SANITIZE=address,undefined

@@ -239,6 +239,7 @@ int Bench(int argc, char** argv, bool worker) {
   }
   std::vector<std::string> expanded = ExpandShortFlags(argc, argv, 2);
   std::vector<const char*> args;
+  args.reserve(expanded.size());
   for (const std::string& arg : expanded) args.push_back(arg.c_str());
   const std::string usage = absl::StrCat(
       "Usage: baton bench [-o all_reduce] [-d float32] [--redop sum] [-r 0] [-b 8] [-e 64M]\n"
@@ -361,7 +362,7 @@ int Status(int argc, char** argv) {
   }
   std::printf("node %s (batond %s, pid %lld, up %.0f s)\n", status.node_name().c_str(),
               status.version().c_str(), static_cast<long long>(status.pid()),
-              status.uptime_ms() / 1000.0);
+              static_cast<double>(status.uptime_ms()) / 1000.0);
   std::printf("  peer %s  data %s  metrics %s  sessions %d\n", status.peer_address().c_str(),
               status.data_address().c_str(), status.metrics_address().c_str(), status.sessions());
   std::printf("communicators: %d\n", status.communicators_size());

@@ -595,6 +595,7 @@ absl::Status RunBench(const BenchOptions& options) {
       dup2(pipe_fds[1], STDOUT_FILENO);
       close(pipe_fds[1]);
       std::vector<char*> argv;
+      argv.reserve(args.size() + 1);
       for (std::string& arg : args) argv.push_back(arg.data());
       argv.push_back(nullptr);
       execv(self, argv.data());
@@ -669,7 +670,8 @@ absl::Status RunBench(const BenchOptions& options) {
     if (!table.empty()) {
       std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
                   total_wrong == 0 ? "OK" : "FAILED");
-      std::printf("# Avg bus bandwidth    : %.3f GB/s\n", busbw_sum / table.size());
+      std::printf("# Avg bus bandwidth    : %.3f GB/s\n",
+                  busbw_sum / static_cast<double>(table.size()));
     }
   }
   std::fflush(stdout);

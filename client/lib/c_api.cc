@@ -73,12 +73,12 @@ baton_code_t Finish(const absl::Status& status) {
     last_error.clear();
     return BATON_OK;
   }
-  last_error = std::string(status.message());
+  last_error = std::string{status.message()};
   return static_cast<baton_code_t>(status.code());
 }
 
-baton_code_t Invalid(std::string message) {
-  return Finish(absl::InvalidArgumentError(std::move(message)));
+baton_code_t Invalid(const std::string& message) {
+  return Finish(absl::InvalidArgumentError(message));
 }
 
 // An enum's value as the caller stored it. A C caller may store any int in an enum field, and in

@@ -184,8 +184,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     v1::ExplainRequest request;
     request.set_session_id(session_->id());
     request.set_comm_tag(tag_);
-    request.set_collective(std::string(collective::CollectiveName(collective)));
-    request.set_data_type(std::string(collective::DataTypeName(type)));
+    request.set_collective(std::string{collective::CollectiveName(collective)});
+    request.set_data_type(std::string{collective::DataTypeName(type)});
     request.set_count(count);
     v1::ExplainResponse response;
     grpc::ClientContext context;
@@ -229,7 +229,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     request.set_session_id(session_->id());
     request.set_comm_tag(tag_);
     request.set_rank(rank_);
-    request.set_reason(std::string(reason.substr(0, kMaxReason)));
+    request.set_reason(std::string{reason.substr(0, kMaxReason)});
     v1::AbortCommunicatorResponse response;
     grpc::ClientContext context;
     SetDeadline(context, kAbortTimeout);
@@ -479,8 +479,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     request.set_comm_tag(tag_);
     request.set_rank(rank_);
     request.set_op(OpOf(call.kind));
-    request.set_data_type(std::string(collective::DataTypeName(call.type)));
-    request.set_reduce_op(std::string(collective::ReduceOpName(call.reduce_op)));
+    request.set_data_type(std::string{collective::DataTypeName(call.type)});
+    request.set_reduce_op(std::string{collective::ReduceOpName(call.reduce_op)});
     request.set_count(call.count);
     request.set_root(call.root);
     request.set_peer(call.peer);
@@ -488,7 +488,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     for (uint64_t v : call.send_displs) request.add_send_displs(v);
     for (uint64_t v : call.recv_counts) request.add_recv_counts(v);
     for (uint64_t v : call.recv_displs) request.add_recv_displs(v);
-    if (algorithm) request.set_algorithm(std::string(collective::AlgorithmName(*algorithm)));
+    if (algorithm) request.set_algorithm(std::string{collective::AlgorithmName(*algorithm)});
     request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
     if (send) *request.mutable_send() = *send;
     if (recv) *request.mutable_recv() = *recv;
@@ -629,7 +629,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorImpl::Split(int color,
   std::vector<int> members;  // ranks of my colour, in (key, rank) order
   if (color >= 0) {
     for (int r = 0; r < world; ++r) {
-      if (all[2 * r] == color) members.push_back(r);
+      if (all[2 * static_cast<size_t>(r)] == color) members.push_back(r);
     }
     std::stable_sort(members.begin(), members.end(),
                      [&](int a, int b) { return all[2 * a + 1] < all[2 * b + 1]; });

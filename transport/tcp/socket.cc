@@ -94,7 +94,7 @@ absl::StatusOr<HostPort> SplitHostPort(absl::string_view address) {
     if (close == absl::string_view::npos) {
       return absl::InvalidArgumentError(absl::StrCat("bad address '", address, "': missing ']'"));
     }
-    result.host = std::string(address.substr(1, close - 1));
+    result.host = std::string{address.substr(1, close - 1)};
     rest = address.substr(close + 1);
   } else {
     const size_t colon = address.rfind(':');
@@ -102,7 +102,7 @@ absl::StatusOr<HostPort> SplitHostPort(absl::string_view address) {
       return absl::InvalidArgumentError(
           absl::StrCat("bad address '", address, "': expected host:port"));
     }
-    result.host = std::string(address.substr(0, colon));
+    result.host = std::string{address.substr(0, colon)};
     rest = address.substr(colon);
   }
   int port = -1;
@@ -113,7 +113,7 @@ absl::StatusOr<HostPort> SplitHostPort(absl::string_view address) {
     return absl::InvalidArgumentError(
         absl::StrCat("bad address '", address, "': expected host:port with port 0-65535"));
   }
-  result.port = std::string(rest.substr(1));
+  result.port = std::string{rest.substr(1)};
   return result;
 }
 
