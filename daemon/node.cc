@@ -272,7 +272,9 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   if (comm == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(call.comm_tag)));
   }
-  // Every check here fails only this call: the communicator stays usable.
+  // Only a rank this session holds may learn anything about the communicator, even whether its
+  // arguments are valid. Every check here fails only this call: the communicator stays usable.
+  BATON_RETURN_IF_ERROR(comm->CheckAttached(call.rank, call.session_id));
   OpRequest request;
   request.spec = call.spec;
   collective::OpSpec& spec = request.spec;
