@@ -207,11 +207,18 @@ struct VectorCounts {
 
 absl::StatusOr<VectorCounts> CountsOf(const size_t* send_counts, const size_t* send_displs,
                                       const size_t* recv_counts, const size_t* recv_displs,
-                                      size_t entries) {
+                                      size_t entries, int world_size) {
   if (entries > 0 && (send_counts == nullptr || send_displs == nullptr || recv_counts == nullptr ||
                       recv_displs == nullptr)) {
     return absl::InvalidArgumentError(
         "send_counts, send_displs, recv_counts and recv_displs must not be null");
+  }
+  // The arrays are read only once their length is known to be the world size: a longer claim
+  // would read past the caller's arrays.
+  if (entries != static_cast<size_t>(world_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("all_to_all_v got ", entries,
+                     " entries per array; they need one per rank (world size ", world_size, ")"));
   }
   auto copy = [entries](const size_t* values) {
     return entries == 0 ? std::vector<size_t>() : std::vector<size_t>(values, values + entries);
@@ -599,14 +606,14 @@ baton_code_t baton_all_to_all_v(baton_comm_t* comm, const void* send, const size
                                 const size_t* send_displs, void* recv, const size_t* recv_counts,
                                 const size_t* recv_displs, size_t entries, baton_dtype_t type,
                                 const baton_call_options_t* options) {
-  return Blocking(comm, type, BATON_SUM, options,
-                  [&](core::Communicator& c, const Checked& k) -> absl::Status {
-                    absl::StatusOr<VectorCounts> v =
-                        CountsOf(send_counts, send_displs, recv_counts, recv_displs, entries);
-                    if (!v.ok()) return v.status();
-                    return c.AllToAllV(send, v->send_counts, v->send_displs, recv, v->recv_counts,
-                                       v->recv_displs, k.type, k.options);
-                  });
+  return Blocking(
+      comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) -> absl::Status {
+        absl::StatusOr<VectorCounts> v =
+            CountsOf(send_counts, send_displs, recv_counts, recv_displs, entries, c.world_size());
+        if (!v.ok()) return v.status();
+        return c.AllToAllV(send, v->send_counts, v->send_displs, recv, v->recv_counts,
+                           v->recv_displs, k.type, k.options);
+      });
 }
 
 baton_code_t baton_send(baton_comm_t* comm, const void* buf, size_t count, baton_dtype_t type,
@@ -649,8 +656,8 @@ baton_code_t baton_all_to_all_v_async(baton_comm_t* comm, const void* send,
                                       baton_request_t** request) {
   return Async(comm, type, BATON_SUM, options, request,
                [&](core::Communicator& c, const Checked& k) -> std::shared_ptr<core::Request> {
-                 absl::StatusOr<VectorCounts> v =
-                     CountsOf(send_counts, send_displs, recv_counts, recv_displs, entries);
+                 absl::StatusOr<VectorCounts> v = CountsOf(send_counts, send_displs, recv_counts,
+                                                           recv_displs, entries, c.world_size());
                  if (!v.ok()) return std::make_shared<CompletedRequest>(v.status());
                  return c.AllToAllVAsync(send, v->send_counts, v->send_displs, recv, v->recv_counts,
                                          v->recv_displs, k.type, k.options);

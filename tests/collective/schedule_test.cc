@@ -104,6 +104,11 @@ std::vector<absl::Status> RunSchedules(const Placement& placement, Algorithm alg
   return statuses;
 }
 
+// memcpy that accepts empty ranges (whose pointers may be null).
+void CopyBytes(std::byte* dst, const std::byte* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
 Bytes RandomBytes(size_t bytes, uint64_t seed) {
   Bytes data(bytes);
   for (size_t i = 0; i < bytes; ++i) {
@@ -184,7 +189,7 @@ void Check(const Case& c, const Placement& p, size_t chunk_bytes) {
     if (c.in_place && c.collective == Collective::kAllGather) {
       // The rank's send is its own block of its output.
       s.recv = std::make_shared<Bytes>(RandomBytes(recv_elements * element, 500 + r));
-      std::memcpy(s.recv->data() + r * c.count * element, inputs[r].data(), inputs[r].size());
+      CopyBytes(s.recv->data() + r * c.count * element, inputs[r].data(), inputs[r].size());
       s.send = s.recv;
       s.send_offset = r * c.count * element;
     } else if (c.in_place) {
@@ -228,7 +233,7 @@ void Check(const Case& c, const Placement& p, size_t chunk_bytes) {
       case Collective::kGather:
         if (c.collective == Collective::kAllGather || r == c.root) {
           for (int i = 0; i < world; ++i) {
-            std::memcpy(expected.data() + i * block, inputs[i].data(), block);
+            CopyBytes(expected.data() + i * block, inputs[i].data(), block);
           }
         }
         break;
@@ -241,19 +246,18 @@ void Check(const Case& c, const Placement& p, size_t chunk_bytes) {
         break;
       case Collective::kAllToAll:
         for (int i = 0; i < world; ++i) {
-          std::memcpy(expected.data() + i * block, inputs[i].data() + r * block, block);
+          CopyBytes(expected.data() + i * block, inputs[i].data() + r * block, block);
         }
         break;
       case Collective::kScatter:
-        std::memcpy(expected.data(), inputs[c.root].data() + r * block, block);
+        CopyBytes(expected.data(), inputs[c.root].data() + r * block, block);
         break;
       case Collective::kAllToAllV:
         for (int i = 0; i < world; ++i) {
           const OpSpec& from = ranks[i].spec;
           const OpSpec& to = ranks[r].spec;
-          std::memcpy(expected.data() + to.recv_displs[i] * element,
-                      inputs[i].data() + from.send_displs[r] * element,
-                      to.recv_counts[i] * element);
+          CopyBytes(expected.data() + to.recv_displs[i] * element,
+                    inputs[i].data() + from.send_displs[r] * element, to.recv_counts[i] * element);
         }
         break;
       default:
