@@ -6,14 +6,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace baton::collective {
-namespace {
-
-transport::Tag TagOf(const OpContext& ctx, size_t part) {
-  return transport::Tag{ctx.comm, ctx.seq, ctx.first_step, static_cast<uint32_t>(part)};
-}
-
-}  // namespace
-
 absl::Status AllToAllVSchedule(const Schedule& s) {
   const Layout& layout = *s.layout;
   const OpContext& ctx = s.ctx;
@@ -61,7 +53,7 @@ absl::Status AllToAllVSchedule(const Schedule& s) {
         const OpSpec& spec = *s.parts[j].spec;
         incoming.push_back(
             Incoming{ctx.endpoint->PostRecv(
-                         daemon.address, TagOf(ctx, i * here + j),
+                         daemon.address, s.PartTag(i * here + j),
                          transport::ByteSpan(s.parts[j].recv + spec.recv_displs[from] * element,
                                              spec.recv_counts[from] * element),
                          ctx.deadline, nullptr),
@@ -78,7 +70,7 @@ absl::Status AllToAllVSchedule(const Schedule& s) {
       const OpSpec& spec = *s.parts[i].spec;
       for (size_t j = 0; j < daemon.ranks.size(); ++j) {
         const int to = daemon.ranks[j];
-        messages.push_back({TagOf(ctx, i * daemon.ranks.size() + j),
+        messages.push_back({s.PartTag(i * daemon.ranks.size() + j),
                             transport::ConstByteSpan(sends[i] + spec.send_displs[to] * element,
                                                      spec.send_counts[to] * element)});
       }

@@ -6,14 +6,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace baton::collective {
-namespace {
-
-transport::Tag TagOf(const OpContext& ctx, size_t part) {
-  return transport::Tag{ctx.comm, ctx.seq, ctx.first_step, static_cast<uint32_t>(part)};
-}
-
-}  // namespace
-
 absl::Status GatherSchedule(const Schedule& s) {
   const OpSpec& spec = *s.spec;
   const Layout& layout = *s.layout;
@@ -24,7 +16,7 @@ absl::Status GatherSchedule(const Schedule& s) {
   if (root_daemon != layout.self) {
     std::vector<transport::OutMessage> messages;
     for (size_t i = 0; i < s.parts.size(); ++i) {
-      messages.push_back({TagOf(ctx, i), transport::ConstByteSpan(s.parts[i].send, block)});
+      messages.push_back({s.PartTag(i), transport::ConstByteSpan(s.parts[i].send, block)});
     }
     return ctx.endpoint->SendAll(layout.daemons[root_daemon].address, messages, ctx.deadline);
   }
@@ -35,7 +27,7 @@ absl::Status GatherSchedule(const Schedule& s) {
     const LayoutDaemon& daemon = layout.daemons[d];
     for (size_t i = 0; i < daemon.ranks.size(); ++i) {
       posted.push_back(ctx.endpoint->PostRecv(
-          daemon.address, TagOf(ctx, i),
+          daemon.address, s.PartTag(i),
           transport::ByteSpan(out + static_cast<size_t>(daemon.ranks[i]) * block, block),
           ctx.deadline, nullptr));
     }

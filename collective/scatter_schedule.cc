@@ -4,14 +4,6 @@
 #include <vector>
 
 namespace baton::collective {
-namespace {
-
-transport::Tag TagOf(const OpContext& ctx, size_t part) {
-  return transport::Tag{ctx.comm, ctx.seq, ctx.first_step, static_cast<uint32_t>(part)};
-}
-
-}  // namespace
-
 absl::Status ScatterSchedule(const Schedule& s) {
   const OpSpec& spec = *s.spec;
   const Layout& layout = *s.layout;
@@ -22,7 +14,7 @@ absl::Status ScatterSchedule(const Schedule& s) {
   if (root_daemon != layout.self) {
     std::vector<std::unique_ptr<transport::PostedRecv>> posted;
     for (size_t i = 0; i < s.parts.size(); ++i) {
-      posted.push_back(ctx.endpoint->PostRecv(layout.daemons[root_daemon].address, TagOf(ctx, i),
+      posted.push_back(ctx.endpoint->PostRecv(layout.daemons[root_daemon].address, s.PartTag(i),
                                               transport::ByteSpan(s.parts[i].recv, block),
                                               ctx.deadline, nullptr));
     }
@@ -37,7 +29,7 @@ absl::Status ScatterSchedule(const Schedule& s) {
     std::vector<transport::OutMessage> messages;
     for (size_t i = 0; i < daemon.ranks.size(); ++i) {
       messages.push_back(
-          {TagOf(ctx, i),
+          {s.PartTag(i),
            transport::ConstByteSpan(in + static_cast<size_t>(daemon.ranks[i]) * block, block)});
     }
     BATON_RETURN_IF_ERROR(ctx.endpoint->SendAll(daemon.address, messages, ctx.deadline));

@@ -46,6 +46,11 @@ struct Schedule {
   size_t SlabLength(size_t length, size_t unit_bytes) const;
   // Slab k's context: its own range of tag steps (OpContext::first_step).
   OpContext SlabContext(size_t slab) const;
+  // The tag of part `part` of the schedule's own first step, for schedules that exchange one
+  // message per rank or pair of ranks (gather, scatter, all_to_all_v).
+  transport::Tag PartTag(size_t part) const {
+    return transport::Tag{ctx.comm, ctx.seq, ctx.first_step, static_cast<uint32_t>(part)};
+  }
 };
 
 // Whether `bytes` at `a` and `bytes` at `b` share no byte.
