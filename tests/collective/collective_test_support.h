@@ -30,6 +30,7 @@
 #include "collective/half.h"
 #include "collective/op_context.h"
 #include "collective/reduce.h"
+#include "transport/forwarding_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
 #include "transport/transport.h"
 
@@ -353,38 +354,8 @@ inline std::vector<SweepCase> SweepCases(bool reduces, bool rooted,
 
 // ---- Failures ----
 
-// Forwards every call to another endpoint; a test endpoint overrides what it changes.
-class ForwardingEndpoint : public transport::Endpoint {
- public:
-  explicit ForwardingEndpoint(transport::Endpoint* inner) : inner_(inner) {}
-
-  std::string address() const override { return inner_->address(); }
-  absl::Status Send(const std::string& peer, const transport::Tag& tag,
-                    transport::ConstByteSpan data, absl::Time deadline) override {
-    return inner_->Send(peer, tag, data, deadline);
-  }
-  std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
-                                                  const transport::Tag& tag,
-                                                  transport::ByteSpan data, absl::Time deadline,
-                                                  ArrivalCallback on_arrival) override {
-    return inner_->PostRecv(peer, tag, data, deadline, std::move(on_arrival));
-  }
-  std::unique_ptr<transport::PostedRecv> PostConsume(const std::string& peer,
-                                                     const transport::Tag& tag, size_t length,
-                                                     absl::Time deadline,
-                                                     PieceConsumer consume) override {
-    return inner_->PostConsume(peer, tag, length, deadline, std::move(consume));
-  }
-  void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
-  void Forget(uint64_t comm) override { inner_->Forget(comm); }
-  std::vector<transport::LinkStats> Stats() const override { return inner_->Stats(); }
-
- protected:
-  transport::Endpoint* inner() const { return inner_; }
-
- private:
-  transport::Endpoint* const inner_;
-};
+// The shared wrapper base: a test endpoint overrides only what it changes.
+using transport::ForwardingEndpoint;
 
 // Forwards to a real endpoint and kills it (through the fabric, as if its process died) right
 // after its `kill_after`-th send, or before its first operation when kill_after is 0.

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <memory>
 #include <ostream>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -286,6 +287,16 @@ class RecordingEndpoint final : public test::ForwardingEndpoint {
       sent_.push_back({tag, data.size()});
     }
     return inner()->Send(peer, tag, data, deadline);
+  }
+  absl::Status SendAll(const std::string& peer, std::span<const transport::OutMessage> messages,
+                       absl::Time deadline) override {
+    {
+      absl::MutexLock lock(&mu_);
+      for (const transport::OutMessage& message : messages) {
+        sent_.push_back({message.tag, message.data.size()});
+      }
+    }
+    return inner()->SendAll(peer, messages, deadline);
   }
   std::vector<std::pair<transport::Tag, size_t>> sent() const {
     absl::MutexLock lock(&mu_);
