@@ -1,6 +1,8 @@
 #include "collective/op_spec.h"
 
+#include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -42,6 +44,49 @@ bool OpSpec::Rooted() const {
          collective == Collective::kGather || collective == Collective::kScatter;
 }
 
+absl::Status OpSpec::ValidateBlocks(int world_size, uint64_t element) const {
+  const size_t world = static_cast<size_t>(world_size);
+  struct Side {
+    const char* name;
+    const std::vector<uint64_t>& counts;
+    const std::vector<uint64_t>& displs;
+  };
+  for (const Side& side :
+       {Side{"send", send_counts, send_displs}, Side{"recv", recv_counts, recv_displs}}) {
+    if (side.counts.size() != world || side.displs.size() != world) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          side.name, "_counts has ", side.counts.size(), " entries and ", side.name, "_displs ",
+          side.displs.size(), "; both need one per rank (world size ", world_size, ")"));
+    }
+    for (size_t j = 0; j < world; ++j) {
+      if (side.counts[j] > kMax - side.displs[j]) {
+        return absl::InvalidArgumentError(absl::StrCat(side.name, "_displs[", j, "] + ", side.name,
+                                                       "_counts[", j, "] overflows (",
+                                                       side.displs[j], " + ", side.counts[j], ")"));
+      }
+    }
+    const uint64_t span = Span(side.counts, side.displs).value_or(kMax);
+    if (!Times(span, 1, element)) {
+      return absl::InvalidArgumentError(absl::StrCat("all_to_all_v's ", side.name, " buffer of ",
+                                                     span, " elements overflows in bytes"));
+    }
+  }
+  // Two blocks received into one place would leave either peer's data there.
+  std::vector<std::pair<uint64_t, size_t>> blocks;  // (displacement, rank) of non-empty blocks
+  for (size_t i = 0; i < world; ++i) {
+    if (recv_counts[i] > 0) blocks.emplace_back(recv_displs[i], i);
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t b = 1; b < blocks.size(); ++b) {
+    const size_t before = blocks[b - 1].second;
+    if (recv_displs[before] + recv_counts[before] > blocks[b].first) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("recv blocks of ranks ", before, " and ", blocks[b].second, " overlap"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status OpSpec::Validate(int world_size, int rank) const {
   if (ParseCollective(CollectiveName(collective)) != collective) {
     return absl::InvalidArgumentError(
@@ -72,24 +117,10 @@ absl::Status OpSpec::Validate(int world_size, int rank) const {
   }
   const uint64_t element = DataTypeSize(type);
   if (collective == Collective::kAllToAllV) {
-    const size_t world = static_cast<size_t>(world_size);
-    if (send_counts.size() != world || send_displs.size() != world || recv_counts.size() != world ||
-        recv_displs.size() != world) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("all_to_all_v needs ", world,
-                       " send and receive counts and displacements, got ", send_counts.size(), ", ",
-                       send_displs.size(), ", ", recv_counts.size(), " and ", recv_displs.size()));
-    }
-    const std::optional<uint64_t> send_span = Span(send_counts, send_displs);
-    const std::optional<uint64_t> recv_span = Span(recv_counts, recv_displs);
-    if (!send_span || !recv_span || !Times(*send_span, 1, element) ||
-        !Times(*recv_span, 1, element)) {
-      return absl::InvalidArgumentError("all_to_all_v counts and displacements overflow");
-    }
     if (count != 0) {
       return absl::InvalidArgumentError("all_to_all_v takes its counts per peer; count must be 0");
     }
-    return absl::OkStatus();
+    return ValidateBlocks(world_size, element);
   }
   const bool per_rank_blocks =
       collective == Collective::kReduceScatter || collective == Collective::kAllGather ||

@@ -41,8 +41,8 @@ struct OpSpec {
 
   // OK when rank `rank` of `world_size` may run this operation: enumerations in range, root or
   // peer a rank, a requested algorithm that implements the collective (the registry), counts that
-  // neither overflow nor (all_to_all_v) lie outside their buffers. Else InvalidArgument saying
-  // which field is wrong.
+  // do not overflow, and for all_to_all_v arrays of the world's size whose receive blocks do not
+  // overlap. Else InvalidArgument saying which field is wrong.
   absl::Status Validate(int world_size, int rank) const;
 
   // Elements of rank `rank`'s send and recv buffers the operation reads or writes (zero where it
@@ -59,6 +59,13 @@ struct OpSpec {
 
   // "all_reduce(float32, sum, count 1024, ring)", for error messages.
   std::string Describe() const;
+
+  friend bool operator==(const OpSpec&, const OpSpec&) = default;
+
+ private:
+  // all_to_all_v's arrays: one entry per rank each, blocks whose ends and bytes do not overflow,
+  // receive blocks that do not overlap.
+  absl::Status ValidateBlocks(int world_size, uint64_t element) const;
 };
 
 // What every rank of an operation must agree on (all_to_all_v's per-peer counts excepted: each

@@ -6,15 +6,10 @@
 #include "common/spin.h"
 #include "common/thread_name.h"
 #include "spdlog/spdlog.h"
+#include "wire/op_codec.h"
 
 namespace baton::daemon {
 namespace {
-
-// A raw value is a member of its enumeration exactly when it has a name.
-template <typename Enum, typename NameFn, typename ParseFn>
-std::optional<Enum> FromRaw(uint32_t raw, NameFn name, ParseFn parse) {
-  return parse(name(static_cast<Enum>(raw)));
-}
 
 // The daemon's default deadline when the client gives none, as for the gRPC path.
 constexpr absl::Duration kDefaultTimeout = absl::Minutes(10);
@@ -24,41 +19,9 @@ constexpr absl::Duration kDefaultTimeout = absl::Minutes(10);
 absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor& op,
                                                      const channel::VectorTail& vectors) {
   CollectiveCall call;
-  std::optional<collective::Collective> kind = FromRaw<collective::Collective>(
-      op.kind, collective::CollectiveName, collective::ParseCollective);
-  if (!kind) return absl::InvalidArgumentError(absl::StrCat("unknown collective ", op.kind));
-  call.spec.collective = *kind;
-  std::optional<collective::DataType> type = FromRaw<collective::DataType>(
-      op.data_type, collective::DataTypeName, collective::ParseDataType);
-  if (!type) return absl::InvalidArgumentError(absl::StrCat("unknown data type ", op.data_type));
-  call.spec.type = *type;
-  std::optional<collective::ReduceOp> reduce = FromRaw<collective::ReduceOp>(
-      op.reduce_op, collective::ReduceOpName, collective::ParseReduceOp);
-  if (!reduce) return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", op.reduce_op));
-  call.spec.op = *reduce;
-  if (op.algorithm != 0) {
-    call.spec.algorithm = FromRaw<collective::Algorithm>(
-        op.algorithm - 1, collective::AlgorithmName, collective::ParseAlgorithm);
-    if (!call.spec.algorithm) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown algorithm ", op.algorithm - 1));
-    }
-  }
-  call.spec.root = op.root;
-  call.spec.peer = op.peer;
-  call.spec.count = op.count;
-  if (call.spec.collective == collective::Collective::kAllToAllV) {
-    // One read of the length: the client may scribble on the page while we copy.
-    const uint32_t entries = vectors.entries;
-    if (entries > channel::kMaxVectorRanks) {
-      return absl::InvalidArgumentError(absl::StrCat("all_to_all_v with ", entries,
-                                                     " counts on the submission channel (at most ",
-                                                     channel::kMaxVectorRanks, ")"));
-    }
-    call.spec.send_counts.assign(vectors.send_counts, vectors.send_counts + entries);
-    call.spec.send_displs.assign(vectors.send_displs, vectors.send_displs + entries);
-    call.spec.recv_counts.assign(vectors.recv_counts, vectors.recv_counts + entries);
-    call.spec.recv_displs.assign(vectors.recv_displs, vectors.recv_displs + entries);
-  }
+  absl::StatusOr<collective::OpSpec> spec = wire::FromChannel(op, vectors);
+  if (!spec.ok()) return spec.status();
+  call.spec = *std::move(spec);
   call.send_buffer = op.send_buffer;
   call.send_offset = op.send_offset;
   call.recv_buffer = op.recv_buffer;

@@ -7,6 +7,7 @@
 #include "spdlog/spdlog.h"
 #include "topology/graph_json.h"
 #include "topology/paths.h"
+#include "wire/op_codec.h"
 
 namespace baton::daemon {
 namespace {
@@ -100,73 +101,9 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
   call.session_id = request->session_id();
   call.comm_tag = request->comm_tag();
   call.rank = request->rank();
-  switch (request->op()) {
-    case v1::COLLECTIVE_OP_ALL_REDUCE:
-      call.spec.collective = collective::Collective::kAllReduce;
-      break;
-    case v1::COLLECTIVE_OP_REDUCE_SCATTER:
-      call.spec.collective = collective::Collective::kReduceScatter;
-      break;
-    case v1::COLLECTIVE_OP_ALL_GATHER:
-      call.spec.collective = collective::Collective::kAllGather;
-      break;
-    case v1::COLLECTIVE_OP_BROADCAST:
-      call.spec.collective = collective::Collective::kBroadcast;
-      break;
-    case v1::COLLECTIVE_OP_REDUCE:
-      call.spec.collective = collective::Collective::kReduce;
-      break;
-    case v1::COLLECTIVE_OP_ALL_TO_ALL:
-      call.spec.collective = collective::Collective::kAllToAll;
-      break;
-    case v1::COLLECTIVE_OP_BARRIER:
-      call.spec.collective = collective::Collective::kBarrier;
-      break;
-    case v1::COLLECTIVE_OP_GATHER:
-      call.spec.collective = collective::Collective::kGather;
-      break;
-    case v1::COLLECTIVE_OP_SCATTER:
-      call.spec.collective = collective::Collective::kScatter;
-      break;
-    case v1::COLLECTIVE_OP_ALL_TO_ALL_V:
-      call.spec.collective = collective::Collective::kAllToAllV;
-      break;
-    case v1::COLLECTIVE_OP_SEND:
-      call.spec.collective = collective::Collective::kSend;
-      break;
-    case v1::COLLECTIVE_OP_RECV:
-      call.spec.collective = collective::Collective::kRecv;
-      break;
-    default:
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("unknown collective ", request->op()));
-  }
-  call.spec.root = request->root();
-  call.spec.peer = request->peer();
-  if (!request->algorithm().empty()) {
-    call.spec.algorithm = collective::ParseAlgorithm(request->algorithm());
-    if (!call.spec.algorithm) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("unknown algorithm '", request->algorithm(), "'"));
-    }
-  }
-  std::optional<collective::DataType> type = collective::ParseDataType(request->data_type());
-  if (!type) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("unknown data type '", request->data_type(), "'"));
-  }
-  call.spec.type = *type;
-  std::optional<collective::ReduceOp> op = collective::ParseReduceOp(request->reduce_op());
-  if (!op) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("unknown reduce op '", request->reduce_op(), "'"));
-  }
-  call.spec.op = *op;
-  call.spec.count = request->count();
-  call.spec.send_counts.assign(request->send_counts().begin(), request->send_counts().end());
-  call.spec.send_displs.assign(request->send_displs().begin(), request->send_displs().end());
-  call.spec.recv_counts.assign(request->recv_counts().begin(), request->recv_counts().end());
-  call.spec.recv_displs.assign(request->recv_displs().begin(), request->recv_displs().end());
+  absl::StatusOr<collective::OpSpec> spec = wire::FromProto(*request);
+  if (!spec.ok()) return ToGrpc(spec.status());
+  call.spec = *std::move(spec);
   call.send_buffer = request->send().buffer_id();
   call.send_offset = request->send().offset();
   call.recv_buffer = request->recv().buffer_id();

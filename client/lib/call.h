@@ -1,10 +1,11 @@
 #pragma once
 
-// One call of libbaton's API as the daemon will see it: which collective, which of this rank's
-// buffers it reads and writes and how many elements of each, and the per-peer counts of
-// all_to_all_v. The builders check what the client can check before anything is submitted
-// (roots and peers in range, counts that overflow, vectors of the wrong length) and fail with
-// InvalidArgument and a message saying what is wrong. Internal to libbaton.
+// One call of libbaton's API: the operation as every layer describes it (collective::OpSpec,
+// which the wire codecs encode) and this rank's buffers with the elements the operation reads
+// from send and writes to recv. The builders fill the spec from the API's arguments and validate
+// it before anything is submitted (roots and peers in range, counts that overflow, all_to_all_v
+// arrays of the wrong length or with overlapping blocks), failing with InvalidArgument and a
+// message saying what is wrong. Internal to libbaton.
 
 #include <cstddef>
 #include <cstdint>
@@ -13,27 +14,16 @@
 #include "absl/status/statusor.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
+#include "collective/op_spec.h"
 
 namespace baton::core {
 
 struct Call {
-  collective::Collective kind = collective::Collective::kAllReduce;
+  collective::OpSpec spec;
   const void* send = nullptr;
   void* recv = nullptr;
-  size_t count = 0;       // the request's count (see CollectiveRequest.count in the proto)
-  size_t send_count = 0;  // elements read from send (the span, for all_to_all_v)
-  size_t recv_count = 0;  // elements written to recv (the span, for all_to_all_v)
-  collective::DataType type = collective::DataType::kUint8;
-  collective::ReduceOp reduce_op = collective::ReduceOp::kSum;
-  int root = 0;
-  int peer = 0;
-  bool reads_send = false;   // this rank's send is read
-  bool writes_recv = false;  // this rank's recv is written
-  // all_to_all_v only: world_size entries each, in elements.
-  std::vector<uint64_t> send_counts;
-  std::vector<uint64_t> send_displs;
-  std::vector<uint64_t> recv_counts;
-  std::vector<uint64_t> recv_displs;
+  uint64_t send_elements = 0;  // read from send (spec.SendElements for this rank)
+  uint64_t recv_elements = 0;  // written to recv (spec.RecvElements for this rank)
 };
 
 // Builds the calls of one rank (`rank` of `world_size`); see client_core.h for each contract.
@@ -68,13 +58,8 @@ class CallBuilder {
   absl::StatusOr<Call> Recv(void* recv, size_t count, collective::DataType type, int peer) const;
 
  private:
-  absl::StatusOr<size_t> Times(size_t count) const;
-  absl::Status CheckRoot(int root) const;
-  absl::Status CheckPeer(int peer) const;
-  // The elements a buffer must span for blocks (counts[j] from displs[j]), or why there is no
-  // such span; `what` names the buffer ("send", "recv") in messages.
-  absl::StatusOr<size_t> Span(const std::vector<size_t>& counts, const std::vector<size_t>& displs,
-                              const char* what) const;
+  // Validates `spec` for this rank and completes the call with its buffers.
+  absl::StatusOr<Call> Finish(collective::OpSpec spec, const void* send, void* recv) const;
 
   const int world_size_;
   const int rank_;

@@ -30,6 +30,7 @@
 #include "common/status_macros.h"
 #include "common/submission_channel.h"
 #include "grpcpp/grpcpp.h"
+#include "wire/op_codec.h"
 
 namespace baton::core {
 namespace {
@@ -361,7 +362,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     return abort_status_;
   }
 
-  absl::Status Run(const Call& call, const CallOptions& options) {
+  // Runs `call` with the algorithm chosen (written into its spec).
+  absl::Status Run(Call& call, const CallOptions& options) {
     absl::StatusOr<CallBytes> bytes = CheckBuffers(call);
     if (!bytes.ok()) return bytes.status();
     const size_t send_bytes = bytes->send;
@@ -376,8 +378,13 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
           return absl::InvalidArgumentError(
               absl::StrCat("BATON_ALGO='", env, "' is not one of ring, tree, direct"));
         }
-        if (collective::IsSupported(call.kind, *parsed)) algorithm = parsed;
+        if (collective::IsSupported(call.spec.collective, *parsed)) algorithm = parsed;
       }
+    }
+    call.spec.algorithm = algorithm;
+    if (options.algorithm) {
+      // An explicit choice must implement the collective.
+      if (absl::Status s = call.spec.Validate(world_size_, rank_); !s.ok()) return s;
     }
     absl::MutexLock lock(&mu_);  // one operation of this rank at a time; they run in order
     if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
@@ -402,12 +409,10 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     }
     // The channel's page holds the counts of all_to_all_v for worlds up to kMaxVectorRanks;
     // larger ones go through gRPC (in order: this rank has one operation in flight at a time).
-    const bool on_channel =
-        channel_ != nullptr && (call.kind != collective::Collective::kAllToAllV ||
-                                call.send_counts.size() <= channel::kMaxVectorRanks);
-    absl::StatusOr<std::string> ran =
-        on_channel ? RunOnChannel(call, algorithm, send_ref, recv_ref, options)
-                   : RunOnGrpc(call, algorithm, send_ref, recv_ref, options);
+    const bool on_channel = channel_ != nullptr && wire::FitsChannel(call.spec);
+    absl::StatusOr<std::string> ran = on_channel
+                                          ? RunOnChannel(call.spec, send_ref, recv_ref, options)
+                                          : RunOnGrpc(call.spec, send_ref, recv_ref, options);
     if (!ran.ok()) {
       // An abort cut the wait short or cancelled the call: say why.
       if (aborted_.load() && (absl::IsCancelled(ran.status()) || absl::IsAborted(ran.status()))) {
@@ -423,32 +428,28 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   // Copies a staged output to the user's buffer: all of it, or for all_to_all_v only the blocks
   // (what lies between them is the user's and stays as it was).
   static void CopyOutStaged(const Call& call, const std::byte* staged) {
-    const size_t element = collective::DataTypeSize(call.type);
+    const collective::OpSpec& spec = call.spec;
+    const size_t element = collective::DataTypeSize(spec.type);
     auto* out = static_cast<std::byte*>(call.recv);
-    if (call.kind != collective::Collective::kAllToAllV) {
-      std::memcpy(out, staged, call.recv_count * element);
+    if (spec.collective != collective::Collective::kAllToAllV) {
+      std::memcpy(out, staged, call.recv_elements * element);
       return;
     }
-    for (size_t i = 0; i < call.recv_counts.size(); ++i) {
-      const size_t at = call.recv_displs[i] * element;
-      if (call.recv_counts[i] > 0)
-        std::memcpy(out + at, staged + at, call.recv_counts[i] * element);
+    for (size_t i = 0; i < spec.recv_counts.size(); ++i) {
+      const size_t at = spec.recv_displs[i] * element;
+      if (spec.recv_counts[i] > 0) {
+        std::memcpy(out + at, staged + at, spec.recv_counts[i] * element);
+      }
     }
   }
 
-  absl::StatusOr<std::string> RunOnChannel(const Call& call, std::optional<Algorithm> algorithm,
+  absl::StatusOr<std::string> RunOnChannel(const collective::OpSpec& spec,
                                            const std::optional<v1::BufferRef>& send,
                                            const std::optional<v1::BufferRef>& recv,
                                            const CallOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     channel::OpDescriptor op;
-    op.kind = static_cast<uint32_t>(call.kind);
-    op.data_type = static_cast<uint32_t>(call.type);
-    op.reduce_op = static_cast<uint32_t>(call.reduce_op);
-    op.root = call.root;
-    op.peer = call.peer;
-    op.algorithm = algorithm ? 1 + static_cast<uint32_t>(*algorithm) : 0;
-    op.count = call.count;
+    BATON_RETURN_IF_ERROR(wire::ToChannel(spec, &op, &channel_->vectors()));
     if (send) {
       op.send_buffer = send->buffer_id();
       op.send_offset = send->offset();
@@ -458,19 +459,10 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       op.recv_offset = recv->offset();
     }
     op.timeout_ms = absl::ToInt64Milliseconds(options.timeout);
-    if (call.kind == collective::Collective::kAllToAllV) {
-      channel::VectorTail& tail = channel_->vectors();
-      const size_t entries = call.send_counts.size();
-      tail.entries = static_cast<uint32_t>(entries);
-      std::copy_n(call.send_counts.begin(), entries, tail.send_counts);
-      std::copy_n(call.send_displs.begin(), entries, tail.send_displs);
-      std::copy_n(call.recv_counts.begin(), entries, tail.recv_counts);
-      std::copy_n(call.recv_displs.begin(), entries, tail.recv_displs);
-    }
     return channel_->Run(op, options.timeout, *session_, aborted_);
   }
 
-  absl::StatusOr<std::string> RunOnGrpc(const Call& call, std::optional<Algorithm> algorithm,
+  absl::StatusOr<std::string> RunOnGrpc(const collective::OpSpec& spec,
                                         const std::optional<v1::BufferRef>& send,
                                         const std::optional<v1::BufferRef>& recv,
                                         const CallOptions& options) {
@@ -478,17 +470,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     request.set_session_id(session_->id());
     request.set_comm_tag(tag_);
     request.set_rank(rank_);
-    request.set_op(OpOf(call.kind));
-    request.set_data_type(std::string{collective::DataTypeName(call.type)});
-    request.set_reduce_op(std::string{collective::ReduceOpName(call.reduce_op)});
-    request.set_count(call.count);
-    request.set_root(call.root);
-    request.set_peer(call.peer);
-    for (uint64_t v : call.send_counts) request.add_send_counts(v);
-    for (uint64_t v : call.send_displs) request.add_send_displs(v);
-    for (uint64_t v : call.recv_counts) request.add_recv_counts(v);
-    for (uint64_t v : call.recv_displs) request.add_recv_displs(v);
-    if (algorithm) request.set_algorithm(std::string{collective::AlgorithmName(*algorithm)});
+    wire::ToProto(spec, &request);
     request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
     if (send) *request.mutable_send() = *send;
     if (recv) *request.mutable_recv() = *recv;
@@ -509,36 +491,6 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     }
     if (!status.ok()) return status;
     return response.algorithm();
-  }
-
-  static v1::CollectiveOp OpOf(collective::Collective kind) {
-    switch (kind) {
-      case collective::Collective::kAllReduce:
-        return v1::COLLECTIVE_OP_ALL_REDUCE;
-      case collective::Collective::kReduceScatter:
-        return v1::COLLECTIVE_OP_REDUCE_SCATTER;
-      case collective::Collective::kAllGather:
-        return v1::COLLECTIVE_OP_ALL_GATHER;
-      case collective::Collective::kBroadcast:
-        return v1::COLLECTIVE_OP_BROADCAST;
-      case collective::Collective::kReduce:
-        return v1::COLLECTIVE_OP_REDUCE;
-      case collective::Collective::kAllToAll:
-        return v1::COLLECTIVE_OP_ALL_TO_ALL;
-      case collective::Collective::kBarrier:
-        return v1::COLLECTIVE_OP_BARRIER;
-      case collective::Collective::kGather:
-        return v1::COLLECTIVE_OP_GATHER;
-      case collective::Collective::kScatter:
-        return v1::COLLECTIVE_OP_SCATTER;
-      case collective::Collective::kAllToAllV:
-        return v1::COLLECTIVE_OP_ALL_TO_ALL_V;
-      case collective::Collective::kSend:
-        return v1::COLLECTIVE_OP_SEND;
-      case collective::Collective::kRecv:
-        return v1::COLLECTIVE_OP_RECV;
-    }
-    return v1::COLLECTIVE_OP_UNSPECIFIED;
   }
 
   absl::Status EnsureStaging(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

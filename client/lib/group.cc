@@ -94,7 +94,7 @@ absl::Status GroupEnd() {
   requests.reserve(calls.size());
   for (const Deferred& d : calls) requests.push_back(d.request);
   std::stable_partition(calls.begin(), calls.end(), [](const Deferred& d) {
-    return d.call.kind == collective::Collective::kSend;
+    return d.call.spec.collective == collective::Collective::kSend;
   });
   for (Deferred& d : calls) {
     d.request->SetDeferred(false);
