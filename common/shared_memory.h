@@ -1,12 +1,13 @@
 #pragma once
 
-// A POSIX shared-memory mapping, shared between a rank (which creates it) and its daemon (which
-// opens it by name while the rank registers it). The name is unlinked as soon as both sides hold
-// a mapping, so nothing is left in /dev/shm when either process dies.
+// Memory shared between a rank and its daemon: an anonymous memfd that the rank creates, sizes and
+// seals against shrinking and growing, and whose descriptor it hands to the daemon over the
+// session socket (SCM_RIGHTS). Nothing is ever opened by name, so no other process can reach the
+// memory through /dev/shm, and a sealed object cannot shrink under a mapping (which would make
+// the daemon's accesses fault with SIGBUS).
 
 #include <cstddef>
 #include <memory>
-#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -14,15 +15,18 @@ namespace baton {
 
 class SharedMemory {
  public:
-  // Creates a new object `name` (must start with '/') of `size` bytes, mode 0600, and maps it.
-  // AlreadyExists if the name is taken.
-  static absl::StatusOr<std::unique_ptr<SharedMemory>> Create(const std::string& name, size_t size);
+  // Creates and maps a sealed memfd of `size` bytes (`label` names it in /proc/<pid>/fd). The
+  // descriptor stays open, for passing to the daemon, until CloseFd().
+  static absl::StatusOr<std::unique_ptr<SharedMemory>> Create(size_t size, const char* label);
 
-  // Maps an existing object. InvalidArgument if it is smaller than `size`; NotFound if absent.
-  static absl::StatusOr<std::unique_ptr<SharedMemory>> Open(const std::string& name, size_t size);
+  // Maps `size` bytes of a descriptor a rank passed: it must be a regular memfd sealed against
+  // shrinking (F_SEAL_SHRINK) and hold at least `size` bytes (InvalidArgument otherwise, saying
+  // which). Does not take the descriptor: the caller closes it.
+  static absl::StatusOr<std::unique_ptr<SharedMemory>> Map(int fd, size_t size);
 
-  // Removes the name (the mapping stays valid). Idempotent.
-  void Unlink();
+  // The descriptor of a created object (-1 once closed, and for mapped ones).
+  int fd() const { return fd_; }
+  void CloseFd();
 
   ~SharedMemory();
   SharedMemory(const SharedMemory&) = delete;
@@ -30,16 +34,13 @@ class SharedMemory {
 
   void* data() const { return data_; }
   size_t size() const { return size_; }
-  const std::string& name() const { return name_; }
 
  private:
-  SharedMemory(std::string name, void* data, size_t size, bool owns_name)
-      : name_(std::move(name)), data_(data), size_(size), owns_name_(owns_name) {}
+  SharedMemory(void* data, size_t size, int fd) : data_(data), size_(size), fd_(fd) {}
 
-  std::string name_;
   void* data_;
   size_t size_;
-  bool owns_name_;  // we created it and have not unlinked it yet
+  int fd_;
 };
 
 }  // namespace baton

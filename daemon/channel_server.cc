@@ -31,25 +31,25 @@ absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor
   return call;
 }
 
-absl::StatusOr<std::unique_ptr<ChannelServer>> ChannelServer::Open(const std::string& shm_name,
-                                                                   uint64_t session_id,
-                                                                   uint64_t comm_tag, int rank,
-                                                                   Runner run,
-                                                                   absl::Duration spin) {
-  absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
-      SharedMemory::Open(shm_name, channel::kChannelBytes);
-  if (!memory.ok()) return memory.status();
-  const auto* page = static_cast<const channel::Layout*>((*memory)->data());
+absl::StatusOr<std::unique_ptr<ChannelServer>> ChannelServer::Open(
+    std::shared_ptr<SharedMemory> memory, uint64_t session_id, uint64_t comm_tag, int rank,
+    Runner run, absl::Duration spin) {
+  if (memory == nullptr || memory->size() < channel::kChannelBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a submission channel needs a buffer of at least ", channel::kChannelBytes,
+                     " bytes, not ", memory == nullptr ? 0 : memory->size()));
+  }
+  const auto* page = static_cast<const channel::Layout*>(memory->data());
   if (page->magic != channel::kMagic || page->version != channel::kVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", shm_name, "' is not a version ", channel::kVersion, " submission channel (magic ",
+        "the buffer is not a version ", channel::kVersion, " submission channel (magic ",
         absl::Hex(page->magic), ", version ", page->version, ")"));
   }
   return std::unique_ptr<ChannelServer>(
-      new ChannelServer(std::move(*memory), session_id, comm_tag, rank, std::move(run), spin));
+      new ChannelServer(std::move(memory), session_id, comm_tag, rank, std::move(run), spin));
 }
 
-ChannelServer::ChannelServer(std::unique_ptr<SharedMemory> memory, uint64_t session_id,
+ChannelServer::ChannelServer(std::shared_ptr<SharedMemory> memory, uint64_t session_id,
                              uint64_t comm_tag, int rank, Runner run, absl::Duration spin)
     : memory_(std::move(memory)),
       page_(std::launder(static_cast<channel::Layout*>(memory_->data()))),

@@ -23,10 +23,11 @@ class ChannelServer {
   // Runs one decoded call and returns the algorithm that ran (Node::RunCollective).
   using Runner = std::function<absl::StatusOr<std::string>(const CollectiveCall&)>;
 
-  // Maps the channel `shm_name` that the client created and starts serving it. Calls run as
-  // rank `rank` of communicator `comm_tag` in session `session_id`; what the page holds cannot
-  // change that. InvalidArgument if the page is not a channel of this version.
-  static absl::StatusOr<std::unique_ptr<ChannelServer>> Open(const std::string& shm_name,
+  // Serves the channel page at the start of `memory` (a buffer the client registered, at least
+  // channel::kChannelBytes long). Calls run as rank `rank` of communicator `comm_tag` in session
+  // `session_id`; what the page holds cannot change that. InvalidArgument if the memory is too
+  // small or the page is not a channel of this version.
+  static absl::StatusOr<std::unique_ptr<ChannelServer>> Open(std::shared_ptr<SharedMemory> memory,
                                                              uint64_t session_id, uint64_t comm_tag,
                                                              int rank, Runner run,
                                                              absl::Duration spin);
@@ -46,12 +47,12 @@ class ChannelServer {
                                                const channel::VectorTail& vectors);
 
  private:
-  ChannelServer(std::unique_ptr<SharedMemory> memory, uint64_t session_id, uint64_t comm_tag,
+  ChannelServer(std::shared_ptr<SharedMemory> memory, uint64_t session_id, uint64_t comm_tag,
                 int rank, Runner run, absl::Duration spin);
   // Serves submissions after the one numbered `seen`.
   void Serve(uint32_t seen);
 
-  const std::unique_ptr<SharedMemory> memory_;
+  const std::shared_ptr<SharedMemory> memory_;
   channel::Layout* const page_;
   const uint64_t session_id_;
   const uint64_t comm_tag_;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/session_protocol.h"
 #include "daemon/grpc_status.h"
 #include "spdlog/spdlog.h"
 #include "topology/graph_json.h"
@@ -19,38 +20,13 @@ absl::Time DeadlineFrom(int64_t timeout_ms, absl::Duration fallback) {
 
 }  // namespace
 
-grpc::Status ClientService::OpenSession(grpc::ServerContext*, const v1::OpenSessionRequest* request,
-                                        v1::OpenSessionResponse* response) {
-  response->set_session_id(node_->sessions().Open(request->pid(), request->client_name()));
-  response->set_node_name(node_->self().node_name);
-  spdlog::debug("session {} opened by pid {} ({})", response->session_id(), request->pid(),
-                request->client_name());
-  return grpc::Status::OK;
-}
-
-grpc::Status ClientService::WatchSession(grpc::ServerContext* context,
-                                         const v1::WatchSessionRequest* request,
-                                         grpc::ServerWriter<v1::SessionEvent>*) {
-  const uint64_t session_id = request->session_id();
-  if (!node_->sessions().Exists(session_id)) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, absl::StrCat("unknown session ", session_id));
-  }
-  // The sync API has no cancellation callback, so look every 100 ms; that bounds how long a dead
-  // client's communicators linger.
-  while (!context->IsCancelled() && node_->sessions().Exists(session_id)) {
-    if (shutting_down_->WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "batond is shutting down");
-    }
-  }
-  node_->EndSession(session_id);
-  return grpc::Status::OK;
-}
-
-grpc::Status ClientService::CloseSession(grpc::ServerContext*,
-                                         const v1::CloseSessionRequest* request,
-                                         v1::CloseSessionResponse*) {
-  node_->EndSession(request->session_id());
-  return grpc::Status::OK;
+grpc::Status ClientService::Authenticate(const grpc::ServerContext* context,
+                                         uint64_t session_id) const {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(session::kTokenMetadata);
+  const std::string token =
+      it == metadata.end() ? std::string() : std::string(it->second.data(), it->second.size());
+  return ToGrpc(node_->sessions().Authenticate(session_id, token));
 }
 
 grpc::Status ClientService::CreateCommId(grpc::ServerContext*, const v1::CreateCommIdRequest*,
@@ -59,8 +35,9 @@ grpc::Status ClientService::CreateCommId(grpc::ServerContext*, const v1::CreateC
   return grpc::Status::OK;
 }
 
-grpc::Status ClientService::Join(grpc::ServerContext*, const v1::JoinRequest* request,
+grpc::Status ClientService::Join(grpc::ServerContext* context, const v1::JoinRequest* request,
                                  v1::JoinResponse* response) {
+  if (grpc::Status s = Authenticate(context, request->session_id()); !s.ok()) return s;
   absl::StatusOr<JoinResult> result =
       node_->Join(request->session_id(), request->comm_id(), request->world_size(), request->rank(),
                   DeadlineFrom(request->timeout_ms(), absl::Minutes(5)));
@@ -74,29 +51,16 @@ grpc::Status ClientService::Join(grpc::ServerContext*, const v1::JoinRequest* re
   return grpc::Status::OK;
 }
 
-grpc::Status ClientService::Destroy(grpc::ServerContext*, const v1::DestroyRequest* request,
+grpc::Status ClientService::Destroy(grpc::ServerContext* context, const v1::DestroyRequest* request,
                                     v1::DestroyResponse*) {
+  if (grpc::Status s = Authenticate(context, request->session_id()); !s.ok()) return s;
   return ToGrpc(node_->Destroy(request->session_id(), request->comm_tag(), request->rank()));
 }
 
-grpc::Status ClientService::RegisterBuffer(grpc::ServerContext*,
-                                           const v1::RegisterBufferRequest* request,
-                                           v1::RegisterBufferResponse* response) {
-  absl::StatusOr<uint64_t> id =
-      node_->sessions().RegisterBuffer(request->session_id(), request->shm_name(), request->size());
-  if (!id.ok()) return ToGrpc(id.status());
-  response->set_buffer_id(*id);
-  return grpc::Status::OK;
-}
-
-grpc::Status ClientService::ReleaseBuffer(grpc::ServerContext*,
-                                          const v1::ReleaseBufferRequest* request,
-                                          v1::ReleaseBufferResponse*) {
-  return ToGrpc(node_->sessions().ReleaseBuffer(request->session_id(), request->buffer_id()));
-}
-
-grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::CollectiveRequest* request,
+grpc::Status ClientService::Collective(grpc::ServerContext* context,
+                                       const v1::CollectiveRequest* request,
                                        v1::CollectiveResponse* response) {
+  if (grpc::Status s = Authenticate(context, request->session_id()); !s.ok()) return s;
   CollectiveCall call;
   call.session_id = request->session_id();
   call.comm_tag = request->comm_tag();
@@ -115,15 +79,18 @@ grpc::Status ClientService::Collective(grpc::ServerContext*, const v1::Collectiv
   return grpc::Status::OK;
 }
 
-grpc::Status ClientService::OpenChannel(grpc::ServerContext*, const v1::OpenChannelRequest* request,
+grpc::Status ClientService::OpenChannel(grpc::ServerContext* context,
+                                        const v1::OpenChannelRequest* request,
                                         v1::OpenChannelResponse*) {
+  if (grpc::Status s = Authenticate(context, request->session_id()); !s.ok()) return s;
   return ToGrpc(node_->OpenChannel(request->session_id(), request->comm_tag(), request->rank(),
-                                   request->shm_name()));
+                                   request->buffer_id()));
 }
 
-grpc::Status ClientService::AbortCommunicator(grpc::ServerContext*,
+grpc::Status ClientService::AbortCommunicator(grpc::ServerContext* context,
                                               const v1::AbortCommunicatorRequest* request,
                                               v1::AbortCommunicatorResponse*) {
+  if (grpc::Status s = Authenticate(context, request->session_id()); !s.ok()) return s;
   // The reason reaches every rank's error messages: bound it.
   constexpr size_t kMaxReason = 512;
   return ToGrpc(node_->AbortCommunicator(request->session_id(), request->comm_tag(),
@@ -180,8 +147,9 @@ grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusR
   return grpc::Status::OK;
 }
 
-grpc::Status ClientService::Explain(grpc::ServerContext*, const v1::ExplainRequest* request,
+grpc::Status ClientService::Explain(grpc::ServerContext* context, const v1::ExplainRequest* request,
                                     v1::ExplainResponse* response) {
+  if (grpc::Status s = Authenticate(context, request->session_id()); !s.ok()) return s;
   std::optional<collective::Collective> kind = collective::ParseCollective(request->collective());
   if (!kind) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -1,6 +1,8 @@
 #pragma once
 
-// The client API (gRPC over the daemon's unix socket) on top of Node.
+// The client API (gRPC over the daemon's unix socket) on top of Node. Every call that names a
+// session must carry that session's token (common/session_protocol.h); sessions themselves are
+// opened and ended on the session socket (daemon/session_server.h).
 
 #include "absl/synchronization/notification.h"
 #include "baton/v1/baton.grpc.pb.h"
@@ -17,27 +19,16 @@ struct DaemonInfo {
 
 class ClientService final : public v1::Client::Service {
  public:
-  // `shutting_down` is notified when the daemon stops; session watches then return.
+  // `shutting_down` is notified when the daemon stops.
   ClientService(Node* node, DaemonInfo info, const absl::Notification* shutting_down)
       : node_(node), info_(std::move(info)), shutting_down_(shutting_down) {}
 
-  grpc::Status OpenSession(grpc::ServerContext* context, const v1::OpenSessionRequest* request,
-                           v1::OpenSessionResponse* response) override;
-  grpc::Status WatchSession(grpc::ServerContext* context, const v1::WatchSessionRequest* request,
-                            grpc::ServerWriter<v1::SessionEvent>* writer) override;
-  grpc::Status CloseSession(grpc::ServerContext* context, const v1::CloseSessionRequest* request,
-                            v1::CloseSessionResponse* response) override;
   grpc::Status CreateCommId(grpc::ServerContext* context, const v1::CreateCommIdRequest* request,
                             v1::CreateCommIdResponse* response) override;
   grpc::Status Join(grpc::ServerContext* context, const v1::JoinRequest* request,
                     v1::JoinResponse* response) override;
   grpc::Status Destroy(grpc::ServerContext* context, const v1::DestroyRequest* request,
                        v1::DestroyResponse* response) override;
-  grpc::Status RegisterBuffer(grpc::ServerContext* context,
-                              const v1::RegisterBufferRequest* request,
-                              v1::RegisterBufferResponse* response) override;
-  grpc::Status ReleaseBuffer(grpc::ServerContext* context, const v1::ReleaseBufferRequest* request,
-                             v1::ReleaseBufferResponse* response) override;
   grpc::Status Collective(grpc::ServerContext* context, const v1::CollectiveRequest* request,
                           v1::CollectiveResponse* response) override;
   grpc::Status OpenChannel(grpc::ServerContext* context, const v1::OpenChannelRequest* request,
@@ -53,6 +44,9 @@ class ClientService final : public v1::Client::Service {
                            v1::Topology* response) override;
 
  private:
+  // OK when the call carries session `session_id`'s token (Unauthenticated otherwise).
+  grpc::Status Authenticate(const grpc::ServerContext* context, uint64_t session_id) const;
+
   Node* const node_;
   const DaemonInfo info_;
   const absl::Notification* const shutting_down_;

@@ -3,8 +3,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 
 namespace baton::daemon {
@@ -60,6 +64,29 @@ void RegisterOptions(OptionSet& options, Config& config) {
                  "TCP connections to each peer daemon that messages of 256 KiB and more take "
                  "turns on, so that as many threads copy one link's bulk data in parallel (1 to "
                  "16)");
+  options.AddString("allowed_uids", &config.allowed_uids,
+                    "comma-separated uids that may open sessions on the client socket (root "
+                    "always may); with allowed_gids empty as well, anyone who can open the socket");
+  options.AddString("allowed_gids", &config.allowed_gids,
+                    "comma-separated group ids whose members (by primary group) may open sessions");
+  options.AddInt("max_sessions", &config.max_sessions,
+                 "client sessions this daemon keeps at once (1 to 65536)");
+  options.AddInt("max_sessions_per_uid", &config.max_sessions_per_uid,
+                 "client sessions one uid may hold at once (1 to max_sessions)");
+  options.AddInt("max_buffers_per_session", &config.max_buffers_per_session,
+                 "shared-memory buffers one session may register at once (1 to 1048576)");
+  options.AddDuration("session_handshake_timeout", &config.session_handshake_timeout,
+                      "how long a connection to the session socket may take to open its session "
+                      "before it is closed");
+}
+
+std::vector<uint32_t> ParseIdList(const std::string& list) {
+  std::vector<uint32_t> ids;
+  for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+    uint32_t id;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id)) ids.push_back(id);
+  }
+  return ids;
 }
 
 absl::Status CheckChunkBytes(int64_t chunk_bytes, absl::string_view where) {
@@ -103,6 +130,34 @@ absl::Status FinalizeConfig(Config& config) {
   }
   if (config.peer_linger < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("peer_linger must not be negative");
+  }
+  for (const auto& [name, list] :
+       {std::pair<const char*, const std::string&>{"allowed_uids", config.allowed_uids},
+        {"allowed_gids", config.allowed_gids}}) {
+    for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
+      uint32_t id;
+      if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, " must be comma-separated numeric ids; '", part.substr(0, 32), "' is not one"));
+      }
+    }
+  }
+  if (config.max_sessions < 1 || config.max_sessions > 65536) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_sessions must be between 1 and 65536, got ", config.max_sessions));
+  }
+  if (config.max_sessions_per_uid < 1 || config.max_sessions_per_uid > config.max_sessions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_sessions_per_uid must be between 1 and max_sessions, got ",
+                     config.max_sessions_per_uid));
+  }
+  if (config.max_buffers_per_session < 1 || config.max_buffers_per_session > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_buffers_per_session must be between 1 and 1048576, got ",
+                     config.max_buffers_per_session));
+  }
+  if (config.session_handshake_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("session_handshake_timeout must be positive");
   }
   if (config.tcp_streams < 1 || config.tcp_streams > 16) {
     return absl::InvalidArgumentError(

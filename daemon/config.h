@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -37,7 +38,18 @@ struct Config {
   int64_t tcp_streams = 1;
   // Let all_reduce algorithm choices follow measured times (collective::MeasuredTimes).
   bool tuner_learn = true;
+  // Who may open sessions (comma-separated uids and group ids; both empty: anyone who can reach
+  // the socket), and how many sessions and buffers the daemon keeps.
+  std::string allowed_uids;
+  std::string allowed_gids;
+  int64_t max_sessions = 4096;
+  int64_t max_sessions_per_uid = 1024;
+  int64_t max_buffers_per_session = 4096;
+  absl::Duration session_handshake_timeout = absl::Seconds(5);
 };
+
+// The parsed allow-lists (FinalizeConfig checks that they parse).
+std::vector<uint32_t> ParseIdList(const std::string& list);
 
 // Registers every Config field on `options`, pointing at `config`.
 void RegisterOptions(OptionSet& options, Config& config);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "common/session_protocol.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
 #include "common/version.h"
@@ -25,6 +26,7 @@
 #include "daemon/metrics.h"
 #include "daemon/node.h"
 #include "daemon/peer_service.h"
+#include "daemon/session_server.h"
 #include "daemon/systemd_notify.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -159,7 +161,7 @@ class DaemonImpl final : public Daemon {
     DaemonInfo info{kBatonVersion, http_->address(), absl::Now()};
     client_service_ = std::make_unique<ClientService>(node_.get(), info, &shutting_down_);
     grpc::ServerBuilder client_builder;
-    // Client calls block (Join, Collective, WatchSession) for as long as the operation takes. With
+    // Client calls block (Join, Collective) for as long as the operation takes. With
     // gRPC's default of at most two polling threads, every concurrent call would spawn and then
     // retire a thread; keep enough pollers for a node's ranks instead.
     client_builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
@@ -173,6 +175,16 @@ class DaemonImpl final : public Daemon {
           absl::StrCat("cannot serve the client API on ", config_.socket));
     }
     chmod(config_.socket.c_str(), 0660);
+    SessionServerOptions sessions;
+    sessions.path = session::SessionSocketPath(config_.socket);
+    sessions.node_name = self.node_name;
+    sessions.handshake_timeout = config_.session_handshake_timeout;
+    for (uint32_t uid : ParseIdList(config_.allowed_uids)) sessions.allowed_uids.push_back(uid);
+    for (uint32_t gid : ParseIdList(config_.allowed_gids)) sessions.allowed_gids.push_back(gid);
+    BATON_ASSIGN_OR_RETURN(
+        session_server_,
+        SessionServer::Start(std::move(sessions), &node_->sessions(),
+                             [node = node_.get()](uint64_t id) { node->EndSession(id); }));
     serving_ = true;
 
     spdlog::info("batond {} serving as node {}: client {} peer {} data {} metrics {}",
@@ -210,6 +222,7 @@ class DaemonImpl final : public Daemon {
       node_->CloseAllChannels();
     }
     const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(3);
+    session_server_.reset();  // ends every session
     if (client_server_ != nullptr) client_server_->Shutdown(deadline);
     if (peer_server_ != nullptr) peer_server_->Shutdown(deadline);
     http_.reset();
@@ -278,6 +291,7 @@ class DaemonImpl final : public Daemon {
   std::thread watchdog_;
   std::unique_ptr<ClientService> client_service_;
   std::unique_ptr<grpc::Server> client_server_;
+  std::unique_ptr<SessionServer> session_server_;
 };
 
 }  // namespace

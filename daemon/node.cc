@@ -35,6 +35,9 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
       observer_(observer),
       topology_(std::move(topology)),
       rendezvous_([this](Plan& plan) { FinishPlan(plan); }),
+      sessions_(SessionLimits{static_cast<int>(config.max_sessions),
+                              static_cast<int>(config.max_sessions_per_uid),
+                              static_cast<int>(config.max_buffers_per_session)}),
       directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
                  config.peer_linger),
       communicators_([this](const Plan& plan) -> absl::StatusOr<std::shared_ptr<Communicator>> {
@@ -303,16 +306,18 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
 }
 
 absl::Status Node::OpenChannel(uint64_t session_id, uint64_t comm_tag, int rank,
-                               const std::string& shm_name) {
+                               uint64_t buffer_id) {
   std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
   if (comm == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(comm_tag)));
   }
   BATON_RETURN_IF_ERROR(comm->CheckAttached(rank, session_id));
+  BATON_ASSIGN_OR_RETURN(BufferRegion page,
+                         sessions_.Resolve(session_id, buffer_id, 0, channel::kChannelBytes));
   BATON_ASSIGN_OR_RETURN(
       std::unique_ptr<ChannelServer> server,
       ChannelServer::Open(
-          shm_name, session_id, comm_tag, rank,
+          std::move(page.pin), session_id, comm_tag, rank,
           [this](const CollectiveCall& call) { return RunCollective(call); }, config_.submit_spin));
   CloseChannels([&](const ChannelServer& c) {
     return c.session_id() == session_id && c.comm_tag() == comm_tag && c.rank() == rank;

@@ -83,10 +83,10 @@ class Node {
                                   int rank, absl::Time deadline);
   absl::Status Destroy(uint64_t session_id, uint64_t comm_tag, int rank);
   absl::StatusOr<std::string> RunCollective(const CollectiveCall& call);
-  // Serves the submission channel `shm_name` for rank `rank` of a communicator, which the session
-  // must have attached (PermissionDenied otherwise), replacing any earlier channel of that rank.
-  absl::Status OpenChannel(uint64_t session_id, uint64_t comm_tag, int rank,
-                           const std::string& shm_name);
+  // Serves the submission channel in the session's buffer `buffer_id` for rank `rank` of a
+  // communicator, which the session must have attached (PermissionDenied otherwise), replacing
+  // any earlier channel of that rank.
+  absl::Status OpenChannel(uint64_t session_id, uint64_t comm_tag, int rank, uint64_t buffer_id);
   // Tears down everything a session owned (its process went away or closed it).
   void EndSession(uint64_t session_id);
   // The tuner's prediction for a collective of `count` elements of `data_type` (counted as

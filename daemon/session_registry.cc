@@ -1,6 +1,7 @@
 #include "daemon/session_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/secure_random.h"
 
 namespace baton::daemon {
 namespace {
@@ -11,16 +12,31 @@ absl::Status UnknownSession(uint64_t session_id) {
 
 }  // namespace
 
-uint64_t SessionRegistry::Open(int64_t pid, const std::string& client_name) {
+absl::StatusOr<SessionRegistry::Grant> SessionRegistry::Open(const PeerCredentials& peer,
+                                                             const std::string& client_name) {
   absl::MutexLock lock(&mu_);
-  const uint64_t id = next_session_id_++;
-  sessions_[id] = Session{pid, client_name, {}};
-  return id;
+  if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this daemon has ", sessions_.size(), " sessions, its limit (max_sessions)"));
+  }
+  int& of_uid = sessions_per_uid_[peer.uid];
+  if (of_uid >= limits_.max_sessions_per_uid) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", peer.uid, " has ", of_uid, " sessions, its limit (max_sessions_per_uid)"));
+  }
+  ++of_uid;
+  Grant grant{next_session_id_++, SecureRandomHex(16)};
+  sessions_[grant.id] = Session{peer, client_name, grant.token, {}};
+  return grant;
 }
 
 absl::Status SessionRegistry::Close(uint64_t session_id) {
   absl::MutexLock lock(&mu_);
-  if (sessions_.erase(session_id) == 0) return UnknownSession(session_id);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return UnknownSession(session_id);
+  auto uid = sessions_per_uid_.find(it->second.peer.uid);
+  if (uid != sessions_per_uid_.end() && --uid->second <= 0) sessions_per_uid_.erase(uid);
+  sessions_.erase(it);
   return absl::OkStatus();
 }
 
@@ -34,12 +50,30 @@ int SessionRegistry::Count() const {
   return static_cast<int>(sessions_.size());
 }
 
-absl::StatusOr<uint64_t> SessionRegistry::RegisterBuffer(uint64_t session_id,
-                                                         const std::string& shm_name,
+absl::Status SessionRegistry::Authenticate(uint64_t session_id, const std::string& token) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end() || !ConstantTimeEquals(it->second.token, token)) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "session ", session_id, " is not this caller's (a missing or wrong session token)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::RegisterBuffer(uint64_t session_id, int fd,
                                                          uint64_t size) {
-  if (!Exists(session_id)) return UnknownSession(session_id);
-  // Map outside the lock: it is a system call and the object is the client's.
-  absl::StatusOr<std::unique_ptr<SharedMemory>> memory = SharedMemory::Open(shm_name, size);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(session_id);
+    if (it == sessions_.end()) return UnknownSession(session_id);
+    if (static_cast<int>(it->second.buffers.size()) >= limits_.max_buffers_per_session) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("session ", session_id, " has ", it->second.buffers.size(),
+                       " buffers, its limit (max_buffers_per_session)"));
+    }
+  }
+  // Map outside the lock: it is a system call and the memory is the client's.
+  absl::StatusOr<std::unique_ptr<SharedMemory>> memory = SharedMemory::Map(fd, size);
   if (!memory.ok()) return memory.status();
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);

@@ -1,7 +1,11 @@
 #pragma once
 
-// Client sessions and the shared-memory buffers they registered. A buffer stays mapped while any
+// Client sessions and the shared-memory buffers they registered. A session belongs to the process
+// that opened it on the session socket (its pid, uid and gid as the kernel reported them) and is
+// reached only with its token (common/session_protocol.h). A buffer stays mapped while any
 // operation still uses it, even if its session goes away meanwhile.
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/shared_memory.h"
+#include "common/unix_socket.h"
 
 namespace baton::daemon {
 
@@ -23,18 +28,35 @@ struct BufferRegion {
   std::byte* data = nullptr;
 };
 
+struct SessionLimits {
+  int max_sessions = 4096;             // on this daemon
+  int max_sessions_per_uid = 1024;     // of one user
+  int max_buffers_per_session = 4096;  // registered at once
+};
+
 class SessionRegistry {
  public:
-  uint64_t Open(int64_t pid, const std::string& client_name);
+  explicit SessionRegistry(SessionLimits limits = {}) : limits_(limits) {}
+
+  struct Grant {
+    uint64_t id = 0;
+    std::string token;  // 32 hex digits
+  };
+  // A new session for the process `peer`. ResourceExhausted past a limit (naming it).
+  absl::StatusOr<Grant> Open(const PeerCredentials& peer, const std::string& client_name);
   // Forgets a session and its buffers. NotFound if unknown.
   absl::Status Close(uint64_t session_id);
   bool Exists(uint64_t session_id) const;
   int Count() const;
 
-  // Maps the client's shared-memory object. NotFound for an unknown session or object;
-  // InvalidArgument if the object is smaller than `size`.
-  absl::StatusOr<uint64_t> RegisterBuffer(uint64_t session_id, const std::string& shm_name,
-                                          uint64_t size);
+  // OK when `token` is session `session_id`'s; else Unauthenticated, the same for a wrong token
+  // and an unknown session (which sessions exist is not revealed).
+  absl::Status Authenticate(uint64_t session_id, const std::string& token) const;
+
+  // Maps `size` bytes of the memfd `fd` (the caller keeps and closes it) as a buffer of the
+  // session. InvalidArgument for memory that is not sealed or is too small; ResourceExhausted
+  // past the per-session limit.
+  absl::StatusOr<uint64_t> RegisterBuffer(uint64_t session_id, int fd, uint64_t size);
   absl::Status ReleaseBuffer(uint64_t session_id, uint64_t buffer_id);
 
   // The address of bytes [offset, offset + bytes) of a buffer. NotFound for an unknown session;
@@ -44,15 +66,18 @@ class SessionRegistry {
 
  private:
   struct Session {
-    int64_t pid = 0;
+    PeerCredentials peer;
     std::string client_name;
+    std::string token;
     absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemory>> buffers;
   };
 
+  const SessionLimits limits_;
   mutable absl::Mutex mu_;
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_buffer_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uid_t, int> sessions_per_uid_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace baton::daemon

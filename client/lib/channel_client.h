@@ -7,13 +7,13 @@
 #include <atomic>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/lib/session.h"
-#include "common/shared_memory.h"
 #include "common/spin.h"
 #include "common/submission_channel.h"
 
@@ -25,30 +25,34 @@ class ChannelClient {
  public:
   // Creates a channel for rank `rank` of communicator `comm_tag` and has the daemon attach it.
   // On failure the rank keeps using the gRPC path; the status says why.
-  static absl::StatusOr<std::unique_ptr<ChannelClient>> Open(Session& session, uint64_t comm_tag,
-                                                             int rank) {
-    static std::atomic<uint64_t> counter{0};
-    const std::string name =
-        absl::StrCat("/baton.", getpid(), ".", session.id(), ".channel.", counter.fetch_add(1));
-    absl::StatusOr<std::unique_ptr<SharedMemory>> memory =
-        SharedMemory::Create(name, channel::kChannelBytes);
+  static absl::StatusOr<std::unique_ptr<ChannelClient>> Open(std::shared_ptr<Session> session,
+                                                             uint64_t comm_tag, int rank) {
+    // The page is a buffer of the session, registered like any other.
+    absl::StatusOr<void*> memory = session->Allocate(channel::kChannelBytes);
     if (!memory.ok()) return memory.status();
-    auto* page = new ((*memory)->data()) channel::Layout;
+    std::optional<v1::BufferRef> buffer = session->Find(*memory, channel::kChannelBytes);
+    auto* page = new (*memory) channel::Layout;
     page->magic = channel::kMagic;
     page->version = channel::kVersion;
     v1::OpenChannelRequest request;
-    request.set_session_id(session.id());
+    request.set_session_id(session->id());
     request.set_comm_tag(comm_tag);
     request.set_rank(rank);
-    request.set_shm_name(name);
+    request.set_buffer_id(buffer ? buffer->buffer_id() : 0);
     v1::OpenChannelResponse response;
     grpc::ClientContext context;
-    SetDeadline(context, kControlTimeout);
-    absl::Status status = FromGrpc(session.stub()->OpenChannel(&context, request, &response));
-    (*memory)->Unlink();
-    if (!status.ok()) return status;
-    return std::unique_ptr<ChannelClient>(new ChannelClient(std::move(*memory), page));
+    session->Prepare(context, kControlTimeout);
+    absl::Status status = FromGrpc(session->stub()->OpenChannel(&context, request, &response));
+    if (!status.ok()) {
+      session->Free(*memory).IgnoreError();
+      return status;
+    }
+    return std::unique_ptr<ChannelClient>(new ChannelClient(std::move(session), page));
   }
+
+  ~ChannelClient() { session_->Free(page_).IgnoreError(); }
+  ChannelClient(const ChannelClient&) = delete;
+  ChannelClient& operator=(const ChannelClient&) = delete;
 
   // Runs one operation; returns the algorithm the daemon ran. After a failure to hear back (the
   // daemon closed the channel or vanished, or did not answer by the deadline) every later call
@@ -101,10 +105,10 @@ class ChannelClient {
   channel::VectorTail& vectors() { return page_->vectors; }
 
  private:
-  ChannelClient(std::unique_ptr<SharedMemory> memory, channel::Layout* page)
-      : memory_(std::move(memory)), page_(page) {}
+  ChannelClient(std::shared_ptr<Session> session, channel::Layout* page)
+      : session_(std::move(session)), page_(page) {}
 
-  const std::unique_ptr<SharedMemory> memory_;
+  const std::shared_ptr<Session> session_;
   channel::Layout* const page_;
   // How long a result may still come after the daemon's session stream ended.
   static constexpr absl::Duration kLostGrace = absl::Seconds(1);

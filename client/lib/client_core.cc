@@ -3,10 +3,14 @@
 
 #include "client/lib/client_core.h"
 
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -190,7 +194,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     request.set_count(count);
     v1::ExplainResponse response;
     grpc::ClientContext context;
-    SetDeadline(context, kControlTimeout);
+    session_->Prepare(context, kControlTimeout);
     absl::Status status = FromGrpc(session_->stub()->Explain(&context, request, &response));
     if (!status.ok()) return status;
     std::vector<AlgorithmEstimate> estimates;
@@ -233,7 +237,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     request.set_reason(std::string{reason.substr(0, kMaxReason)});
     v1::AbortCommunicatorResponse response;
     grpc::ClientContext context;
-    SetDeadline(context, kAbortTimeout);
+    session_->Prepare(context, kAbortTimeout);
     absl::Status status =
         FromGrpc(session_->stub()->AbortCommunicator(&context, request, &response));
     if (!status.ok()) {
@@ -262,7 +266,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     request.set_rank(rank_);
     v1::DestroyResponse response;
     grpc::ClientContext context;
-    SetDeadline(context, kControlTimeout);
+    session_->Prepare(context, kControlTimeout);
     return FromGrpc(session_->stub()->Destroy(&context, request, &response));
   }
 
@@ -392,13 +396,22 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
 
     // Registered memory is used in place; anything else goes through the staging buffer, which
     // holds the staged input at offset 0 and the staged output after it.
-    std::optional<v1::BufferRef> send_ref =
-        send_bytes > 0 ? session_->Find(call.send, send_bytes) : std::nullopt;
-    std::optional<v1::BufferRef> recv_ref =
-        recv_bytes > 0 ? session_->Find(call.recv, recv_bytes) : std::nullopt;
+    // A pointer into an Allocate()d buffer must fit in it: the library knows its size, and
+    // staging would write past its end.
+    std::optional<v1::BufferRef> send_ref, recv_ref;
+    if (send_bytes > 0) {
+      BATON_ASSIGN_OR_RETURN(send_ref, InBuffer("send", call.send, send_bytes));
+    }
+    if (recv_bytes > 0) {
+      BATON_ASSIGN_OR_RETURN(recv_ref, InBuffer("recv", call.recv, recv_bytes));
+    }
     const size_t send_staged = send_bytes > 0 && !send_ref ? send_bytes : 0;
     const bool recv_staged = recv_bytes > 0 && !recv_ref;
     if (send_staged > 0 || recv_staged) {
+      if (recv_staged && recv_bytes > SIZE_MAX - send_staged) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "cannot stage ", send_staged, " + ", recv_bytes, " bytes (more than memory holds)"));
+      }
       BATON_RETURN_IF_ERROR(EnsureStaging(send_staged + (recv_staged ? recv_bytes : 0)));
       auto* staging = static_cast<std::byte*>(staging_);
       if (send_staged > 0) {
@@ -478,7 +491,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     grpc::ClientContext context;
     // The daemon enforces the timeout; the RPC deadline only guards against a daemon that
     // vanished.
-    SetDeadline(context, options.timeout + absl::Seconds(10));
+    session_->Prepare(context, options.timeout + absl::Seconds(10));
     {
       absl::MutexLock lock(&queue_mu_);
       if (!abort_status_.ok()) return abort_status_;
@@ -491,6 +504,21 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     }
     if (!status.ok()) return status;
     return response.algorithm();
+  }
+
+  // The registered buffer that holds all of [data, data + bytes); nullopt for memory outside
+  // every Allocate()d buffer (it is staged); InvalidArgument for a range that starts in one and
+  // runs past its end.
+  absl::StatusOr<std::optional<v1::BufferRef>> InBuffer(const char* what, const void* data,
+                                                        size_t bytes) {
+    Session::Found found = session_->Locate(data, bytes);
+    if (found.overrun_of > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " needs ", bytes,
+                       " bytes but its shared buffer (from Allocate or baton_client_alloc) of ",
+                       found.overrun_of, " bytes ends before that"));
+    }
+    return found.ref;
   }
 
   absl::Status EnsureStaging(size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -547,7 +575,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Sess
   request.set_timeout_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout)));
   v1::JoinResponse response;
   grpc::ClientContext context;
-  SetDeadline(context, timeout + absl::Seconds(10));
+  session->Prepare(context, timeout + absl::Seconds(10));
   absl::Status status = FromGrpc(session->stub()->Join(&context, request, &response));
   if (!status.ok()) return status;
   // Operations go through a shared-memory submission channel unless $BATON_SUBMIT=grpc; a daemon
@@ -556,7 +584,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Sess
   const char* submit = std::getenv("BATON_SUBMIT");
   if (submit == nullptr || std::string_view(submit) != "grpc") {
     absl::StatusOr<std::unique_ptr<ChannelClient>> opened =
-        ChannelClient::Open(*session, response.comm_tag(), rank);
+        ChannelClient::Open(session, response.comm_tag(), rank);
     if (opened.ok()) channel = *std::move(opened);
   }
   return std::unique_ptr<Communicator>(new CommunicatorImpl(
@@ -610,30 +638,28 @@ absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorImpl::Split(int color,
 
 class ClientImpl final : public Client {
  public:
-  explicit ClientImpl(std::shared_ptr<Session> session) : session_(std::move(session)) {
-    // Held open for the session's lifetime: if this process dies, the daemon sees the stream end
-    // and tears down what the session owned.
+  explicit ClientImpl(std::shared_ptr<Session> session)
+      : session_(std::move(session)), stop_(eventfd(0, EFD_CLOEXEC)) {
+    // The session lasts as long as its socket: if this process dies, the daemon sees it close and
+    // tears down what the session owned. The daemon hanging up means it went away.
     watch_ = std::thread([this] {
-      v1::WatchSessionRequest request;
-      request.set_session_id(session_->id());
-      auto reader = session_->stub()->WatchSession(&watch_context_, request);
-      v1::SessionEvent event;
-      while (reader->Read(&event)) {
+      pollfd polled[2] = {{session_->socket_fd(), POLLRDHUP, 0}, {stop_, POLLIN, 0}};
+      while (true) {
+        const int ready = poll(polled, 2, -1);
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready < 0 || (polled[1].revents & POLLIN) != 0) return;
+        if (polled[0].revents != 0) break;
       }
-      reader->Finish().IgnoreError();
       session_->MarkLost();
     });
   }
 
   ~ClientImpl() override {
-    v1::CloseSessionRequest request;
-    request.set_session_id(session_->id());
-    v1::CloseSessionResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context, absl::Seconds(5));
-    session_->stub()->CloseSession(&context, request, &response).IgnoreError();
-    watch_context_.TryCancel();
+    const uint64_t one = 1;
+    if (write(stop_, &one, sizeof(one)) != sizeof(one)) session_->Close();  // wakes it too
     watch_.join();
+    close(stop_);
+    session_->Close();
   }
 
   absl::StatusOr<std::string> CreateCommId() override { return CreateCommIdVia(*session_); }
@@ -649,7 +675,7 @@ class ClientImpl final : public Client {
 
  private:
   std::shared_ptr<Session> session_;
-  grpc::ClientContext watch_context_;
+  const int stop_;  // eventfd: stops the watch
   std::thread watch_;
 };
 
@@ -667,18 +693,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socke
     return absl::UnavailableError(
         absl::StrCat("cannot reach batond at ", socket_path, ": is the daemon running?"));
   }
-  auto stub = v1::Client::NewStub(channel);
-  v1::OpenSessionRequest request;
-  request.set_pid(getpid());
-  request.set_client_name("libbaton");
-  v1::OpenSessionResponse response;
-  grpc::ClientContext context;
-  SetDeadline(context, timeout);
-  absl::Status status = FromGrpc(stub->OpenSession(&context, request, &response));
-  if (!status.ok()) return status;
-  auto session =
-      std::make_shared<Session>(std::move(stub), response.session_id(), response.node_name());
-  return std::unique_ptr<Client>(new ClientImpl(std::move(session)));
+  absl::StatusOr<std::shared_ptr<Session>> session =
+      Session::Open(socket_path, v1::Client::NewStub(channel), timeout);
+  if (!session.ok()) return session.status();
+  return std::unique_ptr<Client>(new ClientImpl(*std::move(session)));
 }
 
 }  // namespace baton::core

@@ -1,12 +1,16 @@
 #pragma once
 
-// libbaton's session with its node's daemon: the gRPC stub, the session id, and the shared-memory
-// buffers registered with the daemon (pointer -> buffer resolution). Internal.
+// libbaton's session with its node's daemon: the session socket (common/session_protocol.h) that
+// opened it and carries its shared memory, the session's id and token, the gRPC stub whose calls
+// carry the token, and the buffers registered with the daemon (pointer -> buffer resolution).
+// Internal.
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <optional>
@@ -18,7 +22,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "baton/v1/baton.grpc.pb.h"
+#include "common/session_protocol.h"
 #include "common/shared_memory.h"
+#include "common/unix_socket.h"
 #include "grpcpp/grpcpp.h"
 
 namespace baton::core {
@@ -37,35 +43,80 @@ inline constexpr absl::Duration kControlTimeout = absl::Seconds(30);
 // What a communicator needs of its client: the session, and pointer -> buffer resolution.
 class Session {
  public:
-  Session(std::unique_ptr<v1::Client::Stub> stub, uint64_t id, std::string node_name)
-      : stub_(std::move(stub)), id_(id), node_name_(std::move(node_name)) {}
+  // Opens a session on the daemon whose client socket is `socket_path` (its session socket is
+  // beside it); `stub` talks to that daemon.
+  static absl::StatusOr<std::shared_ptr<Session>> Open(const std::string& socket_path,
+                                                       std::unique_ptr<v1::Client::Stub> stub,
+                                                       absl::Duration timeout) {
+    const std::string path = session::SessionSocketPath(socket_path);
+    absl::StatusOr<int> fd = ConnectUnix(path);
+    if (!fd.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot open a session at ", path, ": ", fd.status().message()));
+    }
+    auto session = std::shared_ptr<Session>(new Session(std::move(stub), *fd));
+    session::Request request;
+    request.type = static_cast<uint32_t>(session::RequestType::kOpen);
+    std::strncpy(request.client_name, "libbaton", sizeof(request.client_name) - 1);
+    absl::StatusOr<session::Reply> reply = session->Exchange(request, -1, timeout);
+    if (!reply.ok()) return reply.status();
+    session->id_ = reply->session_id;
+    session->token_.assign(reply->token, strnlen(reply->token, sizeof(reply->token)));
+    session->node_name_.assign(reply->node_name,
+                               strnlen(reply->node_name, sizeof(reply->node_name)));
+    return session;
+  }
+
+  ~Session() { close(fd_); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   v1::Client::Stub* stub() { return stub_.get(); }
   uint64_t id() const { return id_; }
-  // Set once the session's watch stream to the daemon has ended (the daemon went away).
-  void MarkLost() { lost_.store(true); }
-  bool lost() const { return lost_.load(); }
   const std::string& node_name() const { return node_name_; }
 
+  // Sets a call's deadline and the session's token, which every call naming the session needs.
+  void Prepare(grpc::ClientContext& context, absl::Duration timeout) const {
+    SetDeadline(context, timeout);
+    context.AddMetadata(session::kTokenMetadata, token_);
+  }
+
+  // Ends the session at the daemon (which tears down what it owned) and waits, at most a few
+  // seconds, until the daemon has closed it: from then on every call of the session fails.
+  // Idempotent.
+  void Close() {
+    absl::MutexLock lock(&socket_mu_);
+    shutdown(fd_, SHUT_WR);
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (true) {
+      session::Reply stale;  // a reply nobody waits for any more
+      int stray = -1;
+      absl::StatusOr<size_t> got = RecvPacket(fd_, &stale, sizeof(stale), &stray, deadline);
+      if (stray >= 0) close(stray);
+      if (!got.ok() || *got == 0) break;  // closed by the daemon (or it is gone, or too slow)
+    }
+    shutdown(fd_, SHUT_RDWR);
+  }
+  // The session socket, for watching whether the daemon is still there (it hangs up when it
+  // goes away).
+  int socket_fd() const { return fd_; }
+  // Set once the daemon hung up.
+  void MarkLost() { lost_.store(true); }
+  bool lost() const { return lost_.load(); }
+
   absl::StatusOr<void*> Allocate(size_t bytes) {
-    static std::atomic<uint64_t> counter{0};
-    const std::string name = absl::StrCat("/baton.", getpid(), ".", id_, ".", counter.fetch_add(1));
-    absl::StatusOr<std::unique_ptr<SharedMemory>> memory = SharedMemory::Create(name, bytes);
+    absl::StatusOr<std::unique_ptr<SharedMemory>> memory = SharedMemory::Create(bytes, "baton");
     if (!memory.ok()) return memory.status();
-    v1::RegisterBufferRequest request;
-    request.set_session_id(id_);
-    request.set_shm_name(name);
-    request.set_size(bytes);
-    v1::RegisterBufferResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context, kControlTimeout);
-    absl::Status status = FromGrpc(stub_->RegisterBuffer(&context, request, &response));
-    // Both sides hold a mapping now (or the daemon failed): the name is no longer needed.
-    (*memory)->Unlink();
-    if (!status.ok()) return status;
+    session::Request request;
+    request.type = static_cast<uint32_t>(session::RequestType::kRegister);
+    request.size = bytes;
+    absl::StatusOr<session::Reply> reply = Exchange(request, (*memory)->fd(), kControlTimeout);
+    // The daemon holds its own mapping now (or failed): the descriptor is no longer needed.
+    (*memory)->CloseFd();
+    if (!reply.ok()) return reply.status();
     void* data = (*memory)->data();
     absl::MutexLock lock(&mu_);
-    buffers_[static_cast<std::byte*>(data)] = Buffer{std::move(*memory), response.buffer_id()};
+    buffers_[static_cast<std::byte*>(data)] = Buffer{std::move(*memory), reply->buffer_id};
     return data;
   }
 
@@ -80,41 +131,80 @@ class Session {
       buffer = std::move(it->second);
       buffers_.erase(it);
     }
-    v1::ReleaseBufferRequest request;
-    request.set_session_id(id_);
-    request.set_buffer_id(buffer.id);
-    v1::ReleaseBufferResponse response;
-    grpc::ClientContext context;
-    SetDeadline(context, kControlTimeout);
-    return FromGrpc(stub_->ReleaseBuffer(&context, request, &response));
+    session::Request request;
+    request.type = static_cast<uint32_t>(session::RequestType::kRelease);
+    request.buffer_id = buffer.id;
+    return Exchange(request, -1, kControlTimeout).status();
   }
 
-  // The registered buffer holding [data, data + bytes), if any.
-  std::optional<v1::BufferRef> Find(const void* data, size_t bytes) {
+  // How [data, data + bytes) relates to the registered buffers.
+  struct Found {
+    std::optional<v1::BufferRef> ref;  // the buffer that holds all of it
+    // The size of a registered buffer that holds `data` but not all `bytes` after it (0: none).
+    size_t overrun_of = 0;
+  };
+  Found Locate(const void* data, size_t bytes) {
     const auto* begin = static_cast<const std::byte*>(data);
     absl::MutexLock lock(&mu_);
     auto it = buffers_.upper_bound(const_cast<std::byte*>(begin));
-    if (it == buffers_.begin()) return std::nullopt;
+    if (it == buffers_.begin()) return {};
     --it;
+    const size_t size = it->second.memory->size();
     const size_t offset = static_cast<size_t>(begin - it->first);
-    if (offset > it->second.memory->size() || bytes > it->second.memory->size() - offset) {
-      return std::nullopt;
-    }
+    if (offset >= size && !(offset == 0 && size == 0)) return {};  // past its end: not in it
+    if (bytes > size - offset) return {std::nullopt, size};
     v1::BufferRef ref;
     ref.set_buffer_id(it->second.id);
     ref.set_offset(offset);
-    return ref;
+    return {ref, 0};
+  }
+  // The registered buffer holding [data, data + bytes), if any.
+  std::optional<v1::BufferRef> Find(const void* data, size_t bytes) {
+    return Locate(data, bytes).ref;
   }
 
  private:
+  Session(std::unique_ptr<v1::Client::Stub> stub, int fd) : stub_(std::move(stub)), fd_(fd) {}
+
+  // Sends `request` (with `pass_fd` attached unless -1) and waits for its reply; the reply's
+  // error as a status.
+  absl::StatusOr<session::Reply> Exchange(const session::Request& request, int pass_fd,
+                                          absl::Duration timeout) {
+    absl::MutexLock lock(&socket_mu_);
+    absl::Status sent = SendPacket(fd_, &request, sizeof(request), pass_fd);
+    if (!sent.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("the session with batond is closed or broken: ", sent.message()));
+    }
+    session::Reply reply;
+    int stray = -1;
+    absl::StatusOr<size_t> got =
+        RecvPacket(fd_, &reply, sizeof(reply), &stray, absl::Now() + timeout);
+    if (stray >= 0) close(stray);
+    if (!got.ok()) return got.status();
+    if (*got != sizeof(reply)) {
+      return absl::UnavailableError(*got == 0 ? "batond closed the session"
+                                              : "batond sent a malformed session reply");
+    }
+    if (reply.code != 0) {
+      return absl::Status(
+          static_cast<absl::StatusCode>(reply.code),
+          std::string(reply.message, strnlen(reply.message, sizeof(reply.message))));
+    }
+    return reply;
+  }
+
   struct Buffer {
     std::unique_ptr<SharedMemory> memory;
     uint64_t id = 0;
   };
   std::unique_ptr<v1::Client::Stub> stub_;
-  const uint64_t id_;
-  const std::string node_name_;
+  const int fd_;
+  uint64_t id_ = 0;
+  std::string token_;
+  std::string node_name_;
   std::atomic<bool> lost_{false};
+  absl::Mutex socket_mu_;  // one request and its reply at a time
   absl::Mutex mu_;
   std::map<std::byte*, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
 };

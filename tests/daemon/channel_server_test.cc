@@ -19,16 +19,14 @@ using channel::Layout;
 class ChannelServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    static int counter = 0;
-    memory_ = *SharedMemory::Create(absl::StrCat("/baton-channel-test.", getpid(), ".", counter++),
-                                    channel::kChannelBytes);
+    memory_ = *SharedMemory::Create(channel::kChannelBytes, "channel-test");
     page_ = new (memory_->data()) Layout;
     page_->magic = channel::kMagic;
     page_->version = channel::kVersion;
   }
 
   absl::StatusOr<std::unique_ptr<ChannelServer>> Open(ChannelServer::Runner run) {
-    return ChannelServer::Open(memory_->name(), /*session_id=*/7, /*comm_tag=*/0xabc, /*rank=*/3,
+    return ChannelServer::Open(memory_, /*session_id=*/7, /*comm_tag=*/0xabc, /*rank=*/3,
                                std::move(run), absl::Microseconds(20));
   }
 
@@ -63,7 +61,7 @@ class ChannelServerTest : public ::testing::Test {
     return op;
   }
 
-  std::unique_ptr<SharedMemory> memory_;
+  std::shared_ptr<SharedMemory> memory_;
   Layout* page_ = nullptr;
   uint32_t submitted_ = 0;
 };
@@ -79,7 +77,6 @@ TEST_F(ChannelServerTest, CallsRunAsTheChannelsRankAndResultsComeBack) {
     return std::string("ring");
   });
   ASSERT_TRUE(server.ok()) << server.status();
-  memory_->Unlink();
 
   for (uint64_t count : {1u, 1000u, 5u}) {
     absl::StatusOr<std::string> ran = Submit(AllReduce(count));
@@ -150,6 +147,12 @@ TEST_F(ChannelServerTest, APageThatIsNotAChannelIsRefused) {
   EXPECT_NE(server.status().message().find("is not a version 2 submission channel"),
             std::string::npos)
       << server.status();
+  // Nor is a buffer too small to hold the page.
+  auto small = ChannelServer::Open(
+      *SharedMemory::Create(channel::kChannelBytes - 1, "small"), 7, 0xabc, 3,
+      [](const CollectiveCall&) { return absl::StatusOr<std::string>("ring"); },
+      absl::Microseconds(20));
+  EXPECT_TRUE(absl::IsInvalidArgument(small.status())) << small.status();
 }
 
 TEST_F(ChannelServerTest, StoppingTheServerClosesTheChannelForTheClient) {

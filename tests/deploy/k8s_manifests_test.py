@@ -118,7 +118,10 @@ def check_daemonset(where, ds):
     expect(where, ds, "spec.updateStrategy.type", "RollingUpdate")
     expect(where, ds, "spec.updateStrategy.rollingUpdate.maxUnavailable", 1)
     pod = get(ds, "spec.template.spec", {})
-    for key, want in (("hostNetwork", True), ("hostIPC", True),
+    # Shared memory comes as descriptors over the session socket: no host IPC namespace.
+    if pod.get("hostIPC"):
+        fail(where, "hostIPC is set, but batond needs no host IPC namespace")
+    for key, want in (("hostNetwork", True),
                       ("dnsPolicy", "ClusterFirstWithHostNet"),
                       ("priorityClassName", "system-node-critical")):
         expect(where, pod, key, want)
@@ -168,8 +171,9 @@ def check_daemonset(where, ds):
 
     volumes = {v.get("name"): v for v in pod.get("volumes") or []}
     mounts = {m.get("mountPath"): m.get("name") for m in batond.get("volumeMounts") or []}
-    for host_path, want_type in ((SOCKET_DIR, "DirectoryOrCreate"), ("/dev/shm", None),
-                                 ("/dev/infiniband", "")):
+    if "DAC_OVERRIDE" in (get(batond, "securityContext.capabilities.add") or []):
+        fail(where, "DAC_OVERRIDE is added, but batond opens no file of a rank's")
+    for host_path, want_type in ((SOCKET_DIR, "DirectoryOrCreate"), ("/dev/infiniband", "")):
         volume = next((v for v in volumes.values() if get(v, "hostPath.path") == host_path), None)
         if volume is None:
             fail(where, f"no hostPath volume for {host_path}")

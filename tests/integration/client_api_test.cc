@@ -14,6 +14,7 @@
 #include "common/shared_memory.h"
 #include "common/submission_channel.h"
 #include "grpcpp/grpcpp.h"
+#include "tests/integration/raw_session.h"
 #include "tests/integration/test_cluster.h"
 
 namespace baton {
@@ -27,9 +28,11 @@ class ClientApiTest : public ::testing::Test {
     ASSERT_TRUE(cluster_.ok());
     stub_ = v1::Client::NewStub(grpc::CreateChannel("unix://" + cluster_.daemons()[0].socket,
                                                     grpc::InsecureChannelCredentials()));
-    v1::OpenSessionResponse session;
-    ASSERT_TRUE(Call(&v1::Client::Stub::OpenSession, v1::OpenSessionRequest(), &session).ok());
-    session_ = session.session_id();
+    absl::StatusOr<std::unique_ptr<testing::RawSession>> raw =
+        testing::RawSession::Connect(cluster_.daemons()[0].socket);
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    raw_ = *std::move(raw);
+    session_ = raw_->id();
     v1::CreateCommIdResponse id;
     ASSERT_TRUE(Call(&v1::Client::Stub::CreateCommId, v1::CreateCommIdRequest(), &id).ok());
     v1::JoinRequest join;
@@ -42,22 +45,15 @@ class ClientApiTest : public ::testing::Test {
     ASSERT_TRUE(Call(&v1::Client::Stub::Join, join, &joined).ok());
     tag_ = joined.comm_tag();
     // A 4 KiB buffer shared with the daemon.
-    memory_ = *SharedMemory::Create(absl::StrCat("/baton-api-test.", getpid()), 4096);
-    v1::RegisterBufferRequest reg;
-    reg.set_session_id(session_);
-    reg.set_shm_name(memory_->name());
-    reg.set_size(4096);
-    v1::RegisterBufferResponse registered;
-    ASSERT_TRUE(Call(&v1::Client::Stub::RegisterBuffer, reg, &registered).ok());
-    buffer_ = registered.buffer_id();
-    memory_->Unlink();
+    memory_ = *SharedMemory::Create(4096, "api-test");
+    absl::StatusOr<uint64_t> registered = raw_->Register(*memory_, 4096);
+    ASSERT_TRUE(registered.ok()) << registered.status();
+    buffer_ = *registered;
   }
 
   template <typename Method, typename Request, typename Response>
   grpc::Status Call(Method method, const Request& request, Response* response) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    return ((*stub_).*method)(&context, request, response);
+    return ((*stub_).*method)(raw_->Context().get(), request, response);
   }
 
   // A valid all-reduce of 16 float32 in place; tests break one field at a time.
@@ -91,6 +87,7 @@ class ClientApiTest : public ::testing::Test {
 
   TestCluster cluster_{1};
   std::unique_ptr<v1::Client::Stub> stub_;
+  std::unique_ptr<testing::RawSession> raw_;
   uint64_t session_ = 0;
   uint64_t tag_ = 0;
   uint64_t buffer_ = 0;
@@ -140,14 +137,16 @@ TEST_F(ClientApiTest, EveryMalformedRequestFailsAloneWithAClearError) {
 }
 
 TEST_F(ClientApiTest, ChannelsServeOnlyTheSessionsOwnRanksAndRejectBadOperationsAlone) {
-  std::unique_ptr<SharedMemory> page_memory = *SharedMemory::Create(
-      absl::StrCat("/baton-api-test-channel.", getpid()), channel::kChannelBytes);
+  std::unique_ptr<SharedMemory> page_memory =
+      *SharedMemory::Create(channel::kChannelBytes, "api-test-channel");
   auto* page = new (page_memory->data()) channel::Layout;
+  absl::StatusOr<uint64_t> page_buffer = raw_->Register(*page_memory, channel::kChannelBytes);
+  ASSERT_TRUE(page_buffer.ok()) << page_buffer.status();
   v1::OpenChannelRequest open;
   open.set_session_id(session_);
   open.set_comm_tag(tag_);
   open.set_rank(0);
-  open.set_shm_name(page_memory->name());
+  open.set_buffer_id(*page_buffer);
   v1::OpenChannelResponse opened;
   // Not yet a channel: magic and version are unset.
   grpc::Status status = Call(&v1::Client::Stub::OpenChannel, open, &opened);
@@ -163,12 +162,11 @@ TEST_F(ClientApiTest, ChannelsServeOnlyTheSessionsOwnRanksAndRejectBadOperations
   EXPECT_EQ(Call(&v1::Client::Stub::OpenChannel, wrong, &opened).error_code(),
             grpc::StatusCode::NOT_FOUND);
   wrong = open;
-  wrong.set_shm_name("/baton-api-test-absent");
+  wrong.set_buffer_id(*page_buffer + 100);  // not registered
   EXPECT_EQ(Call(&v1::Client::Stub::OpenChannel, wrong, &opened).error_code(),
-            grpc::StatusCode::NOT_FOUND);
+            grpc::StatusCode::INVALID_ARGUMENT);
   status = Call(&v1::Client::Stub::OpenChannel, open, &opened);
   ASSERT_TRUE(status.ok()) << status.error_message();
-  page_memory->Unlink();
 
   uint32_t submitted = 0;
   auto submit = [&](const channel::OpDescriptor& op) -> absl::StatusOr<std::string> {
@@ -213,17 +211,73 @@ TEST_F(ClientApiTest, ChannelsServeOnlyTheSessionsOwnRanksAndRejectBadOperations
   EXPECT_TRUE(Call(&v1::Client::Stub::Collective, Valid(), &response).ok());
 }
 
-TEST_F(ClientApiTest, RegisteringBadSharedMemoryIsRejected) {
-  v1::RegisterBufferRequest reg;
-  reg.set_session_id(session_);
-  reg.set_shm_name("/baton-api-test-absent");
-  reg.set_size(4096);
-  v1::RegisterBufferResponse response;
-  EXPECT_EQ(Call(&v1::Client::Stub::RegisterBuffer, reg, &response).error_code(),
-            grpc::StatusCode::NOT_FOUND);
-  reg.set_shm_name("../../etc/passwd");
-  EXPECT_EQ(Call(&v1::Client::Stub::RegisterBuffer, reg, &response).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+// Another process on the node that knows (or guesses) this session's id cannot use it: every
+// call naming a session needs that session's token, which only the process that opened it has.
+TEST_F(ClientApiTest, ASessionIsReachedOnlyWithItsToken) {
+  absl::StatusOr<std::unique_ptr<testing::RawSession>> other =
+      testing::RawSession::Connect(cluster_.daemons()[0].socket);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_NE((*other)->id(), session_);
+  EXPECT_NE((*other)->token(), raw_->token());
+  EXPECT_EQ((*other)->token().size(), 32u);
+  auto expect_refused = [&](grpc::ClientContext* context) {
+    v1::CollectiveResponse response;
+    grpc::Status status = stub_->Collective(context, Valid(), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << status.error_message();
+  };
+  // Another session's token, a wrong one, and none.
+  expect_refused((*other)->Context().get());
+  grpc::ClientContext wrong;
+  wrong.AddMetadata(session::kTokenMetadata, std::string(32, '0'));
+  expect_refused(&wrong);
+  grpc::ClientContext none;
+  expect_refused(&none);
+  v1::DestroyRequest destroy;
+  destroy.set_session_id(session_);
+  destroy.set_comm_tag(tag_);
+  v1::DestroyResponse destroyed;
+  EXPECT_EQ(stub_->Destroy((*other)->Context().get(), destroy, &destroyed).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  v1::AbortCommunicatorRequest abort;
+  abort.set_session_id(session_);
+  abort.set_comm_tag(tag_);
+  v1::AbortCommunicatorResponse aborted;
+  EXPECT_EQ(stub_->AbortCommunicator((*other)->Context().get(), abort, &aborted).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  // The session was untouched: its own calls still work.
+  v1::CollectiveResponse response;
+  EXPECT_TRUE(Call(&v1::Client::Stub::Collective, Valid(), &response).ok());
+  // Closing the session socket ends the session: its token opens nothing any more.
+  const std::string token = raw_->token();
+  raw_.reset();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  grpc::Status status;
+  do {
+    grpc::ClientContext context;
+    context.AddMetadata(session::kTokenMetadata, token);
+    status = stub_->Collective(&context, Valid(), &response);
+  } while (status.ok() && absl::Now() < deadline);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << status.error_message();
+}
+
+TEST_F(ClientApiTest, RegisteringMemoryThatCouldShrinkOrIsTooSmallIsRejected) {
+  // Unsealed: its owner could truncate it under the daemon's mapping.
+  const int unsealed = memfd_create("unsealed", MFD_CLOEXEC);
+  ASSERT_GE(unsealed, 0);
+  ASSERT_EQ(ftruncate(unsealed, 4096), 0);
+  session::Request request;
+  request.type = static_cast<uint32_t>(session::RequestType::kRegister);
+  request.size = 4096;
+  absl::StatusOr<session::Reply> reply = raw_->Exchange(request, unsealed);
+  close(unsealed);
+  EXPECT_TRUE(absl::IsInvalidArgument(reply.status())) << reply.status();
+  EXPECT_NE(reply.status().message().find("F_SEAL_SHRINK"), std::string::npos);
+  // Sealed but smaller than claimed; no memory at all.
+  EXPECT_TRUE(absl::IsInvalidArgument(raw_->Register(*memory_, 8192).status()));
+  reply = raw_->Exchange(request);
+  EXPECT_TRUE(absl::IsInvalidArgument(reply.status())) << reply.status();
+  // The session goes on.
+  EXPECT_TRUE(raw_->Register(*memory_, 4096).ok());
 }
 
 }  // namespace

@@ -1,0 +1,294 @@
+#include "daemon/session_server.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/session_protocol.h"
+#include "common/status_macros.h"
+#include "common/thread_name.h"
+#include "spdlog/spdlog.h"
+
+namespace baton::daemon {
+namespace {
+
+// Copies `text` into a fixed field, cut to fit, NUL-terminated.
+template <size_t N>
+void CopyField(char (&field)[N], absl::string_view text) {
+  const size_t n = std::min(text.size(), N - 1);
+  std::memcpy(field, text.data(), n);
+  field[n] = '\0';
+}
+
+// A received descriptor, closed unless taken.
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) : fd_(fd) {}
+  ~OwnedFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+struct SessionServer::Connection {
+  int fd = -1;
+  PeerCredentials peer;
+  uint64_t session_id = 0;  // 0 until kOpen
+  absl::Time accepted;
+};
+
+struct SessionServer::Ending {
+  absl::Mutex mu;
+  std::deque<uint64_t> queue ABSL_GUARDED_BY(mu);
+  bool stop ABSL_GUARDED_BY(mu) = false;
+};
+
+absl::StatusOr<std::unique_ptr<SessionServer>> SessionServer::Start(
+    SessionServerOptions options, SessionRegistry* sessions,
+    std::function<void(uint64_t session_id)> end_session) {
+  BATON_ASSIGN_OR_RETURN(const int listen_fd, ListenUnix(options.path, options.mode));
+  const int wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd < 0) {
+    close(listen_fd);
+    return BATON_ERRNO_STATUS("eventfd");
+  }
+  return std::unique_ptr<SessionServer>(
+      new SessionServer(std::move(options), sessions, std::move(end_session), listen_fd, wake_fd));
+}
+
+SessionServer::SessionServer(SessionServerOptions options, SessionRegistry* sessions,
+                             std::function<void(uint64_t)> end_session, int listen_fd, int wake_fd)
+    : options_(std::move(options)),
+      sessions_(sessions),
+      end_session_(std::move(end_session)),
+      listen_fd_(listen_fd),
+      wake_fd_(wake_fd),
+      ending_(std::make_unique<Ending>()) {
+  reaper_ = std::thread([this] {
+    SetThreadName("baton-sess-end");
+    Reap();
+  });
+  server_ = std::thread([this] {
+    SetThreadName("baton-sessions");
+    Serve();
+  });
+}
+
+SessionServer::~SessionServer() {
+  const uint64_t one = 1;
+  if (write(wake_fd_, &one, sizeof(one)) < 0) spdlog::warn("cannot wake the session server");
+  server_.join();
+  {
+    absl::MutexLock lock(&ending_->mu);
+    ending_->stop = true;
+  }
+  reaper_.join();
+  close(listen_fd_);
+  close(wake_fd_);
+  unlink(options_.path.c_str());
+}
+
+bool SessionServer::Allowed(const PeerCredentials& peer) const {
+  if (options_.allowed_uids.empty() && options_.allowed_gids.empty()) return true;
+  if (peer.uid == 0) return true;
+  return std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(), peer.uid) !=
+             options_.allowed_uids.end() ||
+         std::find(options_.allowed_gids.begin(), options_.allowed_gids.end(), peer.gid) !=
+             options_.allowed_gids.end();
+}
+
+void SessionServer::EndLater(uint64_t session_id) {
+  absl::MutexLock lock(&ending_->mu);
+  ending_->queue.push_back(session_id);
+}
+
+void SessionServer::Reap() {
+  while (true) {
+    uint64_t session_id;
+    {
+      absl::MutexLock lock(&ending_->mu);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ending_->mu) {
+        return !ending_->queue.empty() || ending_->stop;
+      };
+      ending_->mu.Await(absl::Condition(&ready));
+      if (ending_->queue.empty()) return;  // stopping, nothing left
+      session_id = ending_->queue.front();
+      ending_->queue.pop_front();
+    }
+    end_session_(session_id);
+  }
+}
+
+void SessionServer::Serve() {
+  std::vector<Connection> connections;
+  auto drop = [&](size_t i) {
+    Connection& c = connections[i];
+    if (c.session_id != 0) {
+      // The token stops working before the client sees the connection close, so that a client
+      // that closed its session and waited for that knows every later call fails; the teardown
+      // (aborting its communicators) follows on the reaper.
+      sessions_->Close(c.session_id).IgnoreError();
+      --sessions_open_;
+      EndLater(c.session_id);
+    }
+    close(c.fd);
+    if (c.session_id == 0) {
+      --pending_;
+    }
+    connections[i] = connections.back();
+    connections.pop_back();
+  };
+  std::vector<pollfd> polled;
+  while (true) {
+    polled.assign({{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}});
+    absl::Time next_expiry = absl::InfiniteFuture();
+    for (const Connection& c : connections) {
+      polled.push_back({c.fd, POLLIN, 0});
+      if (c.session_id == 0) {
+        next_expiry = std::min(next_expiry, c.accepted + options_.handshake_timeout);
+      }
+    }
+    int timeout_ms = -1;
+    if (next_expiry != absl::InfiniteFuture()) {
+      timeout_ms = static_cast<int>(
+          std::clamp<int64_t>(absl::ToInt64Milliseconds(next_expiry - absl::Now()) + 1, 0, 1000));
+    }
+    const int ready = poll(polled.data(), polled.size(), timeout_ms);
+    if (ready < 0 && errno != EINTR) {
+      spdlog::error("session server: poll failed (errno {}); no new sessions", errno);
+      break;
+    }
+    if (ready > 0 && (polled[1].revents & POLLIN) != 0) break;
+    // Connections first (their indices match `polled`), from the back so that dropping one
+    // (which moves the last into its place) leaves the unvisited ones where they were.
+    for (size_t i = connections.size(); i-- > 0;) {
+      const short events = polled[i + 2].revents;
+      if (events == 0) continue;
+      if ((events & POLLIN) == 0 || !Handle(connections[i])) drop(i);
+    }
+    const absl::Time now = absl::Now();
+    for (size_t i = connections.size(); i-- > 0;) {
+      if (connections[i].session_id == 0 &&
+          now >= connections[i].accepted + options_.handshake_timeout) {
+        spdlog::debug("session socket: pid {} opened no session in {}; closed",
+                      connections[i].peer.pid, absl::FormatDuration(options_.handshake_timeout));
+        drop(i);
+      }
+    }
+    if ((polled[0].revents & POLLIN) != 0) {
+      while (true) {
+        const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+          if (errno == EINTR) continue;
+          if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            spdlog::warn("session socket: accept failed (errno {})", errno);
+          }
+          break;
+        }
+        absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd);
+        if (!peer.ok() || pending_.load() >= options_.max_pending) {
+          if (peer.ok()) {
+            spdlog::warn("session socket: {} connections without a session; refused pid {}",
+                         pending_.load(), peer->pid);
+          }
+          close(fd);
+          continue;
+        }
+        ++pending_;
+        connections.push_back(Connection{fd, *peer, 0, absl::Now()});
+      }
+    }
+  }
+  while (!connections.empty()) drop(connections.size() - 1);
+}
+
+bool SessionServer::Handle(Connection& connection) {
+  session::Request request;
+  int passed = -1;
+  absl::StatusOr<size_t> got = RecvPacket(connection.fd, &request, sizeof(request), &passed);
+  OwnedFd passed_fd(passed);
+  if (!got.ok()) return absl::IsUnavailable(got.status());  // nothing to read after all
+  if (*got == 0) return false;                              // closed
+  session::Reply reply;
+  auto answer = [&](const absl::Status& status) {
+    reply.code = static_cast<int32_t>(status.code());
+    CopyField(reply.message, status.message());
+    return SendPacket(connection.fd, &reply, sizeof(reply)).ok();
+  };
+  if (*got != sizeof(request) || request.magic != session::kMagic ||
+      request.version != session::kVersion) {
+    answer(absl::InvalidArgumentError(absl::StrCat("not a session request of version ",
+                                                   session::kVersion, " (", *got, " bytes)")));
+    return false;
+  }
+  const auto type = static_cast<session::RequestType>(request.type);
+  if (type == session::RequestType::kOpen) {
+    if (connection.session_id != 0) {
+      answer(absl::FailedPreconditionError("this connection has a session already"));
+      return false;
+    }
+    if (!Allowed(connection.peer)) {
+      spdlog::warn("session socket: uid {} gid {} (pid {}) is not allowed", connection.peer.uid,
+                   connection.peer.gid, connection.peer.pid);
+      answer(absl::PermissionDeniedError(absl::StrCat("uid ", connection.peer.uid,
+                                                      " may not use this daemon (allowed_uids, "
+                                                      "allowed_gids)")));
+      return false;
+    }
+    request.client_name[sizeof(request.client_name) - 1] = '\0';
+    const std::string name(request.client_name);
+    absl::StatusOr<SessionRegistry::Grant> grant = sessions_->Open(connection.peer, name);
+    if (!grant.ok()) {
+      spdlog::warn("session socket: pid {}: {}", connection.peer.pid, grant.status().ToString());
+      answer(grant.status());
+      return false;
+    }
+    connection.session_id = grant->id;
+    --pending_;
+    ++sessions_open_;
+    reply.session_id = grant->id;
+    CopyField(reply.token, grant->token);
+    CopyField(reply.node_name, options_.node_name);
+    spdlog::debug("session {} opened by pid {} uid {} ({})", grant->id, connection.peer.pid,
+                  connection.peer.uid, name);
+    return answer(absl::OkStatus());
+  }
+  if (connection.session_id == 0) {
+    answer(absl::FailedPreconditionError("open a session first"));
+    return false;
+  }
+  switch (type) {
+    case session::RequestType::kRegister: {
+      if (passed_fd.get() < 0) {
+        return answer(absl::InvalidArgumentError("a registration needs its memfd attached"));
+      }
+      absl::StatusOr<uint64_t> id =
+          sessions_->RegisterBuffer(connection.session_id, passed_fd.get(), request.size);
+      if (!id.ok()) return answer(id.status());
+      reply.buffer_id = *id;
+      return answer(absl::OkStatus());
+    }
+    case session::RequestType::kRelease:
+      return answer(sessions_->ReleaseBuffer(connection.session_id, request.buffer_id));
+    default:
+      answer(absl::InvalidArgumentError(absl::StrCat("unknown request type ", request.type)));
+      return false;
+  }
+}
+
+}  // namespace baton::daemon
