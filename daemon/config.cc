@@ -75,6 +75,9 @@ void RegisterOptions(OptionSet& options, Config& config) {
                  "client sessions one uid may hold at once (1 to max_sessions)");
   options.AddInt("max_buffers_per_session", &config.max_buffers_per_session,
                  "shared-memory buffers one session may register at once (1 to 1048576)");
+  options.AddInt("max_world_size", &config.max_world_size,
+                 "the most ranks a communicator may have (1 to 16777216); larger joins are "
+                 "refused before anything is allocated for them");
   options.AddDuration("session_handshake_timeout", &config.session_handshake_timeout,
                       "how long a connection to the session socket may take to open its session "
                       "before it is closed");
@@ -155,6 +158,10 @@ absl::Status FinalizeConfig(Config& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_buffers_per_session must be between 1 and 1048576, got ",
                      config.max_buffers_per_session));
+  }
+  if (config.max_world_size < 1 || config.max_world_size > (1 << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_world_size must be between 1 and 16777216, got ", config.max_world_size));
   }
   if (config.session_handshake_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("session_handshake_timeout must be positive");

@@ -45,6 +45,8 @@ struct Config {
   int64_t max_sessions = 4096;
   int64_t max_sessions_per_uid = 1024;
   int64_t max_buffers_per_session = 4096;
+  // The largest communicator a join may ask for.
+  int64_t max_world_size = 65536;
   absl::Duration session_handshake_timeout = absl::Seconds(5);
 };
 

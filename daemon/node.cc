@@ -7,23 +7,44 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "collective/data_type.h"
+#include "common/secure_random.h"
 #include "common/status_macros.h"
+#include "daemon/comm_proof.h"
 #include "spdlog/spdlog.h"
 
 namespace baton::daemon {
 
 absl::StatusOr<CommId> ParseCommId(const std::string& text) {
+  // Messages quote at most the start of what the caller sent.
+  const std::string quoted = text.size() <= 64 ? text : text.substr(0, 64) + "...";
+  if (text.size() > kMaxCommIdBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator id of ", text.size(), " bytes (at most ", kMaxCommIdBytes, ")"));
+  }
   const size_t slash = text.rfind('/');
   if (slash == std::string::npos || slash == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed communicator id '", text,
+    return absl::InvalidArgumentError(absl::StrCat("malformed communicator id '", quoted,
                                                    "': expected <root address>/<32 hex digits>"));
   }
   CommId id{text.substr(0, slash), text.substr(slash + 1)};
   if (!Rendezvous::TagOfSecret(id.secret).ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("malformed communicator id '", text, "': the secret must be 32 hex digits"));
+        absl::StrCat("malformed communicator id '", quoted, "': the secret must be 32 hex digits"));
   }
   return id;
+}
+
+absl::Status CheckWorld(int world_size, int rank, int64_t max_world_size) {
+  if (world_size < 1 || world_size > max_world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("world size must be between 1 and ",
+                                                   max_world_size, " (max_world_size), got ",
+                                                   world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is out of range for world size ", world_size));
+  }
+  return absl::OkStatus();
 }
 
 Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
@@ -70,9 +91,15 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
         options.observer = observer_;
         return std::make_shared<Communicator>(
             plan, index, endpoint_, options, [this](const Plan& p, const absl::Status& reason) {
+              const absl::Status bounded(reason.code(),
+                                         reason.message().substr(0, kMaxAbortMessage));
+              const std::string proof =
+                  AbortProof(p.secret, p.comm_tag, static_cast<int>(bounded.code()),
+                             bounded.message(), self_.node_name);
               for (const PlanDaemon& daemon : p.daemons) {
                 if (daemon.member.data_address == self_.data_address) continue;
-                peers_.AbortAsync(daemon.member.peer_address, p.comm_tag, reason, self_.node_name);
+                peers_.AbortAsync(daemon.member.peer_address, p.comm_tag, bounded, self_.node_name,
+                                  proof);
               }
             });
       }),
@@ -230,19 +257,13 @@ absl::StatusOr<JoinResult> Node::Join(uint64_t session_id, const std::string& co
     return absl::NotFoundError(absl::StrCat("unknown session ", session_id));
   }
   BATON_ASSIGN_OR_RETURN(CommId id, ParseCommId(comm_id));
-  if (world_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("world size must be at least 1, got ", world_size));
-  }
-  if (rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", rank, " is out of range for world size ", world_size));
-  }
+  BATON_RETURN_IF_ERROR(CheckWorld(world_size, rank, config_.max_world_size));
   absl::StatusOr<Plan> plan =
       id.root_address == self_.peer_address
           ? rendezvous_.Join(id.secret, world_size, rank, self_, deadline)
           : peers_.JoinRank(id.root_address, id.secret, world_size, rank, self_, deadline);
   if (!plan.ok()) return plan.status();
+  plan->secret = id.secret;
   BATON_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm, communicators_.GetOrCreate(*plan));
   BATON_RETURN_IF_ERROR(comm->AttachRank(rank, session_id));
   spdlog::info("rank {} of {} joined communicator {:x} ({} daemons)", rank, world_size,
@@ -347,6 +368,7 @@ void Node::EndSession(uint64_t session_id) {
 
 absl::StatusOr<Plan> Node::JoinRank(const std::string& secret, int world_size, int rank,
                                     const Member& member, absl::Time deadline) {
+  BATON_RETURN_IF_ERROR(CheckWorld(world_size, rank, config_.max_world_size));
   return rendezvous_.Join(secret, world_size, rank, member, deadline);
 }
 
@@ -363,11 +385,32 @@ absl::Status Node::AbortCommunicator(uint64_t session_id, uint64_t comm_tag, int
   return absl::OkStatus();
 }
 
-void Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
-                         const std::string& from_node) {
+absl::Status Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
+                                 const std::string& from_node, const std::string& proof) {
+  if (reason.message().size() > kMaxAbortMessage || from_node.size() > 256) {
+    return absl::InvalidArgumentError("an abort's message or node name is too long");
+  }
   std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
-  if (comm == nullptr) return;
+  if (comm == nullptr) return absl::OkStatus();  // gone already (or never here): nothing to do
+  const Plan& plan = comm->plan();
+  bool member = false;
+  for (const PlanDaemon& daemon : plan.daemons) {
+    member = member || (daemon.member.node_name == from_node &&
+                        daemon.member.data_address != self_.data_address);
+  }
+  const std::string expected = AbortProof(plan.secret, comm_tag, static_cast<int>(reason.code()),
+                                          reason.message(), from_node);
+  if (!member || plan.secret.empty() || !ConstantTimeEquals(proof, expected)) {
+    spdlog::warn("refused an abort of communicator {:x} claiming to come from node '{}': {}",
+                 comm_tag, from_node.substr(0, 64),
+                 member ? "no proof of the communicator's secret" : "not a daemon of its plan");
+    return absl::PermissionDeniedError(
+        absl::StrCat("abort of communicator ", absl::Hex(comm_tag), " refused: ",
+                     member ? "no proof of the communicator's secret"
+                            : "the sender is not a daemon of its plan"));
+  }
   comm->Abort(reason, /*notify_peers=*/false);
+  return absl::OkStatus();
 }
 
 void Node::CloseAllChannels() {

@@ -35,7 +35,15 @@ struct CommId {
   std::string root_address;
   std::string secret;
 };
+// The longest abort reason sent to or accepted from other daemons.
+inline constexpr size_t kMaxAbortMessage = 1024;
+
+// The longest communicator id accepted ("<root address>/<32 hex digits>").
+inline constexpr size_t kMaxCommIdBytes = 320;
 absl::StatusOr<CommId> ParseCommId(const std::string& text);
+
+// InvalidArgument unless 1 <= world_size <= max_world_size and rank is one of its ranks.
+absl::Status CheckWorld(int world_size, int rank, int64_t max_world_size);
 
 // This node's hardware, as discovered at start or loaded from a recorded file.
 struct NodeTopology {
@@ -107,7 +115,11 @@ class Node {
   // Peer API.
   absl::StatusOr<Plan> JoinRank(const std::string& secret, int world_size, int rank,
                                 const Member& member, absl::Time deadline);
-  void AbortFromPeer(uint64_t comm_tag, const absl::Status& reason, const std::string& from_node);
+  // Another daemon's abort notice: applied only from a daemon of the communicator's plan that
+  // proves it holds the communicator's secret (daemon/comm_proof.h), PermissionDenied otherwise.
+  // OK for a communicator this daemon does not have (any more).
+  absl::Status AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
+                             const std::string& from_node, const std::string& proof);
 
   // The peer daemons known now (communicator plans, probe_peers, and those still lingering;
   // daemon/peer_directory.h), by peer address.

@@ -113,7 +113,8 @@ absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
 }
 
 void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
-                            const absl::Status& reason, const std::string& from_node) {
+                            const absl::Status& reason, const std::string& from_node,
+                            const std::string& proof) {
   struct Call {
     grpc::ClientContext context;
     v1::AbortRequest request;
@@ -124,6 +125,7 @@ void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
   call->request.set_code(static_cast<int>(reason.code()));
   call->request.set_message(std::string{reason.message()});
   call->request.set_from_node(from_node);
+  call->request.set_proof(proof);
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   StubFor(address)->async()->Abort(
       &call->context, &call->request, &call->response, [call, address](const grpc::Status& status) {

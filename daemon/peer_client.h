@@ -26,7 +26,7 @@ class PeerClient {
   // Tells the daemon at `address` to abort communicator `comm_tag`. Fire and forget: failures are
   // logged, and the call gives up after a few seconds.
   void AbortAsync(const std::string& address, uint64_t comm_tag, const absl::Status& reason,
-                  const std::string& from_node);
+                  const std::string& from_node, const std::string& proof);
 
   // One link probe round trip carrying `send_bytes` to the daemon at `address`; returns who
   // answered.

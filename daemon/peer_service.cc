@@ -1,5 +1,7 @@
 #include "daemon/peer_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
 #include "daemon/peer_client.h"
@@ -32,20 +34,24 @@ grpc::Status PeerService::Abort(grpc::ServerContext*, const v1::AbortRequest* re
   if (code == absl::StatusCode::kOk) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "an abort needs an error code");
   }
-  node->AbortFromPeer(request->comm_tag(), absl::Status(code, request->message()),
-                      request->from_node());
-  return grpc::Status::OK;
+  return ToGrpc(node->AbortFromPeer(request->comm_tag(), absl::Status(code, request->message()),
+                                    request->from_node(), request->proof()));
 }
 
 grpc::Status PeerService::Probe(grpc::ServerContext*, const v1::ProbeRequest* request,
                                 v1::ProbeResponse* response) {
   Node* node = node_.load();
   if (node == nullptr) return kStarting;
-  constexpr int32_t kMaxReplyBytes = 1 << 20;
-  if (request->reply_bytes() < 0 || request->reply_bytes() > kMaxReplyBytes) {
+  // No amplification: the reply carries no more than the request did (and at most 1 MiB), so a
+  // small request cannot make this daemon send a large answer to an address it names.
+  constexpr int64_t kMaxReplyBytes = 1 << 20;
+  const int64_t most =
+      std::min<int64_t>(kMaxReplyBytes, static_cast<int64_t>(request->payload().size()));
+  if (request->reply_bytes() < 0 || request->reply_bytes() > most) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("reply_bytes must be between 0 and ", kMaxReplyBytes, ", got ",
-                                     request->reply_bytes()));
+                        absl::StrCat("reply_bytes must be between 0 and the request's payload "
+                                     "size (at most 1 MiB), ",
+                                     most, " here; got ", request->reply_bytes()));
   }
   *response->mutable_member() = MemberToProto(node->self());
   response->mutable_payload()->resize(static_cast<size_t>(request->reply_bytes()));

@@ -54,6 +54,9 @@ struct Plan {
   // The agreed measured times (collective::MeasuredTimes::Agreed) of the root's last
   // communicator with the same TunerKey, which every daemon starts this one from; empty: none.
   std::vector<int64_t> measured_seed;
+  // The communicator's 128-bit secret as this daemon's ranks presented it (the key of
+  // daemon/comm_proof.h). Local to each daemon: never sent in a plan, never logged.
+  std::string secret;
 
   // What measured times depend on besides the sizes: the daemons in order, their rank counts and
   // the chunk. Communicators with the same key may share measurements.

@@ -1,22 +1,20 @@
 #include "daemon/rendezvous.h"
 
 #include <algorithm>
-#include <random>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/secure_random.h"
 #include "common/status_macros.h"
 #include "topology/planner.h"
 
 namespace baton::daemon {
 
 std::string Rendezvous::CreateSecret() {
-  std::random_device device;
-  std::string secret;
-  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&secret, "%08x", device());
+  std::string secret = SecureRandomHex(16);
   absl::MutexLock lock(&mu_);
   pending_.emplace(secret, Pending{});
   return secret;
@@ -140,13 +138,23 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
   }
   if (plan == nullptr) {
     pending.ranks.erase(rank);
+    // Name the first 32 missing ranks and count the rest: the message stays short however
+    // large the world.
+    constexpr int kNamed = 32;
     std::vector<int> missing;
+    int unnamed = 0;
     for (int r = 0; r < world_size; ++r) {
-      if (!pending.seen.contains(r)) missing.push_back(r);
+      if (pending.seen.contains(r)) continue;
+      if (static_cast<int>(missing.size()) < kNamed) {
+        missing.push_back(r);
+      } else {
+        ++unnamed;
+      }
     }
-    return absl::DeadlineExceededError(absl::StrCat("timed out waiting for ranks [",
-                                                    absl::StrJoin(missing, ", "), "] of ",
-                                                    world_size, " to join the communicator"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("timed out waiting for ranks [", absl::StrJoin(missing, ", "),
+                     unnamed > 0 ? absl::StrCat(" and ", unnamed, " more") : "", "] of ",
+                     world_size, " to join the communicator"));
   }
   if (pending.waiting == 0) pending_.erase(it);
   return *plan;

@@ -260,6 +260,75 @@ TEST_F(ClientApiTest, ASessionIsReachedOnlyWithItsToken) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << status.error_message();
 }
 
+// The peer API's Abort needs more than the communicator's tag (which GetStatus, logs and frames
+// show): the sender must be a daemon of the plan and prove it holds the whole secret. A forged
+// abort changes nothing; a probe cannot make the daemon answer with more than it was sent; a join
+// too large or an id too long is refused, with a short error.
+TEST_F(ClientApiTest, ForgedAbortsAmplifyingProbesAndOversizedJoinsChangeNothing) {
+  auto peer = v1::Peer::NewStub(
+      grpc::CreateChannel(cluster_.daemons()[0].peer_address, grpc::InsecureChannelCredentials()));
+  auto abort = [&](const std::string& from_node, const std::string& proof) {
+    v1::AbortRequest request;
+    request.set_comm_tag(tag_);
+    request.set_code(static_cast<int>(grpc::StatusCode::ABORTED));
+    request.set_message("forged");
+    request.set_from_node(from_node);
+    request.set_proof(proof);
+    v1::AbortResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return peer->Abort(&context, request, &response);
+  };
+  for (const auto& [from, proof] :
+       {std::pair<std::string, std::string>{cluster_.daemons()[0].node_name, ""},
+        {cluster_.daemons()[0].node_name, std::string(64, 'a')},
+        {"some-other-node", std::string(64, 'b')}}) {
+    grpc::Status status = abort(from, proof);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  }
+  v1::CollectiveResponse response;
+  grpc::Status ran = Call(&v1::Client::Stub::Collective, Valid(), &response);
+  EXPECT_TRUE(ran.ok()) << "the communicator was aborted: " << ran.error_message();
+
+  // A probe answers with no more bytes than it was sent.
+  auto probe = [&](size_t payload, int reply) {
+    v1::ProbeRequest request;
+    request.mutable_payload()->resize(payload);
+    request.set_reply_bytes(reply);
+    v1::ProbeResponse answer;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status status = peer->Probe(&context, request, &answer);
+    return status.ok() ? static_cast<int>(answer.payload().size()) : -1;
+  };
+  EXPECT_EQ(probe(4, 1 << 20), -1);
+  EXPECT_EQ(probe(1024, 1024), 1024);
+  EXPECT_EQ(probe(4, 0), 0);
+
+  // A join of 2,000,000 ranks and a comm id of 8 KiB are refused at once, briefly.
+  v1::CreateCommIdResponse id;
+  ASSERT_TRUE(Call(&v1::Client::Stub::CreateCommId, v1::CreateCommIdRequest(), &id).ok());
+  v1::JoinRequest join;
+  join.set_session_id(session_);
+  join.set_comm_id(id.comm_id());
+  join.set_world_size(2000000);
+  join.set_rank(0);
+  join.set_timeout_ms(1000);
+  v1::JoinResponse joined;
+  const absl::Time start = absl::Now();
+  grpc::Status status = Call(&v1::Client::Stub::Join, join, &joined);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("max_world_size"), std::string::npos);
+  join.set_world_size(1);
+  join.set_comm_id(id.comm_id() + std::string(8192, 'f'));
+  status = Call(&v1::Client::Stub::Join, join, &joined);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_LT(status.error_message().size(), 200u) << status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // The session survived both.
+  EXPECT_TRUE(Call(&v1::Client::Stub::Collective, Valid(), &response).ok());
+}
+
 TEST_F(ClientApiTest, RegisteringMemoryThatCouldShrinkOrIsTooSmallIsRejected) {
   // Unsealed: its owner could truncate it under the daemon's mapping.
   const int unsealed = memfd_create("unsealed", MFD_CLOEXEC);
