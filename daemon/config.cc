@@ -78,6 +78,12 @@ void RegisterOptions(OptionSet& options, Config& config) {
   options.AddInt("max_world_size", &config.max_world_size,
                  "the most ranks a communicator may have (1 to 16777216); larger joins are "
                  "refused before anything is allocated for them");
+  options.AddDuration("comm_id_ttl", &config.comm_id_ttl,
+                      "how long a communicator id this daemon created stays valid while no rank "
+                      "has joined with it");
+  options.AddInt("max_pending_comm_ids", &config.max_pending_comm_ids,
+                 "unused communicator ids this daemon keeps (1 to 1048576); beyond that the "
+                 "oldest are forgotten");
   options.AddDuration("session_handshake_timeout", &config.session_handshake_timeout,
                       "how long a connection to the session socket may take to open its session "
                       "before it is closed");
@@ -162,6 +168,13 @@ absl::Status FinalizeConfig(Config& config) {
   if (config.max_world_size < 1 || config.max_world_size > (1 << 24)) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_world_size must be between 1 and 16777216, got ", config.max_world_size));
+  }
+  if (config.comm_id_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("comm_id_ttl must be positive");
+  }
+  if (config.max_pending_comm_ids < 1 || config.max_pending_comm_ids > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_pending_comm_ids must be between 1 and 1048576, got ", config.max_pending_comm_ids));
   }
   if (config.session_handshake_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("session_handshake_timeout must be positive");

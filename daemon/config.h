@@ -47,6 +47,9 @@ struct Config {
   int64_t max_buffers_per_session = 4096;
   // The largest communicator a join may ask for.
   int64_t max_world_size = 65536;
+  // How long a communicator id nobody joined stays valid, and how many such ids the daemon keeps.
+  absl::Duration comm_id_ttl = absl::Hours(1);
+  int64_t max_pending_comm_ids = 16384;
   absl::Duration session_handshake_timeout = absl::Seconds(5);
 };
 

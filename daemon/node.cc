@@ -55,7 +55,9 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
       select_(std::move(select)),
       observer_(observer),
       topology_(std::move(topology)),
-      rendezvous_([this](Plan& plan) { FinishPlan(plan); }),
+      rendezvous_(
+          [this](Plan& plan) { FinishPlan(plan); },
+          Rendezvous::Limits{config.comm_id_ttl, static_cast<size_t>(config.max_pending_comm_ids)}),
       sessions_(SessionLimits{static_cast<int>(config.max_sessions),
                               static_cast<int>(config.max_sessions_per_uid),
                               static_cast<int>(config.max_buffers_per_session)}),

@@ -15,9 +15,36 @@ namespace baton::daemon {
 
 std::string Rendezvous::CreateSecret() {
   std::string secret = SecureRandomHex(16);
+  const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
-  pending_.emplace(secret, Pending{});
+  Pending pending;
+  pending.created = now;
+  pending_.emplace(secret, std::move(pending));
+  created_.emplace_back(now, secret);
+  ForgetUnused(now);
   return secret;
+}
+
+size_t Rendezvous::PendingCount() {
+  absl::MutexLock lock(&mu_);
+  ForgetUnused(absl::Now());
+  return pending_.size();
+}
+
+void Rendezvous::ForgetUnused(absl::Time now) {
+  // created_ is oldest first; an entry whose secret was joined with (or is gone) only leaves the
+  // queue, the join path owns it.
+  while (!created_.empty()) {
+    const auto& [created, secret] = created_.front();
+    const bool expired = now - created >= limits_.unused_ttl;
+    if (!expired && created_.size() <= limits_.max_unused) break;
+    auto it = pending_.find(secret);
+    if (it != pending_.end() && it->second.ranks.empty() && it->second.waiting == 0 &&
+        !it->second.forming && it->second.plan == nullptr) {
+      pending_.erase(it);
+    }
+    created_.pop_front();
+  }
 }
 
 int Rendezvous::Arrived(const std::string& secret) {
@@ -138,6 +165,8 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
   }
   if (plan == nullptr) {
     pending.ranks.erase(rank);
+    // Nobody waits on it any more: it may be joined again, and expires like an unused secret.
+    if (pending.ranks.empty() && pending.waiting == 0) created_.emplace_back(absl::Now(), secret);
     // Name the first 32 missing ranks and count the rest: the message stays short however
     // large the world.
     constexpr int kNamed = 32;

@@ -4,12 +4,15 @@
 // every rank's join is forwarded here; once all ranks of a secret have arrived the plan is
 // computed and returned to every waiting join.
 
+#include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/node_hash_map.h"
@@ -20,6 +23,14 @@
 
 namespace baton::daemon {
 
+// How long a secret nobody has joined with stays valid, and how many such secrets are kept
+// (beyond that the oldest unused ones are forgotten): anyone on the node may create ids, so they
+// must not accumulate.
+struct RendezvousLimits {
+  absl::Duration unused_ttl = absl::Hours(1);
+  size_t max_unused = 16384;
+};
+
 class Rendezvous {
  public:
   // Refines a complete plan before every rank gets it (ring order, link model); runs without the
@@ -27,10 +38,16 @@ class Rendezvous {
   // finish within a few seconds: ranks whose deadline passes meanwhile wait for it.
   using PlanFinisher = std::function<void(Plan& plan)>;
 
-  explicit Rendezvous(PlanFinisher finish = nullptr) : finish_(std::move(finish)) {}
+  using Limits = RendezvousLimits;
 
-  // A new random 128-bit secret (32 lowercase hex digits) that Join will accept.
+  explicit Rendezvous(PlanFinisher finish = nullptr, Limits limits = {})
+      : finish_(std::move(finish)), limits_(limits) {}
+
+  // A new random 128-bit secret (32 lowercase hex digits) that Join will accept, until it has
+  // gone unused for Limits::unused_ttl or Limits::max_unused newer unused ones exist.
   std::string CreateSecret();
+  // Secrets created and not yet joined with, or formed and not yet collected.
+  size_t PendingCount();
 
   // Registers rank `rank` of communicator `secret`, hosted by `member`, and waits until every rank
   // of `world_size` has arrived or `deadline` passes. Errors:
@@ -67,6 +84,7 @@ class Rendezvous {
 
  private:
   struct Pending {
+    absl::Time created;
     int world_size = 0;
     std::map<int, Member> ranks;       // rank -> hosting daemon, of the ranks waiting now
     std::set<int> seen;                // every rank that ever arrived, withdrawn or not
@@ -75,10 +93,16 @@ class Rendezvous {
     int waiting = 0;
   };
 
+  // Forgets unused secrets that expired, and the oldest unused ones beyond the limit.
+  void ForgetUnused(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const PlanFinisher finish_;
+  const Limits limits_;
   absl::Mutex mu_;
   // Node-based: waiters keep a reference to their entry while the lock is released.
   absl::node_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  // Secrets in the order they were created (some may be gone from pending_ already).
+  std::deque<std::pair<absl::Time, std::string>> created_ ABSL_GUARDED_BY(mu_);
   absl::Status stopped_ ABSL_GUARDED_BY(mu_);  // Stop's reason once stopped
 };
 

@@ -171,5 +171,32 @@ TEST(RendezvousTest, TheFinisherRefinesThePlanEveryRankGets) {
   }
 }
 
+// Anyone on the node may create ids: unused ones expire, and only so many are kept (the oldest
+// go first), while ids in use are never forgotten.
+TEST(RendezvousTest, UnusedSecretsExpireAndAreBounded) {
+  Rendezvous::Limits limits;
+  limits.unused_ttl = absl::Milliseconds(200);
+  limits.max_unused = 100;
+  Rendezvous rendezvous(nullptr, limits);
+  const std::string first = rendezvous.CreateSecret();
+  for (int i = 0; i < 10000; ++i) rendezvous.CreateSecret();
+  EXPECT_LE(rendezvous.PendingCount(), 100u);
+  // The oldest was forgotten: joining with it fails as for a secret never created.
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      rendezvous.Join(first, 1, 0, Daemon(0), absl::Now() + absl::Seconds(5)).status()));
+  // One in use (a rank waits on it) outlives the limit and the expiry; the unused ones expire.
+  const std::string used = rendezvous.CreateSecret();
+  absl::StatusOr<Plan> plan;
+  std::thread waiting(
+      [&] { plan = rendezvous.Join(used, 2, 0, Daemon(0), absl::Now() + absl::Seconds(30)); });
+  while (rendezvous.Arrived(used) == 0) absl::SleepFor(absl::Milliseconds(1));
+  for (int i = 0; i < 500; ++i) rendezvous.CreateSecret();
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_EQ(rendezvous.PendingCount(), 1u);
+  ASSERT_TRUE(rendezvous.Join(used, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30)).ok());
+  waiting.join();
+  EXPECT_TRUE(plan.ok()) << plan.status();
+}
+
 }  // namespace
 }  // namespace baton::daemon
