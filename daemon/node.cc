@@ -267,6 +267,7 @@ absl::StatusOr<JoinResult> Node::Join(uint64_t session_id, const std::string& co
   if (!plan.ok()) return plan.status();
   plan->secret = id.secret;
   BATON_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm, communicators_.GetOrCreate(*plan));
+  ApplyEarlyAborts(*comm);
   BATON_RETURN_IF_ERROR(comm->AttachRank(rank, session_id));
   spdlog::info("rank {} of {} joined communicator {:x} ({} daemons)", rank, world_size,
                plan->comm_tag, plan->daemons.size());
@@ -392,27 +393,64 @@ absl::Status Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
   if (reason.message().size() > kMaxAbortMessage || from_node.size() > 256) {
     return absl::InvalidArgumentError("an abort's message or node name is too long");
   }
-  std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
-  if (comm == nullptr) return absl::OkStatus();  // gone already (or never here): nothing to do
-  const Plan& plan = comm->plan();
+  std::shared_ptr<Communicator> comm;
+  {
+    // Looked up and kept under one lock, which ApplyEarlyAborts takes after the communicator
+    // forms: a notice is either applied directly or found there, never lost in between.
+    absl::MutexLock lock(&early_mu_);
+    comm = communicators_.Find(comm_tag);
+    if (comm == nullptr) {
+      // The plan may still be on its way to this daemon's joining ranks (the sender's ranks got
+      // theirs first): keep the notice, bounded, and check it when the communicator forms.
+      const absl::Time now = absl::Now();
+      std::erase_if(early_aborts_,
+                    [&](const EarlyAbort& e) { return now - e.received > kEarlyTtl; });
+      if (early_aborts_.size() < kMaxEarlyAborts) {
+        early_aborts_.push_back({comm_tag, reason, from_node, proof, now});
+      }
+      return absl::OkStatus();
+    }
+  }
+  BATON_RETURN_IF_ERROR(CheckAbortProof(comm->plan(), reason, from_node, proof));
+  comm->Abort(reason, /*notify_peers=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status Node::CheckAbortProof(const Plan& plan, const absl::Status& reason,
+                                   const std::string& from_node, const std::string& proof) const {
   bool member = false;
   for (const PlanDaemon& daemon : plan.daemons) {
     member = member || (daemon.member.node_name == from_node &&
                         daemon.member.data_address != self_.data_address);
   }
-  const std::string expected = AbortProof(plan.secret, comm_tag, static_cast<int>(reason.code()),
-                                          reason.message(), from_node);
-  if (!member || plan.secret.empty() || !ConstantTimeEquals(proof, expected)) {
-    spdlog::warn("refused an abort of communicator {:x} claiming to come from node '{}': {}",
-                 comm_tag, from_node.substr(0, 64),
-                 member ? "no proof of the communicator's secret" : "not a daemon of its plan");
-    return absl::PermissionDeniedError(
-        absl::StrCat("abort of communicator ", absl::Hex(comm_tag), " refused: ",
-                     member ? "no proof of the communicator's secret"
-                            : "the sender is not a daemon of its plan"));
+  const std::string expected = AbortProof(
+      plan.secret, plan.comm_tag, static_cast<int>(reason.code()), reason.message(), from_node);
+  if (member && !plan.secret.empty() && ConstantTimeEquals(proof, expected)) {
+    return absl::OkStatus();
   }
-  comm->Abort(reason, /*notify_peers=*/false);
-  return absl::OkStatus();
+  spdlog::warn("refused an abort of communicator {:x} claiming to come from node '{}': {}",
+               plan.comm_tag, from_node.substr(0, 64),
+               member ? "no proof of the communicator's secret" : "not a daemon of its plan");
+  return absl::PermissionDeniedError(absl::StrCat(
+      "abort of communicator ", absl::Hex(plan.comm_tag), " refused: ",
+      member ? "no proof of the communicator's secret" : "the sender is not a daemon of its plan"));
+}
+
+void Node::ApplyEarlyAborts(Communicator& comm) {
+  std::vector<EarlyAbort> mine;
+  {
+    absl::MutexLock lock(&early_mu_);
+    auto moved = std::stable_partition(
+        early_aborts_.begin(), early_aborts_.end(),
+        [&](const EarlyAbort& e) { return e.comm_tag != comm.plan().comm_tag; });
+    std::move(moved, early_aborts_.end(), std::back_inserter(mine));
+    early_aborts_.erase(moved, early_aborts_.end());
+  }
+  for (const EarlyAbort& e : mine) {
+    if (CheckAbortProof(comm.plan(), e.reason, e.from_node, e.proof).ok()) {
+      comm.Abort(e.reason, /*notify_peers=*/false);
+    }
+  }
 }
 
 void Node::CloseAllChannels() {

@@ -183,6 +183,22 @@ class Node {
   uint64_t tuner_updates_ ABSL_GUARDED_BY(tuner_mu_) = 0;
   absl::flat_hash_map<std::string, TunerTable> tuner_tables_ ABSL_GUARDED_BY(tuner_mu_);
   CommunicatorRegistry communicators_;
+  // Abort notices for communicators this daemon has not formed yet (its ranks' joins are still
+  // being answered), checked against the plan once it forms; bounded and short-lived.
+  struct EarlyAbort {
+    uint64_t comm_tag = 0;
+    absl::Status reason;
+    std::string from_node;
+    std::string proof;
+    absl::Time received;
+  };
+  static constexpr size_t kMaxEarlyAborts = 256;
+  static constexpr absl::Duration kEarlyTtl = absl::Seconds(60);
+  absl::Status CheckAbortProof(const Plan& plan, const absl::Status& reason,
+                               const std::string& from_node, const std::string& proof) const;
+  void ApplyEarlyAborts(Communicator& comm);
+  absl::Mutex early_mu_;
+  std::vector<EarlyAbort> early_aborts_ ABSL_GUARDED_BY(early_mu_);
   absl::Mutex channels_mu_;
   // Destroyed before the communicators and sessions their threads use.
   std::vector<std::unique_ptr<ChannelServer>> channels_ ABSL_GUARDED_BY(channels_mu_);

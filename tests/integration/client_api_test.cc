@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <new>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "baton/v1/baton.grpc.pb.h"
@@ -13,6 +15,8 @@
 #include "collective/data_type.h"
 #include "common/shared_memory.h"
 #include "common/submission_channel.h"
+#include "daemon/comm_proof.h"
+#include "daemon/rendezvous.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/integration/raw_session.h"
 #include "tests/integration/test_cluster.h"
@@ -327,6 +331,92 @@ TEST_F(ClientApiTest, ForgedAbortsAmplifyingProbesAndOversizedJoinsChangeNothing
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   // The session survived both.
   EXPECT_TRUE(Call(&v1::Client::Stub::Collective, Valid(), &response).ok());
+}
+
+// An abort notice may reach a daemon before its ranks' joins have been answered (the aborting
+// rank's daemon got its plan first). It is kept, and applied once the communicator forms there,
+// if its proof holds: the ranks on that daemon then fail at once instead of waiting out their
+// deadline.
+TEST(EarlyAbortTest, AnAbortThatArrivesBeforeTheCommunicatorFormsIsApplied) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  std::vector<std::unique_ptr<v1::Client::Stub>> stubs;
+  std::vector<std::unique_ptr<testing::RawSession>> raws;
+  for (int d = 0; d < 2; ++d) {
+    stubs.push_back(v1::Client::NewStub(grpc::CreateChannel("unix://" + cluster.daemons()[d].socket,
+                                                            grpc::InsecureChannelCredentials())));
+    absl::StatusOr<std::unique_ptr<testing::RawSession>> raw =
+        testing::RawSession::Connect(cluster.daemons()[d].socket);
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    raws.push_back(*std::move(raw));
+  }
+  v1::CreateCommIdResponse id;
+  ASSERT_TRUE(stubs[0]->CreateCommId(raws[0]->Context().get(), {}, &id).ok());
+  const std::string secret = id.comm_id().substr(id.comm_id().rfind('/') + 1);
+  absl::StatusOr<uint64_t> tag = daemon::Rendezvous::TagOfSecret(secret);
+  ASSERT_TRUE(tag.ok());
+  // Daemon 0's notice to daemon 1, before anyone has joined.
+  const std::string from = cluster.daemons()[0].node_name;
+  const std::string reason = "rank 0 gave up early";
+  auto peer = v1::Peer::NewStub(
+      grpc::CreateChannel(cluster.daemons()[1].peer_address, grpc::InsecureChannelCredentials()));
+  v1::AbortRequest abort;
+  abort.set_comm_tag(*tag);
+  abort.set_code(static_cast<int>(absl::StatusCode::kAborted));
+  abort.set_message(reason);
+  abort.set_from_node(from);
+  abort.set_proof(
+      daemon::AbortProof(secret, *tag, static_cast<int>(absl::StatusCode::kAborted), reason, from));
+  v1::AbortResponse aborted;
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(peer->Abort(&context, abort, &aborted).ok());
+  }
+  // A forged one for the same communicator is kept too, and discarded when it forms.
+  abort.set_message("forged");
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(peer->Abort(&context, abort, &aborted).ok());
+  }
+  std::vector<uint64_t> tags(2);
+  std::vector<std::thread> joins;
+  for (int r = 0; r < 2; ++r) {
+    joins.emplace_back([&, r] {
+      v1::JoinRequest join;
+      join.set_session_id(raws[r]->id());
+      join.set_comm_id(id.comm_id());
+      join.set_world_size(2);
+      join.set_rank(r);
+      join.set_timeout_ms(10000);
+      v1::JoinResponse joined;
+      grpc::Status status = stubs[r]->Join(raws[r]->Context().get(), join, &joined);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      tags[r] = joined.comm_tag();
+    });
+  }
+  for (std::thread& t : joins) t.join();
+  EXPECT_EQ(tags[1], *tag);
+  // Rank 1's first collective fails at once with the early reason (not the forged one).
+  std::unique_ptr<SharedMemory> memory = *SharedMemory::Create(4096, "early-abort");
+  absl::StatusOr<uint64_t> buffer = raws[1]->Register(*memory, 4096);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  v1::CollectiveRequest request;
+  request.set_session_id(raws[1]->id());
+  request.set_comm_tag(*tag);
+  request.set_rank(1);
+  request.set_op(v1::COLLECTIVE_OP_ALL_REDUCE);
+  request.set_data_type("float32");
+  request.set_reduce_op("sum");
+  request.set_count(4);
+  request.mutable_send()->set_buffer_id(*buffer);
+  request.mutable_recv()->set_buffer_id(*buffer);
+  request.set_timeout_ms(20000);
+  v1::CollectiveResponse response;
+  const absl::Time start = absl::Now();
+  grpc::Status status = stubs[1]->Collective(raws[1]->Context().get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED) << status.error_message();
+  EXPECT_NE(status.error_message().find(reason), std::string::npos) << status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
 TEST_F(ClientApiTest, RegisteringMemoryThatCouldShrinkOrIsTooSmallIsRejected) {
