@@ -24,7 +24,7 @@ namespace {
 template <size_t N>
 void CopyField(char (&field)[N], absl::string_view text) {
   const size_t n = std::min(text.size(), N - 1);
-  std::memcpy(field, text.data(), n);
+  if (n > 0) std::memcpy(field, text.data(), n);  // an empty view may have no data at all
   field[n] = '\0';
 }
 
