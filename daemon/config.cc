@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -89,11 +88,15 @@ void RegisterOptions(OptionSet& options, Config& config) {
                       "before it is closed");
 }
 
-std::vector<uint32_t> ParseIdList(const std::string& list) {
+absl::StatusOr<std::vector<uint32_t>> ParseIdList(absl::string_view name, const std::string& list) {
   std::vector<uint32_t> ids;
   for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
     uint32_t id;
-    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id)) ids.push_back(id);
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must be comma-separated numeric ids; '", part.substr(0, 32), "' is not one"));
+    }
+    ids.push_back(id);
   }
   return ids;
 }
@@ -140,17 +143,8 @@ absl::Status FinalizeConfig(Config& config) {
   if (config.peer_linger < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("peer_linger must not be negative");
   }
-  for (const auto& [name, list] :
-       {std::pair<const char*, const std::string&>{"allowed_uids", config.allowed_uids},
-        {"allowed_gids", config.allowed_gids}}) {
-    for (absl::string_view part : absl::StrSplit(list, ',', absl::SkipWhitespace())) {
-      uint32_t id;
-      if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &id)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            name, " must be comma-separated numeric ids; '", part.substr(0, 32), "' is not one"));
-      }
-    }
-  }
+  BATON_RETURN_IF_ERROR(ParseIdList("allowed_uids", config.allowed_uids).status());
+  BATON_RETURN_IF_ERROR(ParseIdList("allowed_gids", config.allowed_gids).status());
   if (config.max_sessions < 1 || config.max_sessions > 65536) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_sessions must be between 1 and 65536, got ", config.max_sessions));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/options.h"
@@ -53,8 +54,9 @@ struct Config {
   absl::Duration session_handshake_timeout = absl::Seconds(5);
 };
 
-// The parsed allow-lists (FinalizeConfig checks that they parse).
-std::vector<uint32_t> ParseIdList(const std::string& list);
+// A comma-separated list of numeric ids (the allow-lists); InvalidArgument naming `name` and
+// the bad entry otherwise. FinalizeConfig checks both lists with it.
+absl::StatusOr<std::vector<uint32_t>> ParseIdList(absl::string_view name, const std::string& list);
 
 // Registers every Config field on `options`, pointing at `config`.
 void RegisterOptions(OptionSet& options, Config& config);

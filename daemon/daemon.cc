@@ -179,8 +179,12 @@ class DaemonImpl final : public Daemon {
     sessions.path = session::SessionSocketPath(config_.socket);
     sessions.node_name = self.node_name;
     sessions.handshake_timeout = config_.session_handshake_timeout;
-    for (uint32_t uid : ParseIdList(config_.allowed_uids)) sessions.allowed_uids.push_back(uid);
-    for (uint32_t gid : ParseIdList(config_.allowed_gids)) sessions.allowed_gids.push_back(gid);
+    BATON_ASSIGN_OR_RETURN(std::vector<uint32_t> uids,
+                           ParseIdList("allowed_uids", config_.allowed_uids));
+    BATON_ASSIGN_OR_RETURN(std::vector<uint32_t> gids,
+                           ParseIdList("allowed_gids", config_.allowed_gids));
+    sessions.allowed_uids.assign(uids.begin(), uids.end());
+    sessions.allowed_gids.assign(gids.begin(), gids.end());
     BATON_ASSIGN_OR_RETURN(
         session_server_,
         SessionServer::Start(std::move(sessions), &node_->sessions(),

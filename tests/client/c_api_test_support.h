@@ -41,6 +41,19 @@ inline ::testing::AssertionResult Fails(baton_code_t got, baton_code_t want) {
   return ::testing::AssertionSuccess() << message;
 }
 
+// The call failed with `want` and its message contains `text`.
+inline ::testing::AssertionResult FailsWith(baton_code_t got, baton_code_t want,
+                                            const std::string& text) {
+  ::testing::AssertionResult failed = Fails(got, want);
+  if (!failed) return failed;
+  const std::string message = baton_last_error();
+  if (message.find(text) == std::string::npos) {
+    return ::testing::AssertionFailure()
+           << "message \"" << message << "\" lacks \"" << text << "\"";
+  }
+  return ::testing::AssertionSuccess() << message;
+}
+
 // The call succeeded and cleared this thread's last error.
 inline ::testing::AssertionResult Succeeds(baton_code_t got) {
   const std::string message = baton_last_error();

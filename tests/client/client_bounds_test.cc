@@ -17,17 +17,6 @@ namespace {
 ::testing::Environment* const environment =
     ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
 
-::testing::AssertionResult FailsWith(baton_code_t got, baton_code_t want, const std::string& text) {
-  ::testing::AssertionResult failed = Fails(got, want);
-  if (!failed) return failed;
-  const std::string message = baton_last_error();
-  if (message.find(text) == std::string::npos) {
-    return ::testing::AssertionFailure()
-           << "message \"" << message << "\" lacks \"" << text << "\"";
-  }
-  return ::testing::AssertionSuccess() << message;
-}
-
 TEST(ClientBounds, ACountWhoseStagingWouldWrapFailsAndTouchesNothing) {
   RunRanks([](Rank& r) {
     std::vector<uint8_t> send(64, 1), recv(64, 7);

@@ -24,18 +24,6 @@ namespace {
 ::testing::Environment* const environment =
     ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
 
-// The call failed with `want` and its message contains `text`.
-::testing::AssertionResult FailsWith(baton_code_t got, baton_code_t want, const std::string& text) {
-  ::testing::AssertionResult failed = Fails(got, want);
-  if (!failed) return failed;
-  const std::string message = baton_last_error();
-  if (message.find(text) == std::string::npos) {
-    return ::testing::AssertionFailure()
-           << "message \"" << message << "\" lacks \"" << text << "\"";
-  }
-  return ::testing::AssertionSuccess() << message;
-}
-
 TEST(NewOperationsApi, NullCommunicatorsAndRequestsAreInvalidArguments) {
   float x = 0;
   size_t counts[1] = {1};

@@ -23,6 +23,7 @@
 #include "common/session_protocol.h"
 #include "common/shared_memory.h"
 #include "common/unix_socket.h"
+#include "tests/testing/raw_session.h"
 
 namespace baton::daemon {
 namespace {
@@ -60,20 +61,9 @@ class SessionServerTest : public ::testing::Test {
     return fd.ok() ? *fd : -1;
   }
 
-  // Sends `request` on `fd` and returns the reply, or the error of the exchange.
   static absl::StatusOr<session::Reply> Exchange(int fd, const session::Request& request,
                                                  int pass_fd = -1) {
-    if (absl::Status s = SendPacket(fd, &request, sizeof(request), pass_fd); !s.ok()) return s;
-    session::Reply reply;
-    int stray = -1;
-    absl::StatusOr<size_t> got =
-        RecvPacket(fd, &reply, sizeof(reply), &stray, absl::Now() + absl::Seconds(10));
-    if (stray >= 0) close(stray);
-    if (!got.ok()) return got.status();
-    if (*got == 0) return absl::UnavailableError("closed");
-    if (reply.code != 0)
-      return absl::Status(static_cast<absl::StatusCode>(reply.code), reply.message);
-    return reply;
+    return testing::RawSession::Exchange(fd, request, pass_fd);
   }
   static session::Request OpenRequest() {
     session::Request request;

@@ -18,8 +18,8 @@
 #include "daemon/comm_proof.h"
 #include "daemon/rendezvous.h"
 #include "grpcpp/grpcpp.h"
-#include "tests/integration/raw_session.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/testing/raw_session.h"
 
 namespace baton {
 namespace {

@@ -42,13 +42,15 @@ class RawSession {
   const std::string& token() const { return token_; }
   int fd() const { return fd_; }
 
-  // A request and its reply; the reply's error as a status.
-  absl::StatusOr<session::Reply> Exchange(const session::Request& request, int pass_fd = -1) {
-    if (absl::Status s = SendPacket(fd_, &request, sizeof(request), pass_fd); !s.ok()) return s;
+  // A request on the session socket `fd` and its reply (waiting at most 20 s); the reply's
+  // error as a status, Unavailable when the daemon closed the connection instead.
+  static absl::StatusOr<session::Reply> Exchange(int fd, const session::Request& request,
+                                                 int pass_fd = -1) {
+    if (absl::Status s = SendPacket(fd, &request, sizeof(request), pass_fd); !s.ok()) return s;
     session::Reply reply;
     int stray = -1;
     absl::StatusOr<size_t> got =
-        RecvPacket(fd_, &reply, sizeof(reply), &stray, absl::Now() + absl::Seconds(20));
+        RecvPacket(fd, &reply, sizeof(reply), &stray, absl::Now() + absl::Seconds(20));
     if (stray >= 0) close(stray);
     if (!got.ok()) return got.status();
     if (*got != sizeof(reply)) return absl::UnavailableError("the daemon closed the session");
@@ -56,6 +58,9 @@ class RawSession {
       return absl::Status(static_cast<absl::StatusCode>(reply.code), reply.message);
     }
     return reply;
+  }
+  absl::StatusOr<session::Reply> Exchange(const session::Request& request, int pass_fd = -1) {
+    return Exchange(fd_, request, pass_fd);
   }
 
   // Registers `memory` (of at least `size` bytes); the buffer id.
