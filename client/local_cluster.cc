@@ -9,13 +9,17 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
+#include "common/tls_certificates.h"
 
 namespace baton::client {
 namespace {
@@ -31,6 +35,19 @@ std::map<std::string, std::string> ReadKeyValues(const std::string& path) {
     if (eq != std::string::npos) values[line.substr(0, eq)] = line.substr(eq + 1);
   }
   return values;
+}
+
+// Writes `text` to a new file `path` that only gets permissions `mode`.
+absl::Status WriteFile(const std::string& path, const std::string& text, mode_t mode) {
+  ::unlink(path.c_str());
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) return BATON_ERRNO_STATUS(absl::StrCat("create ", path));
+  const ssize_t written = ::write(fd, text.data(), text.size());
+  ::close(fd);
+  if (written != static_cast<ssize_t>(text.size())) {
+    return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
 }
 
 std::string Tail(const std::string& path, size_t max_bytes = 2000) {
@@ -163,9 +180,35 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOpt
     for (const LocalDaemon& daemon : daemons) StopProcess(daemon.pid, absl::Seconds(5));
     return status;
   };
+  std::optional<DevCertificateAuthority> authority;
+  const fs::path tls_dir = fs::path(options.dir) / "tls";
+  if (options.tls) {
+    absl::StatusOr<DevCertificateAuthority> created =
+        DevCertificateAuthority::Create("baton local cluster CA");
+    if (!created.ok()) return created.status();
+    authority.emplace(std::move(*created));
+    fs::create_directories(tls_dir, error);
+    BATON_RETURN_IF_ERROR(
+        WriteFile((tls_dir / "ca.pem").string(), authority->certificate_pem(), 0644));
+  }
   for (int i = 0; i < options.nodes; ++i) {
     LocalDaemon daemon;
     daemon.node_name = absl::StrCat("node-", i);
+    if (authority.has_value()) {
+      absl::StatusOr<KeyAndCertificate> issued = authority->Issue(daemon.node_name);
+      if (!issued.ok()) return fail(issued.status());
+      daemon.tls_ca = (tls_dir / "ca.pem").string();
+      daemon.tls_cert = (tls_dir / (daemon.node_name + ".pem")).string();
+      daemon.tls_key = (tls_dir / (daemon.node_name + ".key")).string();
+      for (const auto& [path, text, mode] :
+           {std::tuple{daemon.tls_cert, issued->certificate_pem, 0644},
+            std::tuple{daemon.tls_key, issued->key_pem, 0600}}) {
+        if (absl::Status written = WriteFile(path, text, static_cast<mode_t>(mode));
+            !written.ok()) {
+          return fail(written);
+        }
+      }
+    }
     daemon.socket = (fs::path(options.dir) / (daemon.node_name + ".sock")).string();
     daemon.log = (fs::path(options.dir) / (daemon.node_name + ".log")).string();
     const std::string ready = (fs::path(options.dir) / (daemon.node_name + ".ready")).string();
@@ -176,6 +219,11 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOpt
         "--metrics-listen=127.0.0.1:0",    "--advertise-host=127.0.0.1",
         "--ready-file=" + ready,
     };
+    if (authority.has_value()) {
+      args.push_back("--tls-cert=" + daemon.tls_cert);
+      args.push_back("--tls-key=" + daemon.tls_key);
+      args.push_back("--tls-ca=" + daemon.tls_ca);
+    }
     args.insert(args.end(), options.extra_args.begin(), options.extra_args.end());
     absl::StatusOr<pid_t> pid = Spawn(options.batond, args, daemon.log, options.stop_with_caller);
     if (!pid.ok()) return fail(pid.status());

@@ -22,6 +22,10 @@ struct LocalDaemon {
   std::string data_address;
   std::string metrics_address;
   std::string log;
+  // Its mutual-TLS files (empty without TLS): certificate, key and the cluster's CA bundle.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
 };
 
 struct LocalClusterOptions {
@@ -34,6 +38,9 @@ struct LocalClusterOptions {
   // test must not leave daemons behind); otherwise they outlive the caller, as `baton local up`
   // needs.
   bool stop_with_caller = false;
+  // Mutual TLS between the daemons: a throwaway CA made for this cluster (its key never leaves
+  // memory) and one certificate per daemon, under <dir>/tls.
+  bool tls = true;
 };
 
 // Starts the daemons (in their own sessions, so they outlive the caller unless

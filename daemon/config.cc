@@ -63,6 +63,15 @@ void RegisterOptions(OptionSet& options, Config& config) {
                  "TCP connections to each peer daemon that messages of 256 KiB and more take "
                  "turns on, so that as many threads copy one link's bulk data in parallel (1 to "
                  "16)");
+  options.AddString("tls_cert", &config.tls_cert,
+                    "PEM certificate (then any intermediates) this daemon presents to peers; it "
+                    "must name node_name (common name or DNS alternative name). With tls_key and "
+                    "tls_ca, the peer API runs mutual TLS; without all three it is unauthenticated "
+                    "(development only)");
+  options.AddString("tls_key", &config.tls_key, "PEM private key of tls_cert (unencrypted)");
+  options.AddString("tls_ca", &config.tls_ca,
+                    "PEM CA bundle that every peer daemon's certificate must chain to; the three "
+                    "files are re-read every minute, so renewed certificates need no restart");
   options.AddString("allowed_uids", &config.allowed_uids,
                     "comma-separated uids that may open sessions on the client socket (root "
                     "always may); with allowed_gids empty as well, anyone who can open the socket");

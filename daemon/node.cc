@@ -48,7 +48,7 @@ absl::Status CheckWorld(int world_size, int rank, int64_t max_world_size) {
 }
 
 Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
-           NodeTopology topology, TransportSelector select)
+           NodeTopology topology, const PeerCredentials& credentials, TransportSelector select)
     : config_(config),
       self_(std::move(self)),
       endpoint_(endpoint),
@@ -61,6 +61,7 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
       sessions_(SessionLimits{static_cast<int>(config.max_sessions),
                               static_cast<int>(config.max_sessions_per_uid),
                               static_cast<int>(config.max_buffers_per_session)}),
+      peers_(credentials),
       directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
                  config.peer_linger),
       communicators_([this](const Plan& plan) -> absl::StatusOr<std::shared_ptr<Communicator>> {

@@ -75,8 +75,10 @@ class Node {
   // `observer` (may be null) is told about every completed operation and must outlive the node.
   // `select` (may be empty: every peer on `endpoint` as it is) runs for every other daemon of a
   // communicator's plan before the communicator forms; its error fails the join.
+  // `credentials` are those of the peer API, which the node dials other daemons with.
   Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
-       NodeTopology topology, TransportSelector select = nullptr);
+       NodeTopology topology, const PeerCredentials& credentials,
+       TransportSelector select = nullptr);
 
   const NodeTopology& topology() const { return topology_; }
 

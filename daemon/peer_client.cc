@@ -73,7 +73,7 @@ v1::Peer::Stub* PeerClient::StubFor(const std::string& address) {
   absl::MutexLock lock(&mu_);
   std::unique_ptr<v1::Peer::Stub>& stub = stubs_[address];
   if (stub == nullptr) {
-    stub = v1::Peer::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    stub = v1::Peer::NewStub(grpc::CreateChannel(address, channel_credentials_));
   }
   return stub.get();
 }
@@ -146,7 +146,14 @@ absl::StatusOr<Member> PeerClient::Probe(const std::string& address, size_t send
   grpc::Status status = StubFor(address)->Probe(&context, request, &response);
   Untrack(&context);
   if (!status.ok()) return Annotate(FromGrpc(status), absl::StrCat("probe of ", address));
-  return MemberFromProto(response.member());
+  Member answered = MemberFromProto(response.member());
+  // Who answered is what the link monitor records this link's times against.
+  if (absl::Status certified =
+          CheckCertified(context.auth_context().get(), certified_peers_, answered.node_name);
+      !certified.ok()) {
+    return Annotate(certified, absl::StrCat("probe of ", address));
+  }
+  return answered;
 }
 
 void PeerClient::Stop() {

@@ -12,12 +12,18 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "baton/v1/baton.grpc.pb.h"
+#include "daemon/peer_credentials.h"
 #include "daemon/plan.h"
 
 namespace baton::daemon {
 
 class PeerClient {
  public:
+  // Dials peers with `credentials`; with TLS, a probe's answer must come from a daemon certified
+  // as the node it names.
+  explicit PeerClient(const PeerCredentials& credentials)
+      : channel_credentials_(credentials.channel()), certified_peers_(credentials.secure()) {}
+
   // Forwards a rank's join to the root daemon at `root_address`; returns the plan.
   absl::StatusOr<Plan> JoinRank(const std::string& root_address, const std::string& secret,
                                 int world_size, int rank, const Member& member,
@@ -39,6 +45,9 @@ class PeerClient {
 
  private:
   v1::Peer::Stub* StubFor(const std::string& address);
+
+  const std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
+  const bool certified_peers_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<v1::Peer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);

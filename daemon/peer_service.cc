@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/grpc_status.h"
 #include "daemon/peer_client.h"
+#include "daemon/peer_credentials.h"
 
 namespace baton::daemon {
 namespace {
@@ -13,10 +14,15 @@ const grpc::Status kStarting(grpc::StatusCode::UNAVAILABLE, "batond is starting"
 
 }  // namespace
 
-grpc::Status PeerService::JoinRank(grpc::ServerContext*, const v1::JoinRankRequest* request,
+grpc::Status PeerService::JoinRank(grpc::ServerContext* context, const v1::JoinRankRequest* request,
                                    v1::JoinRankResponse* response) {
   Node* node = node_.load();
   if (node == nullptr) return kStarting;
+  if (absl::Status certified = CheckCertified(context->auth_context().get(), certified_peers_,
+                                              request->member().node_name());
+      !certified.ok()) {
+    return ToGrpc(certified);
+  }
   const absl::Duration timeout = absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
   absl::StatusOr<Plan> plan =
       node->JoinRank(request->secret(), request->world_size(), request->rank(),
@@ -26,10 +32,15 @@ grpc::Status PeerService::JoinRank(grpc::ServerContext*, const v1::JoinRankReque
   return grpc::Status::OK;
 }
 
-grpc::Status PeerService::Abort(grpc::ServerContext*, const v1::AbortRequest* request,
+grpc::Status PeerService::Abort(grpc::ServerContext* context, const v1::AbortRequest* request,
                                 v1::AbortResponse*) {
   Node* node = node_.load();
   if (node == nullptr) return kStarting;
+  if (absl::Status certified =
+          CheckCertified(context->auth_context().get(), certified_peers_, request->from_node());
+      !certified.ok()) {
+    return ToGrpc(certified);
+  }
   const auto code = static_cast<absl::StatusCode>(request->code());
   if (code == absl::StatusCode::kOk) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "an abort needs an error code");

@@ -11,6 +11,10 @@ namespace baton::daemon {
 
 class PeerService final : public v1::Peer::Service {
  public:
+  // `certified_peers`: the port runs mutual TLS, and a node name a caller claims (the member of a
+  // join, the sender of an abort) must be one its certificate vouches for.
+  explicit PeerService(bool certified_peers) : certified_peers_(certified_peers) {}
+
   // The peer port is bound before the node exists (the node's identity includes the bound port),
   // so requests are answered with Unavailable until SetNode.
   void SetNode(Node* node) { node_.store(node); }
@@ -23,6 +27,7 @@ class PeerService final : public v1::Peer::Service {
                      v1::ProbeResponse* response) override;
 
  private:
+  const bool certified_peers_;
   std::atomic<Node*> node_{nullptr};
 };
 

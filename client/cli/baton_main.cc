@@ -79,12 +79,16 @@ int Local(int argc, char** argv) {
   int64_t nodes = 4;
   std::string batond = baton::client::DefaultBatondPath();
   std::string daemon_args;
+  bool tls = true;
   baton::OptionSet options;
   options.AddString("dir", &dir, "directory for sockets, logs and cluster.txt ($BATON_LOCAL_DIR)");
   options.AddInt("nodes", &nodes, "number of daemons (local up)");
   options.AddString("batond", &batond, "batond binary to start");
   options.AddString("daemon_args", &daemon_args,
                     "extra flags for every daemon, space-separated (e.g. \"--op-timeout=10s\")");
+  options.AddBool("tls", &tls,
+                  "mutual TLS between the daemons, with a throwaway CA made for this cluster "
+                  "(certificates in <dir>/tls); --tls=false runs them unauthenticated");
   std::vector<std::string> positional;
   const int code =
       ParseOrHelp(options,
@@ -103,13 +107,15 @@ int Local(int argc, char** argv) {
     cluster.dir = dir;
     cluster.nodes = static_cast<int>(nodes);
     cluster.batond = batond;
+    cluster.tls = tls;
     for (absl::string_view arg : absl::StrSplit(daemon_args, ' ', absl::SkipEmpty())) {
       cluster.extra_args.emplace_back(arg);
     }
     absl::StatusOr<std::vector<baton::client::LocalDaemon>> daemons =
         baton::client::StartLocalCluster(cluster);
     if (!daemons.ok()) return Fail("local up", daemons.status());
-    std::printf("started %zu daemons in %s\n", daemons->size(), dir.c_str());
+    std::printf("started %zu daemons in %s (%s)\n", daemons->size(), dir.c_str(),
+                tls ? "mutual TLS, certificates in <dir>/tls" : "insecure: no TLS");
     for (const auto& d : *daemons) {
       std::printf("  %-8s pid %-7d socket %s  peer %s  metrics http://%s/metrics\n",
                   d.node_name.c_str(), d.pid, d.socket.c_str(), d.peer_address.c_str(),

@@ -44,6 +44,8 @@ EXPECTED_KINDS = {
 NAMESPACE = "baton-system"
 METRICS_PORT = 9460
 SOCKET_DIR = "/run/baton"
+TLS_DIR = "/etc/baton-tls"  # the Secret with the daemons' certificates
+TLS_KEYS = {"tls_cert", "tls_key", "tls_ca"}
 # Series Prometheus itself adds to every scrape target; not in docs/metrics.md.
 PROMETHEUS_SYNTHETIC = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
 # `kubectl apply` (client side) stores the whole object in an annotation limited to 256 KiB.
@@ -186,6 +188,11 @@ def check_daemonset(where, ds):
     config_volume = next((v for v in volumes.values() if "configMap" in v), None)
     if config_volume is None or mounts.get("/etc/baton") != config_volume.get("name"):
         fail(where, "ConfigMap volume is not mounted at /etc/baton")
+    tls_volume = next((v for v in volumes.values() if "secret" in v), None)
+    if tls_volume is None or mounts.get(TLS_DIR) != tls_volume.get("name"):
+        fail(where, f"no Secret volume (the daemons' TLS certificates) is mounted at {TLS_DIR}")
+    elif get(tls_volume, "secret.optional"):
+        fail(where, "the TLS Secret is optional: pods would start without mutual TLS")
 
 
 def check_configmap(where, cm, keys):
@@ -215,6 +222,10 @@ def check_configmap(where, cm, keys):
         if key == "metrics_listen" and not m.group(2).strip('"').endswith(f":{METRICS_PORT}"):
             fail(where, f"metrics_listen {m.group(2)!r} is not on port {METRICS_PORT}, "
                         "which the probes and the Service use")
+        if key in TLS_KEYS and not m.group(2).strip('"').startswith(TLS_DIR + "/"):
+            fail(where, f"{key} {m.group(2)!r} is not in the Secret's directory {TLS_DIR}")
+    for key in TLS_KEYS - seen:
+        fail(where, f"batond.conf does not set {key}: the daemons would run without mutual TLS")
 
 
 def check_service(where, svc):

@@ -15,10 +15,12 @@
 #include "collective/data_type.h"
 #include "common/shared_memory.h"
 #include "common/submission_channel.h"
+#include "common/tls_certificates.h"
 #include "daemon/comm_proof.h"
 #include "daemon/rendezvous.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/testing/peer_stub.h"
 #include "tests/testing/raw_session.h"
 
 namespace baton {
@@ -269,8 +271,8 @@ TEST_F(ClientApiTest, ASessionIsReachedOnlyWithItsToken) {
 // abort changes nothing; a probe cannot make the daemon answer with more than it was sent; a join
 // too large or an id too long is refused, with a short error.
 TEST_F(ClientApiTest, ForgedAbortsAmplifyingProbesAndOversizedJoinsChangeNothing) {
-  auto peer = v1::Peer::NewStub(
-      grpc::CreateChannel(cluster_.daemons()[0].peer_address, grpc::InsecureChannelCredentials()));
+  // A daemon certified as itself: the certificate check passes, the proof must not.
+  auto peer = testing::PeerStub(cluster_.daemons()[0], testing::IdentityOf(cluster_.daemons()[0]));
   auto abort = [&](const std::string& from_node, const std::string& proof) {
     v1::AbortRequest request;
     request.set_comm_tag(tag_);
@@ -358,8 +360,7 @@ TEST(EarlyAbortTest, AnAbortThatArrivesBeforeTheCommunicatorFormsIsApplied) {
   // Daemon 0's notice to daemon 1, before anyone has joined.
   const std::string from = cluster.daemons()[0].node_name;
   const std::string reason = "rank 0 gave up early";
-  auto peer = v1::Peer::NewStub(
-      grpc::CreateChannel(cluster.daemons()[1].peer_address, grpc::InsecureChannelCredentials()));
+  auto peer = testing::PeerStub(cluster.daemons()[1], testing::IdentityOf(cluster.daemons()[0]));
   v1::AbortRequest abort;
   abort.set_comm_tag(*tag);
   abort.set_code(static_cast<int>(absl::StatusCode::kAborted));
@@ -482,6 +483,136 @@ TEST(TopologyApiTest, AnUnreadableTopologyFileStopsTheDaemonWithAClearError) {
       << daemons.status();
   std::error_code error;
   std::filesystem::remove_all(options.dir, error);
+}
+
+// The peer API runs mutual TLS: a caller without a certificate of the cluster's CA gets no
+// answer at all, and a certified daemon may speak only as itself.
+TEST(PeerTlsTest, OnlyCertifiedDaemonsReachThePeerApiAndOnlyAsThemselves) {
+  TestCluster cluster(3);
+  ASSERT_TRUE(cluster.ok());
+  const client::LocalDaemon& target = cluster.daemons()[0];
+  auto probe = [&](v1::Peer::Stub& peer) {
+    v1::ProbeRequest request;
+    request.mutable_payload()->resize(16);
+    request.set_reply_bytes(16);
+    v1::ProbeResponse answer;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return peer.Probe(&context, request, &answer);
+  };
+  const testing::PeerIdentity own = testing::IdentityOf(cluster.daemons()[2]);
+  absl::StatusOr<DevCertificateAuthority> intruder_ca = DevCertificateAuthority::Create("intruder");
+  ASSERT_TRUE(intruder_ca.ok()) << intruder_ca.status();
+  absl::StatusOr<KeyAndCertificate> intruder = intruder_ca->Issue("node-1");
+  ASSERT_TRUE(intruder.ok()) << intruder.status();
+  // The intruder trusts the cluster's CA (it only wants to be believed), so the handshake fails
+  // on the daemon's side.
+  const std::vector<std::pair<std::string, testing::PeerIdentity>> refused = {
+      {"no TLS", {}},
+      {"TLS without a client certificate", {"", "", own.ca_pem}},
+      {"a certificate of another CA", {intruder->key_pem, intruder->certificate_pem, own.ca_pem}},
+  };
+  for (const auto& [what, identity] : refused) {
+    grpc::Status status = probe(*testing::PeerStub(target, identity));
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << what << ": " << status.error_message();
+  }
+
+  auto certified = testing::PeerStub(target, own);
+  grpc::Status status = probe(*certified);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  // node-2 claiming to be node-1, in an abort and in a join.
+  v1::AbortRequest abort;
+  abort.set_comm_tag(1);
+  abort.set_code(static_cast<int>(grpc::StatusCode::ABORTED));
+  abort.set_from_node("node-1");
+  v1::AbortResponse aborted;
+  {
+    grpc::ClientContext context;
+    status = certified->Abort(&context, abort, &aborted);
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  EXPECT_NE(status.error_message().find("certificate is for node-2"), std::string::npos)
+      << status.error_message();
+  v1::JoinRankRequest join;
+  join.set_secret(std::string(32, 'a'));
+  join.set_world_size(2);
+  join.set_rank(1);
+  join.mutable_member()->set_node_name("node-1");
+  join.set_timeout_ms(1000);
+  v1::JoinRankResponse joined;
+  {
+    grpc::ClientContext context;
+    status = certified->JoinRank(&context, join, &joined);
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+
+  // The daemons themselves still form communicators over TLS.
+  auto daemon_stub = [&](int d) {
+    return v1::Client::NewStub(grpc::CreateChannel("unix://" + cluster.daemons()[d].socket,
+                                                   grpc::InsecureChannelCredentials()));
+  };
+  auto root = daemon_stub(0);
+  absl::StatusOr<std::unique_ptr<testing::RawSession>> first =
+      testing::RawSession::Connect(cluster.daemons()[0].socket);
+  ASSERT_TRUE(first.ok()) << first.status();
+  v1::CreateCommIdResponse id;
+  ASSERT_TRUE(root->CreateCommId((*first)->Context().get(), {}, &id).ok());
+  std::vector<std::thread> joins;
+  std::vector<grpc::Status> results(3);
+  std::vector<std::unique_ptr<testing::RawSession>> sessions;
+  for (int d = 0; d < 3; ++d) {
+    absl::StatusOr<std::unique_ptr<testing::RawSession>> raw =
+        testing::RawSession::Connect(cluster.daemons()[d].socket);
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    sessions.push_back(*std::move(raw));
+  }
+  for (int d = 0; d < 3; ++d) {
+    joins.emplace_back([&, d] {
+      v1::JoinRequest request;
+      request.set_session_id(sessions[d]->id());
+      request.set_comm_id(id.comm_id());
+      request.set_world_size(3);
+      request.set_rank(d);
+      request.set_timeout_ms(20000);
+      v1::JoinResponse response;
+      results[d] = daemon_stub(d)->Join(sessions[d]->Context().get(), request, &response);
+    });
+  }
+  for (std::thread& t : joins) t.join();
+  for (int d = 0; d < 3; ++d)
+    EXPECT_TRUE(results[d].ok()) << d << ": " << results[d].error_message();
+}
+
+// Without certificates a daemon still serves (development), and says so where an SRE looks.
+TEST(PeerTlsTest, ADaemonWithoutCertificatesSaysItIsInsecure) {
+  TestCluster cluster(1, {}, /*tls=*/false);
+  ASSERT_TRUE(cluster.ok());
+  EXPECT_EQ(testing::HttpGet(cluster.daemons()[0].metrics_address, "/readyz"),
+            "200\nready insecure\n");
+  EXPECT_NE(testing::ReadText(cluster.daemons()[0].log).find("unauthenticated"), std::string::npos);
+}
+
+// A certificate that does not name the daemon, or half a TLS configuration, stops it at start
+// with an error saying what is wrong (instead of failed handshakes later).
+TEST(PeerTlsTest, AMisconfiguredCertificateStopsTheDaemonWithAClearError) {
+  for (const auto& [flag, expected] :
+       {std::pair<std::string, std::string>{"--node-name=elsewhere",
+                                            "this daemon's node name is elsewhere"},
+        {"--tls-ca=", "tls_cert, tls_key and tls_ca go together"},
+        {"--tls-key=/nonexistent/key.pem", "tls_key: cannot read /nonexistent/key.pem"}}) {
+    client::LocalClusterOptions options;
+    char dir[] = "/tmp/baton-tls-XXXXXX";
+    options.dir = mkdtemp(dir);
+    options.nodes = 1;
+    options.batond = BATOND_PATH;
+    options.extra_args = {flag};
+    absl::StatusOr<std::vector<client::LocalDaemon>> daemons = client::StartLocalCluster(options);
+    ASSERT_FALSE(daemons.ok()) << flag;
+    EXPECT_NE(daemons.status().message().find(expected), std::string::npos) << daemons.status();
+    std::error_code error;
+    std::filesystem::remove_all(options.dir, error);
+  }
 }
 
 }  // namespace

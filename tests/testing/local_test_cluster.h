@@ -22,7 +22,8 @@ namespace baton::testing {
 
 class LocalTestCluster {
  public:
-  explicit LocalTestCluster(int nodes, std::vector<std::string> extra_args = {}) {
+  // `tls`: the daemons run mutual TLS on their peer API with a CA made for this cluster.
+  explicit LocalTestCluster(int nodes, std::vector<std::string> extra_args = {}, bool tls = true) {
     char dir[] = "/tmp/baton-lib-XXXXXX";
     if (mkdtemp(dir) == nullptr) {
       ADD_FAILURE() << "mkdtemp failed";
@@ -35,6 +36,7 @@ class LocalTestCluster {
     options.batond = BATOND_PATH;
     options.extra_args = std::move(extra_args);
     options.stop_with_caller = true;
+    options.tls = tls;
     absl::StatusOr<std::vector<client::LocalDaemon>> daemons = client::StartLocalCluster(options);
     EXPECT_TRUE(daemons.ok()) << daemons.status();
     if (daemons.ok()) daemons_ = *std::move(daemons);
