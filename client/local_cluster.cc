@@ -12,7 +12,6 @@
 #include <optional>
 #include <sstream>
 #include <thread>
-#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -156,6 +155,32 @@ absl::StatusOr<std::vector<LocalDaemon>> ReadLocalCluster(const std::string& dir
   return daemons;
 }
 
+absl::Status WriteDevCertificates(const std::string& dir, const std::vector<std::string>& names) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  // One CA per process: clusters a test starts side by side trust each other's daemons.
+  static const absl::StatusOr<DevCertificateAuthority>* const process_authority =
+      new absl::StatusOr<DevCertificateAuthority>(
+          DevCertificateAuthority::Create("baton development CA"));
+  const absl::StatusOr<DevCertificateAuthority>& authority = *process_authority;
+  if (!authority.ok()) return authority.status();
+  BATON_RETURN_IF_ERROR(
+      WriteFile((fs::path(dir) / "ca.pem").string(), authority->certificate_pem(), 0644));
+  for (const std::string& name : names) {
+    if (name.empty() || name.find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("not a node name: '", name, "'"));
+    }
+    absl::StatusOr<KeyAndCertificate> issued = authority->Issue(name);
+    if (!issued.ok()) return issued.status();
+    BATON_RETURN_IF_ERROR(
+        WriteFile((fs::path(dir) / (name + ".pem")).string(), issued->certificate_pem, 0644));
+    BATON_RETURN_IF_ERROR(
+        WriteFile((fs::path(dir) / (name + ".key")).string(), issued->key_pem, 0600));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOptions& options) {
   if (options.nodes < 1) return absl::InvalidArgumentError("a cluster needs at least one node");
   std::error_code error;
@@ -180,34 +205,19 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOpt
     for (const LocalDaemon& daemon : daemons) StopProcess(daemon.pid, absl::Seconds(5));
     return status;
   };
-  std::optional<DevCertificateAuthority> authority;
   const fs::path tls_dir = fs::path(options.dir) / "tls";
   if (options.tls) {
-    absl::StatusOr<DevCertificateAuthority> created =
-        DevCertificateAuthority::Create("baton local cluster CA");
-    if (!created.ok()) return created.status();
-    authority.emplace(std::move(*created));
-    fs::create_directories(tls_dir, error);
-    BATON_RETURN_IF_ERROR(
-        WriteFile((tls_dir / "ca.pem").string(), authority->certificate_pem(), 0644));
+    std::vector<std::string> names;
+    for (int i = 0; i < options.nodes; ++i) names.push_back(absl::StrCat("node-", i));
+    BATON_RETURN_IF_ERROR(WriteDevCertificates(tls_dir.string(), names));
   }
   for (int i = 0; i < options.nodes; ++i) {
     LocalDaemon daemon;
     daemon.node_name = absl::StrCat("node-", i);
-    if (authority.has_value()) {
-      absl::StatusOr<KeyAndCertificate> issued = authority->Issue(daemon.node_name);
-      if (!issued.ok()) return fail(issued.status());
+    if (options.tls) {
       daemon.tls_ca = (tls_dir / "ca.pem").string();
       daemon.tls_cert = (tls_dir / (daemon.node_name + ".pem")).string();
       daemon.tls_key = (tls_dir / (daemon.node_name + ".key")).string();
-      for (const auto& [path, text, mode] :
-           {std::tuple{daemon.tls_cert, issued->certificate_pem, 0644},
-            std::tuple{daemon.tls_key, issued->key_pem, 0600}}) {
-        if (absl::Status written = WriteFile(path, text, static_cast<mode_t>(mode));
-            !written.ok()) {
-          return fail(written);
-        }
-      }
     }
     daemon.socket = (fs::path(options.dir) / (daemon.node_name + ".sock")).string();
     daemon.log = (fs::path(options.dir) / (daemon.node_name + ".log")).string();
@@ -219,7 +229,7 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOpt
         "--metrics-listen=127.0.0.1:0",    "--advertise-host=127.0.0.1",
         "--ready-file=" + ready,
     };
-    if (authority.has_value()) {
+    if (options.tls) {
       args.push_back("--tls-cert=" + daemon.tls_cert);
       args.push_back("--tls-key=" + daemon.tls_key);
       args.push_back("--tls-ca=" + daemon.tls_ca);

@@ -38,10 +38,17 @@ struct LocalClusterOptions {
   // test must not leave daemons behind); otherwise they outlive the caller, as `baton local up`
   // needs.
   bool stop_with_caller = false;
-  // Mutual TLS between the daemons: a throwaway CA made for this cluster (its key never leaves
-  // memory) and one certificate per daemon, under <dir>/tls.
+  // Mutual TLS between the daemons: a throwaway CA (made once per process; its key never leaves
+  // memory) and one certificate per daemon, under <dir>/tls (WriteDevCertificates).
   bool tls = true;
 };
+
+// Writes a throwaway CA (its certificate as <dir>/ca.pem; its key is never written) and, for each
+// of `names`, <dir>/<name>.pem and <dir>/<name>.key (mode 0600): certificates that name the node
+// and serve as TLS client and server, for daemons' tls_cert, tls_key and tls_ca. The CA is made
+// once per process, so clusters one process starts (a test's) trust each other. For development
+// clusters and tests, never production.
+absl::Status WriteDevCertificates(const std::string& dir, const std::vector<std::string>& names);
 
 // Starts the daemons (in their own sessions, so they outlive the caller unless
 // stop_with_caller), waits until each has written its ready file, and records them in

@@ -92,6 +92,10 @@ void RegisterOptions(OptionSet& options, Config& config) {
   options.AddInt("max_pending_comm_ids", &config.max_pending_comm_ids,
                  "unused communicator ids this daemon keeps (1 to 1048576); beyond that the "
                  "oldest are forgotten");
+  options.AddDuration("data_handshake_timeout", &config.data_handshake_timeout,
+                      "how long a connection to the data port may take to complete its keyed "
+                      "handshake before it is closed; at most 64 such connections wait at once, "
+                      "more are closed at once");
   options.AddDuration("session_handshake_timeout", &config.session_handshake_timeout,
                       "how long a connection to the session socket may take to open its session "
                       "before it is closed");
@@ -151,6 +155,9 @@ absl::Status FinalizeConfig(Config& config) {
   }
   if (config.peer_linger < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("peer_linger must not be negative");
+  }
+  if (config.data_handshake_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("data_handshake_timeout must be positive");
   }
   BATON_RETURN_IF_ERROR(ParseIdList("allowed_uids", config.allowed_uids).status());
   BATON_RETURN_IF_ERROR(ParseIdList("allowed_gids", config.allowed_gids).status());

@@ -52,6 +52,8 @@ struct Config {
   absl::Duration comm_id_ttl = absl::Hours(1);
   int64_t max_pending_comm_ids = 16384;
   absl::Duration session_handshake_timeout = absl::Seconds(5);
+  // How long a connection to the data port may take to prove who it is before it is closed.
+  absl::Duration data_handshake_timeout = absl::Seconds(5);
   // Mutual TLS on the peer API: this daemon's certificate and key, and the CA bundle peers'
   // certificates must chain to (PEM files; all three or none - none is for development only).
   std::string tls_cert;

@@ -22,6 +22,7 @@
 #include "common/thread_name.h"
 #include "common/version.h"
 #include "daemon/client_service.h"
+#include "daemon/data_keys.h"
 #include "daemon/http_server.h"
 #include "daemon/metrics.h"
 #include "daemon/node.h"
@@ -89,7 +90,23 @@ class DaemonImpl final : public Daemon {
   ~DaemonImpl() override { Shutdown(); }
 
   absl::Status Init() {
+    BATON_ASSIGN_OR_RETURN(
+        peer_credentials_,
+        PeerCredentials::Load({config_.tls_cert, config_.tls_key, config_.tls_ca},
+                              config_.node_name));
+    if (peer_credentials_.secure()) {
+      // Data connections prove keys handed out over the peer API's mutual TLS.
+      data_keys_ = std::make_unique<DataKeys>();
+    } else {
+      spdlog::warn(
+          "no tls_cert, tls_key and tls_ca: the peer API and data connections are "
+          "unauthenticated, so anyone who reaches {} or {} can act as a daemon of this cluster "
+          "(development only; /readyz says insecure)",
+          config_.peer_listen, config_.data_listen);
+    }
     transport::TcpOptions tcp;
+    tcp.handshake_keys = data_keys_.get();
+    tcp.handshake_timeout = config_.data_handshake_timeout;
     tcp.listen_address = config_.data_listen;
     tcp.advertise_host = config_.advertise_host;
     tcp.receive_spin = config_.receive_spin;
@@ -111,18 +128,7 @@ class DaemonImpl final : public Daemon {
 
     // grpc.health.v1 on both servers: "" reports SERVING while the daemon serves.
     grpc::EnableDefaultHealthCheckService(true);
-    BATON_ASSIGN_OR_RETURN(
-        peer_credentials_,
-        PeerCredentials::Load({config_.tls_cert, config_.tls_key, config_.tls_ca},
-                              config_.node_name));
-    if (!peer_credentials_.secure()) {
-      spdlog::warn(
-          "no tls_cert, tls_key and tls_ca: the peer API and data connections are "
-          "unauthenticated, so anyone who reaches {} can act as a daemon of this cluster "
-          "(development only; /readyz says insecure)",
-          config_.peer_listen);
-    }
-    peer_service_ = std::make_unique<PeerService>(peer_credentials_.secure());
+    peer_service_ = std::make_unique<PeerService>(peer_credentials_.secure(), data_keys_.get());
     int peer_port = 0;
     grpc::ServerBuilder peer_builder;
     peer_builder.AddListeningPort(config_.peer_listen, peer_credentials_.server(), &peer_port);
@@ -149,6 +155,15 @@ class DaemonImpl final : public Daemon {
     node_ = std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get(),
                                    std::move(topology), peer_credentials_, std::move(select));
     metrics_->SetNode(node_.get());
+    if (data_keys_ != nullptr) {
+      data_keys_->Bind(
+          [node = node_.get()](const std::string& data_address, absl::Time deadline) {
+            return node->FetchDataKey(data_address, deadline);
+          },
+          [node = node_.get()](const std::string& data_address) {
+            return node->HolderOf(data_address);
+          });
+    }
     peer_service_->SetNode(node_.get());
     node_->StartLinkMonitor();
 
@@ -244,6 +259,7 @@ class DaemonImpl final : public Daemon {
     client_server_.reset();
     peer_server_.reset();
     client_service_.reset();
+    if (data_keys_ != nullptr) data_keys_->Bind(nullptr, nullptr);  // no key fetches via the node
     node_.reset();
     metrics_.reset();
     endpoint_.reset();
@@ -296,11 +312,12 @@ class DaemonImpl final : public Daemon {
   const Config config_;
   std::unique_ptr<SocketLock> lock_;
   absl::Notification shutting_down_;
+  PeerCredentials peer_credentials_;
+  std::unique_ptr<DataKeys> data_keys_;  // with TLS; outlives the transports, which use it
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<std::unique_ptr<transport::Endpoint>> transport_endpoints_;  // transports_[i]'s
   // Routes each peer to the endpoint of its transport; what the node uses.
   std::unique_ptr<transport::RoutingEndpoint> endpoint_;
-  PeerCredentials peer_credentials_;
   std::unique_ptr<PeerService> peer_service_;
   std::unique_ptr<grpc::Server> peer_server_;
   std::unique_ptr<Node> node_;

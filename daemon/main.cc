@@ -12,6 +12,7 @@
 #include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/grpc_log.h"
 #include "grpc/grpc.h"
 #include "spdlog/spdlog.h"
 
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
     std::cerr << "batond: " << status.message() << "\n";
     return 2;
   }
+  baton::daemon::RouteGrpcLogsToSpdlog();
 
   // absl::Mutex's deadlock detector is on in libabsl builds without NDEBUG (Debian's): it keeps a
   // process-wide lock graph and looks every lock up in it, a few per cent of a small operation's

@@ -1,8 +1,10 @@
 #include "daemon/node.h"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <iterator>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -184,6 +186,8 @@ void Node::FinishPlan(Plan& plan) {
     }
   }
   if (others.empty()) return;
+  // Known before the probes below, whose data-plane round trips fetch the peers' data keys.
+  directory_.AddPlan(others);
   // A message's latency: half the round trip over the data plane, where every measured link has
   // one; else over the peer API, whose gRPC calls cost more than the data plane's frames (on the
   // 4-host test cluster 228-376 us against 32-123 us) and so overstate it.
@@ -248,6 +252,31 @@ int Node::LocalRanks() const {
     ranks += static_cast<int>(comm->local_ranks().size());
   }
   return ranks;
+}
+
+absl::StatusOr<transport::HandshakeKey> Node::FetchDataKey(const std::string& data_address,
+                                                           absl::Time deadline) {
+  std::optional<Member> peer = directory_.MemberAt(data_address);
+  if (!peer.has_value() || peer->peer_address.empty() || peer->node_name.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("no plan or probe names the daemon at data address ", data_address));
+  }
+  absl::StatusOr<std::string> key =
+      peers_.DataKey(peer->peer_address, peer->node_name, self_.data_address, deadline);
+  if (!key.ok()) return key.status();
+  transport::HandshakeKey result;
+  if (key->size() != result.size()) {
+    return absl::DataLossError(absl::StrCat("node ", peer->node_name, " sent a data key of ",
+                                            key->size(), " bytes instead of ", result.size()));
+  }
+  std::memcpy(result.data(), key->data(), result.size());
+  return result;
+}
+
+std::string Node::HolderOf(const std::string& data_address) const {
+  std::optional<Member> peer = directory_.MemberAt(data_address);
+  if (peer.has_value()) return peer->node_name;
+  return data_address == self_.data_address ? self_.node_name : "";
 }
 
 std::string Node::CreateCommId() {

@@ -26,6 +26,7 @@
 #include "daemon/rendezvous.h"
 #include "daemon/session_registry.h"
 #include "topology/graph.h"
+#include "transport/handshake.h"
 #include "transport/transport.h"
 
 namespace baton::daemon {
@@ -86,6 +87,13 @@ class Node {
   SessionRegistry& sessions() { return sessions_; }
   CommunicatorRegistry& communicators() { return communicators_; }
   transport::Endpoint* endpoint() const { return endpoint_; }
+
+  // For the data connections' handshake (daemon/data_keys.h): the key the daemon whose data
+  // endpoint is `data_address` issues to this one, and which node holds that address (empty if
+  // no plan or probe named it).
+  absl::StatusOr<transport::HandshakeKey> FetchDataKey(const std::string& data_address,
+                                                       absl::Time deadline);
+  std::string HolderOf(const std::string& data_address) const;
 
   // Client API.
   std::string CreateCommId();

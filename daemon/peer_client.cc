@@ -156,6 +156,26 @@ absl::StatusOr<Member> PeerClient::Probe(const std::string& address, size_t send
   return answered;
 }
 
+absl::StatusOr<std::string> PeerClient::DataKey(const std::string& address, const std::string& node,
+                                                const std::string& own_data_address,
+                                                absl::Time deadline) {
+  v1::DataKeyRequest request;
+  request.set_address(own_data_address);
+  v1::DataKeyResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  if (!Track(&context)) return absl::CancelledError("this daemon is shutting down");
+  grpc::Status status = StubFor(address)->DataKey(&context, request, &response);
+  Untrack(&context);
+  const std::string where = absl::StrCat("data key from ", node, " at ", address);
+  if (!status.ok()) return Annotate(FromGrpc(status), where);
+  if (absl::Status certified = CheckCertified(context.auth_context().get(), certified_peers_, node);
+      !certified.ok()) {
+    return Annotate(certified, where);
+  }
+  return std::move(*response.mutable_key());
+}
+
 void PeerClient::Stop() {
   absl::MutexLock lock(&mu_);
   stopped_ = true;

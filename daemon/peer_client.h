@@ -38,6 +38,11 @@ class PeerClient {
   // answered.
   absl::StatusOr<Member> Probe(const std::string& address, size_t send_bytes, absl::Time deadline);
 
+  // The data-connection key the daemon at `address`, which must be certified as `node`, issues to
+  // this daemon for its data endpoint `own_data_address` (DataKey RPC).
+  absl::StatusOr<std::string> DataKey(const std::string& address, const std::string& node,
+                                      const std::string& own_data_address, absl::Time deadline);
+
   // Cancels the probes and forwarded joins in flight and fails later ones at once: a daemon that
   // shuts down waits neither for probes of peers that may be gone nor for ranks that may never
   // join. A join stopped this way fails with Unavailable.

@@ -74,4 +74,12 @@ std::string PeerDirectory::NameOf(const std::string& data_address) const {
   return data_address;
 }
 
+std::optional<Member> PeerDirectory::MemberAt(const std::string& data_address) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [address, entry] : entries_) {
+    if (entry.member.data_address == data_address) return entry.member;
+  }
+  return std::nullopt;
+}
+
 }  // namespace baton::daemon

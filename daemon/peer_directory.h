@@ -6,6 +6,7 @@
 // leave /metrics and the link monitor stops probing it. That keeps label cardinality bounded by
 // the peers actually in use.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,8 @@ class PeerDirectory {
   std::vector<Member> Active(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
   // The node name of the peer whose data endpoint is `data_address`, else the address itself.
   std::string NameOf(const std::string& data_address) const ABSL_LOCKS_EXCLUDED(mu_);
+  // The peer whose data endpoint is `data_address`, if a plan or probe named it.
+  std::optional<Member> MemberAt(const std::string& data_address) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Entry {

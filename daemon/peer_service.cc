@@ -69,4 +69,20 @@ grpc::Status PeerService::Probe(grpc::ServerContext*, const v1::ProbeRequest* re
   return grpc::Status::OK;
 }
 
+grpc::Status PeerService::DataKey(grpc::ServerContext* context, const v1::DataKeyRequest* request,
+                                  v1::DataKeyResponse* response) {
+  if (!certified_peers_ || data_keys_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this daemon runs without TLS: its data connections use no keys");
+  }
+  const std::vector<std::string> names = CertifiedNames(*context->auth_context());
+  if (names.empty()) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "the caller is not certified");
+  }
+  absl::StatusOr<transport::HandshakeKey> key = data_keys_->Issue(names, request->address());
+  if (!key.ok()) return ToGrpc(key.status());
+  response->set_key(reinterpret_cast<const char*>(key->data()), key->size());
+  return grpc::Status::OK;
+}
+
 }  // namespace baton::daemon

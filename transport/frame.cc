@@ -66,24 +66,31 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
   }
   FrameHeader header;
   const auto type = GetLittleEndian<uint8_t>(p + kTypeOffset);
+  uint64_t min_payload = 0;
   uint64_t max_payload = 0;
+  auto exactly = [&](uint64_t bytes) { min_payload = max_payload = bytes; };
   switch (type) {
     case static_cast<uint8_t>(FrameType::kData):
-      header.type = FrameType::kData;
       max_payload = kMaxFramePayloadBytes;
       break;
     case static_cast<uint8_t>(FrameType::kHello):
-      header.type = FrameType::kHello;
-      max_payload = kMaxHelloAddressBytes;
+      min_payload = kHandshakeNonceBytes + 1;
+      max_payload = kHandshakeNonceBytes + kMaxHelloAddressBytes;
       break;
     case static_cast<uint8_t>(FrameType::kPing):
     case static_cast<uint8_t>(FrameType::kPong):
-      header.type = static_cast<FrameType>(type);
-      max_payload = kPingPayloadBytes;
+      exactly(kPingPayloadBytes);
+      break;
+    case static_cast<uint8_t>(FrameType::kChallenge):
+      exactly(kChallengePayloadBytes);
+      break;
+    case static_cast<uint8_t>(FrameType::kProof):
+      exactly(kHandshakeProofBytes);
       break;
     default:
       return absl::DataLossError(absl::StrCat("unknown frame type ", type));
   }
+  header.type = static_cast<FrameType>(type);
   header.tag.comm = GetLittleEndian<uint64_t>(p + kCommOffset);
   header.tag.seq = GetLittleEndian<uint64_t>(p + kSeqOffset);
   header.tag.step = GetLittleEndian<uint32_t>(p + kStepOffset);
@@ -94,10 +101,9 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
                                             " payload bytes, more than the limit of ",
                                             max_payload));
   }
-  if ((header.type == FrameType::kPing || header.type == FrameType::kPong) &&
-      header.payload_bytes != kPingPayloadBytes) {
-    return absl::DataLossError(absl::StrCat("ping or pong frame with ", header.payload_bytes,
-                                            " payload bytes instead of ", kPingPayloadBytes));
+  if (header.payload_bytes < min_payload) {
+    return absl::DataLossError(absl::StrCat("frame of type ", type, " with ", header.payload_bytes,
+                                            " payload bytes instead of at least ", min_payload));
   }
   return header;
 }

@@ -7,7 +7,8 @@
 //   offset size field
 //        0    4 magic          kFrameMagic: the bytes "BTNF"
 //        4    1 version        kFrameVersion
-//        5    1 type           FrameType: 1 = data, 2 = hello, 3 = ping, 4 = pong
+//        5    1 type           FrameType: 1 = data, 2 = hello, 3 = ping, 4 = pong,
+//                              5 = challenge, 6 = proof
 //        6    2 flags          0; reserved (e.g. for an optional checksum in a later version)
 //        8    8 comm           Tag::comm
 //       16    8 seq            Tag::seq
@@ -19,10 +20,15 @@
 // costs n + kFrameHeaderBytes bytes on the wire, and that is what LinkStats' tx_bytes/rx_bytes
 // count per message, for every transport (also the in-memory one, so tests can compare them).
 //
-// Every connection starts with one hello frame: type hello, tag all zero, and as payload the
-// sender's endpoint address (what its address() returns), at most kMaxHelloAddressBytes long. It
-// lets the receiver attribute the connection's messages to the sending endpoint. Hello frames are
-// not counted in LinkStats.
+// Every connection starts with a handshake of three frames, all with the tag all zero and none
+// counted in LinkStats (handshake.h has the proofs):
+//   hello      connecting -> accepting: a 16-byte nonce, then the connecting endpoint's address
+//              (what its address() returns, at most kMaxHelloAddressBytes), which the receiver
+//              attributes the connection's messages to;
+//   challenge  accepting -> connecting: the acceptor's 16-byte nonce and its 32-byte proof that
+//              it holds the key the two share for that address;
+//   proof      connecting -> accepting: the connecting endpoint's 32-byte proof.
+// Only then does either side send other frames; a connection whose proof is wrong is closed.
 //
 // A ping frame (tag all zero, kPingPayloadBytes of payload: an identifier the sender chose) asks
 // the receiving endpoint to answer with a pong frame carrying the same payload, over any
@@ -40,10 +46,14 @@ namespace baton::transport {
 
 inline constexpr size_t kFrameHeaderBytes = 40;
 inline constexpr uint32_t kFrameMagic = 0x464E5442;  // "BTNF" read as a little-endian uint32
-inline constexpr uint8_t kFrameVersion = 1;
+// 2: the keyed handshake (version 1 had a hello without a nonce, and no challenge or proof).
+inline constexpr uint8_t kFrameVersion = 2;
 // Largest payload a single frame may carry; a header announcing more is treated as corrupt.
 inline constexpr uint64_t kMaxFramePayloadBytes = uint64_t{1} << 30;
 inline constexpr uint64_t kMaxHelloAddressBytes = 1024;
+inline constexpr uint64_t kHandshakeNonceBytes = 16;
+inline constexpr uint64_t kHandshakeProofBytes = 32;
+inline constexpr uint64_t kChallengePayloadBytes = kHandshakeNonceBytes + kHandshakeProofBytes;
 inline constexpr uint64_t kPingPayloadBytes = 8;
 
 enum class FrameType : uint8_t {
@@ -51,6 +61,8 @@ enum class FrameType : uint8_t {
   kHello = 2,
   kPing = 3,
   kPong = 4,
+  kChallenge = 5,
+  kProof = 6,
 };
 
 struct FrameHeader {
@@ -68,8 +80,9 @@ using ConstFrameHeaderBytes = std::span<const std::byte, kFrameHeaderBytes>;
 void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out);
 
 // Parses and validates a header. DataLoss when the magic, version, flags or type are wrong, or the
-// payload length is larger than the frame type allows (kMaxFramePayloadBytes for data,
-// kMaxHelloAddressBytes for hello) or, for ping and pong, not kPingPayloadBytes.
+// payload length is not what the frame type allows: at most kMaxFramePayloadBytes for data;
+// a nonce and 1 to kMaxHelloAddressBytes of address for hello; exactly kPingPayloadBytes for ping
+// and pong, kChallengePayloadBytes for challenge and kHandshakeProofBytes for proof.
 absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in);
 
 }  // namespace baton::transport

@@ -34,6 +34,7 @@ Usage: baton <command> [options]
 
 Commands:
   local up|down|status   start, stop or show a development cluster of daemons on this machine
+  dev-certs              write a throwaway CA and certificates for daemons' mutual TLS (testing)
   bench                  run an nccl-tests-style collective benchmark over a running cluster
   status                 show one daemon's state: peers, links, communicators
   links                  show one daemon's links: bytes, retransmits, RTT, bandwidth, flags
@@ -513,6 +514,32 @@ int Topo(int argc, char** argv) {
   return 0;
 }
 
+int DevCerts(int argc, char** argv) {
+  std::string dir;
+  std::string names;
+  baton::OptionSet options;
+  options.AddString("dir", &dir, "directory to write ca.pem, <name>.pem and <name>.key into");
+  options.AddString("names", &names, "comma-separated node names, one certificate each");
+  const int code = ParseOrHelp(
+      options,
+      "Usage: baton dev-certs --dir DIR --names NODE[,NODE...]\n\n"
+      "Writes a throwaway CA certificate (DIR/ca.pem; its key is not kept, so nothing more can\n"
+      "be issued from it) and, per node, a certificate that names it (DIR/NODE.pem) with its key\n"
+      "(DIR/NODE.key, mode 0600), for batond's tls_ca, tls_cert and tls_key. For test and\n"
+      "development clusters only; production certificates come from the cluster's own CA.",
+      argc, argv, 2, nullptr);
+  if (code >= 0) return code;
+  std::vector<std::string> nodes = absl::StrSplit(names, ',', absl::SkipWhitespace());
+  if (dir.empty() || nodes.empty()) {
+    std::cerr << "baton dev-certs: --dir and --names are required\n";
+    return 2;
+  }
+  absl::Status written = baton::client::WriteDevCertificates(dir, nodes);
+  if (!written.ok()) return Fail("dev-certs", written);
+  std::printf("wrote %s/ca.pem and certificates for %zu nodes\n", dir.c_str(), nodes.size());
+  return 0;
+}
+
 int CommId(int argc, char** argv) {
   std::string socket = baton::Client::DefaultSocketPath();
   baton::OptionSet options;
@@ -550,6 +577,7 @@ int main(int argc, char** argv) {
   if (command == "status") return Status(argc, argv);
   if (command == "links") return Links(argc, argv);
   if (command == "comm-id") return CommId(argc, argv);
+  if (command == "dev-certs") return DevCerts(argc, argv);
   if (command == "topo") return Topo(argc, argv);
   std::cerr << "baton: unknown command '" << command << "'\n\n" << kUsage;
   return 2;

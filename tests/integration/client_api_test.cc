@@ -580,8 +580,28 @@ TEST(PeerTlsTest, OnlyCertifiedDaemonsReachThePeerApiAndOnlyAsThemselves) {
     });
   }
   for (std::thread& t : joins) t.join();
-  for (int d = 0; d < 3; ++d)
+  for (int d = 0; d < 3; ++d) {
     EXPECT_TRUE(results[d].ok()) << d << ": " << results[d].error_message();
+  }
+
+  // Data-connection keys go only to the daemon that holds the address, by the plans node-0 knows.
+  auto data_key = [&](const std::string& address) {
+    v1::DataKeyRequest request;
+    request.set_address(address);
+    v1::DataKeyResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    grpc::Status status = certified->DataKey(&context, request, &response);
+    return std::pair(status, response.key().size());
+  };
+  auto [mine, mine_bytes] = data_key(cluster.daemons()[2].data_address);
+  EXPECT_TRUE(mine.ok()) << mine.error_message();
+  EXPECT_EQ(mine_bytes, 32u);
+  auto [other, other_bytes] = data_key(cluster.daemons()[1].data_address);
+  EXPECT_EQ(other.error_code(), grpc::StatusCode::PERMISSION_DENIED) << other.error_message();
+  EXPECT_EQ(other_bytes, 0u);
+  EXPECT_EQ(data_key(std::string(2000, 'x')).first.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 // Without certificates a daemon still serves (development), and says so where an SRE looks.

@@ -36,7 +36,7 @@ TEST(FrameTest, WireLayoutIsLittleEndian) {
                                              .part = 0x31323334},
                                          0x0000000000000345});
   const std::array<int, kFrameHeaderBytes> expected = {
-      'B',  'T',  'N',  'F',  1,    2,    0,    0,     // magic, version, type, flags
+      'B',  'T',  'N',  'F',  2,    2,    0,    0,     // magic, version, type, flags
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // comm
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // seq
       0x24, 0x23, 0x22, 0x21, 0x34, 0x33, 0x32, 0x31,  // step, part
@@ -53,7 +53,7 @@ TEST(FrameTest, RejectsCorruptHeaders) {
     size_t offset;
     std::byte value;
   };
-  for (const Case& c : {Case{"magic", 0, std::byte{'X'}}, Case{"version", 4, std::byte{2}},
+  for (const Case& c : {Case{"magic", 0, std::byte{'X'}}, Case{"version", 4, std::byte{1}},
                         Case{"type", 5, std::byte{9}}, Case{"flags", 6, std::byte{1}}}) {
     Bytes bad = good;
     bad[c.offset] = c.value;
@@ -70,23 +70,34 @@ TEST(FrameTest, LimitsPayloadLength) {
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(too_long.status().message(), ::testing::HasSubstr("1073741825"));
 
-  EXPECT_TRUE(
-      DecodeFrameHeader(Encode(FrameHeader{FrameType::kHello, Tag{}, kMaxHelloAddressBytes})).ok());
-  EXPECT_FALSE(
-      DecodeFrameHeader(Encode(FrameHeader{FrameType::kHello, Tag{}, kMaxHelloAddressBytes + 1}))
-          .ok());
+  // A hello holds a nonce and 1 to kMaxHelloAddressBytes of address.
+  const uint64_t most_hello = kHandshakeNonceBytes + kMaxHelloAddressBytes;
+  EXPECT_TRUE(DecodeFrameHeader(Encode(FrameHeader{FrameType::kHello, Tag{}, most_hello})).ok());
+  for (const uint64_t wrong : {uint64_t{0}, kHandshakeNonceBytes, most_hello + 1}) {
+    EXPECT_FALSE(DecodeFrameHeader(Encode(FrameHeader{FrameType::kHello, Tag{}, wrong})).ok())
+        << wrong;
+  }
 
-  for (const FrameType type : {FrameType::kPing, FrameType::kPong}) {
-    absl::StatusOr<FrameHeader> ping =
-        DecodeFrameHeader(Encode(FrameHeader{type, Tag{}, kPingPayloadBytes}));
-    ASSERT_TRUE(ping.ok()) << ping.status();
-    EXPECT_EQ(ping->type, type);
-    EXPECT_EQ(static_cast<int>(Encode(FrameHeader{type, Tag{}, kPingPayloadBytes})[5]),
-              type == FrameType::kPing ? 3 : 4);
-    for (const uint64_t wrong : {uint64_t{0}, kPingPayloadBytes - 1, kPingPayloadBytes + 1}) {
-      EXPECT_EQ(DecodeFrameHeader(Encode(FrameHeader{type, Tag{}, wrong})).status().code(),
+  // The other control frames have one size each.
+  struct Fixed {
+    FrameType type;
+    int wire_type;
+    uint64_t bytes;
+  };
+  for (const Fixed& fixed : {Fixed{FrameType::kPing, 3, kPingPayloadBytes},
+                             Fixed{FrameType::kPong, 4, kPingPayloadBytes},
+                             Fixed{FrameType::kChallenge, 5, kChallengePayloadBytes},
+                             Fixed{FrameType::kProof, 6, kHandshakeProofBytes}}) {
+    absl::StatusOr<FrameHeader> decoded =
+        DecodeFrameHeader(Encode(FrameHeader{fixed.type, Tag{}, fixed.bytes}));
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(decoded->type, fixed.type);
+    EXPECT_EQ(static_cast<int>(Encode(FrameHeader{fixed.type, Tag{}, fixed.bytes})[5]),
+              fixed.wire_type);
+    for (const uint64_t wrong : {uint64_t{0}, fixed.bytes - 1, fixed.bytes + 1}) {
+      EXPECT_EQ(DecodeFrameHeader(Encode(FrameHeader{fixed.type, Tag{}, wrong})).status().code(),
                 absl::StatusCode::kDataLoss)
-          << wrong;
+          << fixed.wire_type << " " << wrong;
     }
   }
 }

@@ -13,18 +13,22 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <filesystem>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "transport/frame.h"
+#include "transport/tcp/handshake_io.h"
 #include "transport/tcp/socket.h"
 
 namespace baton::transport {
@@ -106,9 +110,29 @@ void WriteFrame(int fd, const FrameHeader& header, ConstByteSpan payload) {
   WriteRaw(fd, payload);
 }
 
-void WriteHello(int fd, const std::string& address) {
-  WriteFrame(fd, FrameHeader{FrameType::kHello, Tag{}, address.size()},
-             std::as_bytes(std::span(address.data(), address.size())));
+// The connecting side of the handshake, introducing `fd`'s end as `address` to the endpoint
+// whose address is `acceptor` (empty: the address `fd` is connected to), with no key (as the
+// endpoints here have none).
+void WriteHello(int fd, const std::string& address, std::string acceptor = "") {
+  if (acceptor.empty()) {
+    sockaddr_in peer{};
+    socklen_t length = sizeof(peer);
+    ASSERT_EQ(getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length), 0);
+    char host[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &peer.sin_addr, host, sizeof(host));
+    acceptor = absl::StrCat(host, ":", ntohs(peer.sin_port));
+  }
+  const absl::Status introduced = tcp::Introduce(fd, address, acceptor, kNoHandshakeKey,
+                                                 Deadline(absl::Seconds(10)), [] { return false; });
+  EXPECT_TRUE(introduced.ok()) << introduced;
+}
+
+// The accepting side of the handshake, as the raw listener at `self`: the connecting endpoint's
+// address.
+std::string AcceptHello(int fd, const std::string& self) {
+  absl::StatusOr<std::string> peer = tcp::Admit(fd, self, nullptr, Deadline(absl::Seconds(10)));
+  EXPECT_TRUE(peer.ok()) << peer.status();
+  return peer.ok() ? *peer : "";
 }
 
 FrameHeader ReadHeader(int fd) {
@@ -287,9 +311,7 @@ TEST(TcpTransportTest, ConnectIsRetriedUntilThePeerListens) {
   ASSERT_EQ(listen(peer.fd.get(), 16), 0);
   FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
   ASSERT_TRUE(conn.valid());
-  const FrameHeader hello = ReadHeader(conn.get());
-  EXPECT_EQ(hello.type, FrameType::kHello);
-  EXPECT_EQ(ReadString(conn.get(), hello.payload_bytes), endpoint->address());
+  EXPECT_EQ(AcceptHello(conn.get(), peer.address), endpoint->address());
   const FrameHeader data = ReadHeader(conn.get());
   EXPECT_EQ(data.type, FrameType::kData);
   EXPECT_EQ(data.tag, (Tag{.comm = 2, .seq = 3}));
@@ -301,11 +323,16 @@ TEST(TcpTransportTest, SendNoticesAClosedConnectionAndThenReconnects) {
   auto endpoint = NewLoopbackEndpoint();
   ASSERT_NE(endpoint, nullptr);
   RawListener peer = BindLoopback(/*listening=*/true);
-  ASSERT_TRUE(endpoint->Send(peer.address, Tag{.seq = 1}, {}, Deadline()).ok());
+  // Sends that connect wait for the raw peer's half of the handshake.
+  auto first = std::async(std::launch::async, [&] {
+    return endpoint->Send(peer.address, Tag{.seq = 1}, {}, Deadline());
+  });
   {
     FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
     ASSERT_TRUE(conn.valid());
+    AcceptHello(conn.get(), peer.address);
     ReadHeader(conn.get());
+    ASSERT_TRUE(first.get().ok());
   }  // the peer drops the connection
   // The first send after the close may still be accepted by the kernel; the next cannot be.
   absl::Status failed;
@@ -316,10 +343,13 @@ TEST(TcpTransportTest, SendNoticesAClosedConnectionAndThenReconnects) {
   EXPECT_THAT(failed.message(), HasSubstr(peer.address));
   EXPECT_GE(StatsFor(*endpoint, peer.address).errors, 1u);
 
-  ASSERT_TRUE(endpoint->Send(peer.address, Tag{.seq = 9}, {}, Deadline()).ok());
+  auto again = std::async(std::launch::async, [&] {
+    return endpoint->Send(peer.address, Tag{.seq = 9}, {}, Deadline());
+  });
   FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
   ASSERT_TRUE(conn.valid());
-  EXPECT_EQ(ReadHeader(conn.get()).type, FrameType::kHello);
+  EXPECT_EQ(AcceptHello(conn.get(), peer.address), endpoint->address());
+  EXPECT_TRUE(again.get().ok());
 }
 
 // True when a frame (or anything else) arrives on `fd` within `timeout`.
@@ -346,11 +376,13 @@ TEST(TcpTransportTest, FramesFlowBothWaysOnOneConnection) {
   auto endpoint = NewLoopbackEndpoint();
   ASSERT_NE(endpoint, nullptr);
   RawListener peer = BindLoopback(/*listening=*/true);
-  ASSERT_TRUE(endpoint->Send(peer.address, Tag{.seq = 1}, Bytes("ping"), Deadline()).ok());
+  auto sent = std::async(std::launch::async, [&] {
+    return endpoint->Send(peer.address, Tag{.seq = 1}, Bytes("ping"), Deadline());
+  });
   FileDescriptor ours = AcceptWithin(peer.fd.get(), absl::Seconds(10));
   ASSERT_TRUE(ours.valid());
-  EXPECT_EQ(ReadHeader(ours.get()).type, FrameType::kHello);
-  ReadString(ours.get(), endpoint->address().size());
+  EXPECT_EQ(AcceptHello(ours.get(), peer.address), endpoint->address());
+  ASSERT_TRUE(sent.get().ok());
   EXPECT_EQ(ReadHeader(ours.get()).tag, Tag{.seq = 1});
   EXPECT_EQ(ReadString(ours.get(), 4), "ping");
   WriteFrame(ours.get(), FrameHeader{FrameType::kData, Tag{.seq = 2}, 4}, Bytes("pong"));
@@ -381,15 +413,17 @@ class ConnectionChoiceTest : public ::testing::TestWithParam<std::string> {
     absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
     ASSERT_TRUE(endpoint.ok()) << endpoint.status();
     endpoint_ = *std::move(endpoint);
-    ASSERT_TRUE(endpoint_->Send(peer_.address, Tag{.seq = 1}, Bytes("a"), Deadline()).ok());
+    auto sent = std::async(std::launch::async, [&] {
+      return endpoint_->Send(peer_.address, Tag{.seq = 1}, Bytes("a"), Deadline());
+    });
     ours_ = AcceptWithin(peer_.fd.get(), absl::Seconds(10));
     ASSERT_TRUE(ours_.valid());
-    ReadHeader(ours_.get());
-    ReadString(ours_.get(), endpoint_->address().size());
+    AcceptHello(ours_.get(), peer_.address);
+    ASSERT_TRUE(sent.get().ok());
     ReadHeader(ours_.get());
     ReadString(ours_.get(), 1);
     theirs_ = RawConnect(endpoint_->address());
-    WriteHello(theirs_.get(), peer_.address);
+    WriteHello(theirs_.get(), peer_.address, endpoint_->address());
     // Once this arrives the endpoint has read the hello and may send on `theirs`.
     WriteFrame(theirs_.get(), FrameHeader{FrameType::kData, Tag{.seq = 2}, 1}, Bytes("b"));
     EXPECT_EQ(RecvString(*endpoint_, peer_.address, Tag{.seq = 2}, 1), "b");
@@ -478,8 +512,7 @@ TEST(TcpTransportTest, LargeMessagesTakeTurnsOnTheStreamsOfAPeer) {
   // Each connection introduces itself, then carries its frames in order.
   auto read_frames = [&](int fd, size_t frames) {
     std::vector<uint64_t> seqs;
-    EXPECT_EQ(ReadHeader(fd).type, FrameType::kHello);
-    EXPECT_EQ(ReadString(fd, (*endpoint)->address().size()), (*endpoint)->address());
+    EXPECT_EQ(AcceptHello(fd, peer.address), (*endpoint)->address());
     for (size_t i = 0; i < frames; ++i) {
       const FrameHeader header = ReadHeader(fd);
       seqs.push_back(header.tag.seq);
@@ -770,8 +803,7 @@ TEST(TcpTransportTest, RoundTripOnTheWire) {
   });
   FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
   ASSERT_TRUE(conn.valid());
-  ASSERT_EQ(ReadHeader(conn.get()).type, FrameType::kHello);
-  ReadString(conn.get(), endpoint->address().size());
+  ASSERT_EQ(AcceptHello(conn.get(), peer.address), endpoint->address());
   const FrameHeader ping = ReadHeader(conn.get());
   EXPECT_EQ(ping.type, FrameType::kPing);
   EXPECT_EQ(ping.tag, Tag{});
@@ -822,6 +854,151 @@ TEST(TcpTransportTest, SendToAPeerThatDoesNotReadEndsAtTheDeadlineOrOnAbort) {
   endpoint->Abort(9, absl::AbortedError("job cancelled"));
   EXPECT_EQ(blocked.get(), absl::AbortedError("job cancelled"));
   EXPECT_LT(absl::Now() - abort_time, absl::Seconds(10));
+}
+
+// Handshake keys as a test wants them: what each endpoint presents to each peer and expects from
+// each, and how often a key was fetched again.
+class FakeKeys final : public HandshakeKeys {
+ public:
+  void Present(const std::string& peer, const HandshakeKey& key) {
+    absl::MutexLock lock(&mu_);
+    present_[peer] = key;
+  }
+  void Expect(const std::string& peer, const HandshakeKey& key) {
+    absl::MutexLock lock(&mu_);
+    expect_[peer] = key;
+  }
+  int refreshes() const {
+    absl::MutexLock lock(&mu_);
+    return refreshes_;
+  }
+  absl::StatusOr<HandshakeKey> ToConnect(const std::string& peer, bool refresh,
+                                         absl::Time) override {
+    absl::MutexLock lock(&mu_);
+    refreshes_ += refresh ? 1 : 0;
+    auto it = present_.find(peer);
+    if (it == present_.end()) return absl::NotFoundError("no key for " + peer);
+    return it->second;
+  }
+  absl::StatusOr<HandshakeKey> ToAccept(const std::string& peer) override {
+    absl::MutexLock lock(&mu_);
+    auto it = expect_.find(peer);
+    if (it == expect_.end()) return absl::PermissionDeniedError("nobody issued a key for " + peer);
+    return it->second;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, HandshakeKey> present_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, HandshakeKey> expect_ ABSL_GUARDED_BY(mu_);
+  int refreshes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+HandshakeKey KeyOf(char fill) {
+  HandshakeKey key;
+  key.fill(static_cast<std::byte>(fill));
+  return key;
+}
+
+std::unique_ptr<Endpoint> NewKeyedEndpoint(FakeKeys* keys,
+                                           TcpOptions options = Options("127.0.0.1:0")) {
+  options.handshake_keys = keys;
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = NewTcpEndpoint(options);
+  EXPECT_TRUE(endpoint.ok()) << endpoint.status();
+  return endpoint.ok() ? *std::move(endpoint) : nullptr;
+}
+
+// Endpoints that share a key talk; one that presents another key is refused after fetching it
+// once more, and nothing it sent arrives.
+TEST(TcpHandshakeTest, OnlyAConnectionThatProvesTheKeyOfItsAddressIsBelieved) {
+  FakeKeys a_keys, b_keys, c_keys;
+  auto a = NewKeyedEndpoint(&a_keys);
+  auto b = NewKeyedEndpoint(&b_keys);
+  auto c = NewKeyedEndpoint(&c_keys);
+  ASSERT_TRUE(a && b && c);
+  a_keys.Present(b->address(), KeyOf('k'));
+  b_keys.Expect(a->address(), KeyOf('k'));
+  c_keys.Present(b->address(), KeyOf('x'));  // not what b issued for c
+  b_keys.Expect(c->address(), KeyOf('c'));
+  ASSERT_TRUE(a->Send(b->address(), Tag{.seq = 1}, Bytes("from a"), Deadline()).ok());
+  EXPECT_EQ(RecvString(*b, a->address(), Tag{.seq = 1}, 6), "from a");
+
+  const absl::Status refused = c->Send(b->address(), Tag{.seq = 1}, Bytes("from c"), Deadline());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("could not prove it holds the handshake key"));
+  EXPECT_EQ(c_keys.refreshes(), 1);
+  std::string nothing(6, '\0');
+  EXPECT_TRUE(absl::IsDeadlineExceeded(b->Recv(c->address(), Tag{.seq = 1},
+                                               std::as_writable_bytes(std::span(nothing)),
+                                               absl::Now() + absl::Milliseconds(200))));
+  // Once c has the right key it is served.
+  c_keys.Present(b->address(), KeyOf('c'));
+  ASSERT_TRUE(c->Send(b->address(), Tag{.seq = 2}, Bytes("from c"), Deadline()).ok());
+  EXPECT_EQ(RecvString(*b, c->address(), Tag{.seq = 2}, 6), "from c");
+}
+
+// A process that connects and claims to be a peer, without that peer's key, learns nothing and
+// injects nothing: its connection is closed before any frame of it is read, and the endpoint
+// still reaches the real peer on a connection of its own.
+TEST(TcpHandshakeTest, ASpoofedHelloGetsNothingAndInjectsNothing) {
+  FakeKeys a_keys, b_keys;
+  auto a = NewKeyedEndpoint(&a_keys);
+  auto b = NewKeyedEndpoint(&b_keys);
+  ASSERT_TRUE(a && b);
+  a_keys.Present(b->address(), KeyOf('k'));
+  b_keys.Expect(a->address(), KeyOf('k'));
+  b_keys.Present(a->address(), KeyOf('m'));
+  a_keys.Expect(b->address(), KeyOf('m'));
+
+  FileDescriptor raw = RawConnect(b->address());
+  const absl::Status spoofed = tcp::Introduce(raw.get(), a->address(), b->address(),
+                                              kNoHandshakeKey, Deadline(), [] { return false; });
+  // b's challenge proves nothing the attacker can check; it sends a proof anyway, then data.
+  EXPECT_TRUE(absl::IsPermissionDenied(spoofed)) << spoofed;
+  std::array<std::byte, kHandshakeProofBytes> proof{};
+  WriteFrame(raw.get(), FrameHeader{FrameType::kProof, Tag{}, proof.size()}, proof);
+  WriteFrame(raw.get(), FrameHeader{FrameType::kData, Tag{.seq = 7}, 6}, Bytes("forged"));
+  EXPECT_TRUE(ClosedWithin(raw.get(), absl::Seconds(10)));
+
+  // b's message for a goes to a, on a connection b opens and a proves.
+  ASSERT_TRUE(b->Send(a->address(), Tag{.seq = 7}, Bytes("for a!"), Deadline()).ok());
+  EXPECT_EQ(RecvString(*a, b->address(), Tag{.seq = 7}, 6), "for a!");
+  std::string nothing(6, '\0');
+  EXPECT_TRUE(absl::IsDeadlineExceeded(b->Recv(a->address(), Tag{.seq = 7},
+                                               std::as_writable_bytes(std::span(nothing)),
+                                               absl::Now() + absl::Milliseconds(200))));
+}
+
+// Connections that never finish the handshake are closed after handshake_timeout, and no more
+// than max_pending_handshakes wait at once (the rest are closed on arrival): a flood of them
+// leaves no descriptor behind and does not keep real peers out.
+TEST(TcpHandshakeTest, ConnectionsThatNeverIntroduceThemselvesAreClosedAndBounded) {
+  TcpOptions options = Options("127.0.0.1:0");
+  options.handshake_timeout = absl::Milliseconds(300);
+  options.max_pending_handshakes = 8;
+  absl::StatusOr<std::unique_ptr<Endpoint>> created = NewTcpEndpoint(options);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<Endpoint> endpoint = *std::move(created);
+  auto open_fds = [] {
+    return std::distance(std::filesystem::directory_iterator("/proc/self/fd"),
+                         std::filesystem::directory_iterator());
+  };
+  const auto before = open_fds();
+  {
+    std::vector<FileDescriptor> silent;
+    for (int i = 0; i < 200; ++i) silent.push_back(RawConnect(endpoint->address()));
+    const absl::Time start = absl::Now();
+    for (FileDescriptor& fd : silent) EXPECT_TRUE(ClosedWithin(fd.get(), absl::Seconds(10)));
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  }
+  auto peer = NewLoopbackEndpoint();
+  ASSERT_NE(peer, nullptr);
+  ASSERT_TRUE(peer->Send(endpoint->address(), Tag{.seq = 1}, Bytes("still"), Deadline()).ok());
+  EXPECT_EQ(RecvString(*endpoint, peer->address(), Tag{.seq = 1}, 5), "still");
+  // The peer's endpoint and its connection are the only descriptors left over.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (open_fds() > before + 8 && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_LE(open_fds(), before + 8);
 }
 
 }  // namespace

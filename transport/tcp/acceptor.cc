@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "transport/tcp/handshake_io.h"
 #include "transport/tcp/tcp_endpoint.h"
 
 namespace baton::transport::tcp {
@@ -23,7 +24,15 @@ void TcpEndpoint::ListenLoop() {
   while (true) {
     std::array<pollfd, 2> fds{pollfd{listener_.fd.get(), POLLIN, 0},
                               pollfd{wake_.get(), POLLIN, 0}};
-    if (poll(fds.data(), fds.size(), -1) < 0) {
+    // Wakes now and then to join the readers of connections that ended (refused ones above all),
+    // so that their descriptors go even when nobody connects or sends any more.
+    constexpr int kReapEveryMs = 500;
+    const int ready = poll(fds.data(), fds.size(), kReapEveryMs);
+    if (ready == 0) {
+      ReapFinishedReaders();
+      continue;
+    }
+    if (ready < 0) {
       if (errno == EINTR) continue;
       spdlog::error(
           "tcp endpoint {}: poll on the listener failed: errno {}; not accepting any more",
@@ -42,16 +51,31 @@ void TcpEndpoint::ListenLoop() {
       continue;
     }
     ReapFinishedReaders();
+    // Until it proves who it is, a connection gets a thread only while few others wait too.
+    if (handshaking_.fetch_add(1) >= max_pending_handshakes_) {
+      handshaking_.fetch_sub(1);
+      ::close(fd);
+      NoteRefused("too many connections in their handshake");
+      continue;
+    }
     auto conn = std::make_shared<Conn>();
     conn->fd = FileDescriptor(fd);
     SetNoDelay(fd);  // frames go back to the peer on this connection too
-    PrepareReadSide(*conn);
     absl::MutexLock lock(&mu_);
     conn->reader = std::thread([this, conn] {
       SetThreadName("baton-tcp-read");
       ReadLoop(conn, /*accepted=*/true);
     });
     conns_.push_back(std::move(conn));
+  }
+}
+
+void TcpEndpoint::NoteRefused(const std::string& why) {
+  // Anyone who reaches the port can cause these: the first, then one in 1024.
+  const uint64_t refused = refused_connections_.fetch_add(1) + 1;
+  if (refused == 1 || refused % 1024 == 0) {
+    spdlog::warn("tcp endpoint {}: refused a connection: {} ({} refused so far)", address_, why,
+                 refused);
   }
 }
 
@@ -79,19 +103,8 @@ void TcpEndpoint::StartReaderLocked(const std::shared_ptr<Conn>& conn) {
   conns_.push_back(conn);
 }
 
-absl::StatusOr<std::string> TcpEndpoint::ReadHello(int fd) {
-  const absl::Time deadline = absl::Now() + kHelloTimeout;
-  std::array<std::byte, kFrameHeaderBytes> buffer;
-  size_t read = 0;
-  BATON_RETURN_IF_ERROR(ReadFull(fd, buffer, deadline, &read));
-  BATON_ASSIGN_OR_RETURN(const FrameHeader header, DecodeFrameHeader(buffer));
-  if (header.type != FrameType::kHello || header.payload_bytes == 0) {
-    return absl::DataLossError("the first frame is not a hello with the sender's address");
-  }
-  std::string peer(header.payload_bytes, '\0');
-  BATON_RETURN_IF_ERROR(
-      ReadFull(fd, std::as_writable_bytes(std::span(peer.data(), peer.size())), deadline, &read));
-  return peer;
+absl::StatusOr<std::string> TcpEndpoint::AdmitPeer(int fd) {
+  return Admit(fd, address_, handshake_keys_, absl::Now() + handshake_timeout_);
 }
 
 }  // namespace baton::transport::tcp

@@ -27,8 +27,6 @@ inline absl::Status ShutDownError() { return absl::UnavailableError("endpoint sh
 
 namespace baton::transport::tcp {
 
-// How long an accepted connection may take to introduce itself.
-constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
 // Payload bytes that nobody wants, and the pieces of a consumed message (Endpoint::PostConsume),
 // are read into a buffer of this size: small enough that a piece is still in the cache when its
 // consumer reads it.

@@ -22,18 +22,23 @@ namespace baton::transport::tcp {
 void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
   const int fd = conn->fd.get();
   if (accepted) {
-    absl::StatusOr<std::string> peer = ReadHello(fd);
+    absl::StatusOr<std::string> peer = AdmitPeer(fd);
+    handshaking_.fetch_sub(1);
     absl::MutexLock lock(&mu_);
+    if (peer.ok() && connections_[*peer] >= max_connections_per_peer_) {
+      peer = absl::ResourceExhaustedError(absl::StrCat("peer ", *peer, " already holds ",
+                                                       max_connections_per_peer_,
+                                                       " connections with this endpoint"));
+    }
     if (!peer.ok()) {
       shutdown(fd, SHUT_RDWR);
-      if (!shutting_down_) {
-        spdlog::error("tcp endpoint {}: dropping a connection without a valid hello: {}", address_,
-                      peer.status().ToString());
-      }
+      if (!shutting_down_) NoteRefused(peer.status().ToString());
       conn->finished = true;
       return;
     }
     conn->peer = *std::move(peer);
+    // Only now: a connection that never proves itself costs no buffer and no eventfd.
+    PrepareReadSide(*conn);
     ++connections_[conn->peer];
     matcher_.PeerConnected(conn->peer);
     // Sends to the peer may use it from now on.
@@ -124,8 +129,10 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
       return status;
     }
     absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(buffer);
-    if (decoded.ok() && decoded->type == FrameType::kHello) {
-      decoded = absl::DataLossError("unexpected hello frame on an introduced connection");
+    if (decoded.ok() &&
+        (decoded->type == FrameType::kHello || decoded->type == FrameType::kChallenge ||
+         decoded->type == FrameType::kProof)) {
+      decoded = absl::DataLossError("unexpected handshake frame on an introduced connection");
     }
     if (!decoded.ok()) {
       spdlog::error("tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,

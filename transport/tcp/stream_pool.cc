@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "transport/tcp/handshake_io.h"
 #include "transport/tcp/tcp_endpoint.h"
 
 namespace baton::transport::tcp {
@@ -185,8 +186,12 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
     CountSendLocked(peer, 0, false);
     absl::Status blocking = SendBlockingErrorLocked(tag.comm);
     if (!blocking.ok()) return blocking;
-    return absl::UnavailableError(
-        absl::StrCat("send to peer ", peer, " (", TagToString(tag), "): ", fd.status().message()));
+    // A peer that took the whole deadline (to accept, or to answer the handshake) is a timeout
+    // like any other; anything else means it cannot be reached.
+    const std::string message =
+        absl::StrCat("send to peer ", peer, " (", TagToString(tag), "): ", fd.status().message());
+    if (absl::IsDeadlineExceeded(fd.status())) return absl::DeadlineExceededError(message);
+    return absl::UnavailableError(message);
   }
   stream->fd = *std::move(fd);
   PrepareReadSide(*stream);
@@ -199,15 +204,22 @@ absl::StatusOr<FileDescriptor> TcpEndpoint::ConnectAndIntroduce(const std::strin
                                                                 uint64_t comm,
                                                                 absl::Time deadline) {
   auto cancelled = [this, comm] { return SendCancelled(comm); };
-  BATON_ASSIGN_OR_RETURN(FileDescriptor fd, ConnectWithRetry(peer, deadline, cancelled));
-  std::array<std::byte, kFrameHeaderBytes> header;
-  EncodeFrameHeader(FrameHeader{FrameType::kHello, Tag{}, address_.size()}, header);
-  std::array<iovec, 2> iov{iovec{header.data(), header.size()},
-                           iovec{const_cast<char*>(address_.data()), address_.size()}};
-  size_t written = 0;
-  BATON_RETURN_IF_ERROR(
-      Annotate(WriteFull(fd.get(), iov, deadline, cancelled, &written), "sending hello"));
-  return fd;
+  // A peer that restarted at the same address has a new key: fetch it again, once.
+  for (bool refresh : {false, true}) {
+    BATON_ASSIGN_OR_RETURN(FileDescriptor fd, ConnectWithRetry(peer, deadline, cancelled));
+    HandshakeKey key = kNoHandshakeKey;
+    if (handshake_keys_ != nullptr) {
+      absl::StatusOr<HandshakeKey> issued = handshake_keys_->ToConnect(peer, refresh, deadline);
+      if (!issued.ok()) return Annotate(issued.status(), "getting the peer's handshake key");
+      key = *issued;
+    }
+    absl::Status introduced = Introduce(fd.get(), address_, peer, key, deadline, cancelled);
+    if (introduced.ok()) return fd;
+    if (!absl::IsPermissionDenied(introduced) || refresh || handshake_keys_ == nullptr) {
+      return Annotate(introduced, "handshake");
+    }
+  }
+  return absl::InternalError("unreachable");
 }
 
 void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream,

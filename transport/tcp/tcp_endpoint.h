@@ -4,13 +4,14 @@
 // that read them. Internal to transport/tcp/; NewTcpEndpoint (tcp_transport.h) is the way in.
 // Its members are defined by responsibility, as gloo's tcp/ splits the same job:
 //   tcp_endpoint.cc       lifetime, Abort/Forget, counters
-//   acceptor.cc           the listener thread, the hello of accepted connections, reaping
+//   acceptor.cc           the listener thread, admitting accepted connections, reaping
 //   connection_reader.cc  the read turn and reading frames off a connection
 //   posted_recv.cc        posted receives and the waiting thread that reads for its own
 //   stream_pool.cc        sending: framing, the connections per peer, connecting
 //   round_trip.cc         ping/pong (RoundTrip) and the pong thread
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -49,6 +50,11 @@ class TcpEndpoint final : public Endpoint {
         receive_spin_(options.receive_spin),
         reader_linger_(options.reader_linger),
         streams_per_peer_(static_cast<size_t>(options.streams_per_peer)),
+        handshake_keys_(options.handshake_keys),
+        handshake_timeout_(options.handshake_timeout),
+        max_pending_handshakes_(options.max_pending_handshakes),
+        max_connections_per_peer_(2 * options.streams_per_peer +
+                                  options.spare_connections_per_peer),
         matcher_(options.max_unexpected_bytes_per_peer, kFrameHeaderBytes) {}
   ~TcpEndpoint() override;
 
@@ -91,7 +97,8 @@ class TcpEndpoint final : public Endpoint {
 
   void ListenLoop();
   void ReapFinishedReaders() ABSL_LOCKS_EXCLUDED(mu_);
-  // Sets up the read side of a connection whose fd is set, before anyone reads it.
+  // Sets up the read side of a connection whose fd is set, before anyone reads it (for an
+  // accepted one: once it is admitted, before it joins out_).
   void PrepareReadSide(Conn& conn) const {
     conn.kick = FileDescriptor(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     conn.in.emplace(conn.fd.get());
@@ -102,7 +109,10 @@ class TcpEndpoint final : public Endpoint {
   void StartReaderLocked(const std::shared_ptr<Conn>& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads one connection until it ends; an accepted one first has to introduce its peer.
   void ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted);
-  absl::StatusOr<std::string> ReadHello(int fd);
+  // The accepted connection's handshake: the peer's address once it proved its key.
+  absl::StatusOr<std::string> AdmitPeer(int fd);
+  // Counts a connection closed before it was admitted (and logs now and then).
+  void NoteRefused(const std::string& why);
   // The reader thread's turn to read: waits while threads read for their receives (and
   // reader_linger_ after), then takes `reading`. False once the connection has ended.
   bool TakeReaderTurn(Conn& conn);
@@ -176,6 +186,15 @@ class TcpEndpoint final : public Endpoint {
   const absl::Duration receive_spin_;
   const absl::Duration reader_linger_;  // TcpOptions::reader_linger
   const size_t streams_per_peer_;
+  HandshakeKeys* const handshake_keys_;  // may be null
+  const absl::Duration handshake_timeout_;
+  const int max_pending_handshakes_;
+  const int max_connections_per_peer_;
+  // Accepted connections still in their handshake, and those refused (no room, a failed
+  // handshake, a peer over its connections): logged only now and then, since anyone can cause
+  // them.
+  std::atomic<int> handshaking_{0};
+  std::atomic<uint64_t> refused_connections_{0};
   ReceiveMatcher matcher_;
   std::thread listener_thread_;
 

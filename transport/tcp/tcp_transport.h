@@ -1,9 +1,10 @@
 #pragma once
 
 // The TCP transport between daemons. Each endpoint listens on one port. Whichever of two endpoints
-// sends first connects to the other and introduces itself with its listen address, so that every
-// message received on the connection is attributed to the sender's endpoint address; from then on
-// frames flow both ways on that connection.
+// sends first connects to the other and introduces itself with its listen address in a keyed
+// handshake (transport/handshake.h), so that every message received on the connection is
+// attributed to the sender's endpoint address, and only if it proved that address's key; from then
+// on frames flow both ways on that connection.
 
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "transport/handshake.h"
 #include "transport/transport.h"
 
 namespace baton::transport {
@@ -40,6 +42,17 @@ struct TcpOptions {
   // NCCL's sockets per thread do. Smaller messages keep to the one connection both sides prefer,
   // where acknowledgements ride on the answers. 1 .. 16.
   int streams_per_peer = 1;
+  // The keys of the handshake every connection opens with (transport/handshake.h); not owned,
+  // must outlive the endpoint. Null: kNoHandshakeKey, which authenticates nobody.
+  HandshakeKeys* handshake_keys = nullptr;
+  // How long an accepted connection may take to complete the handshake before it is closed, and
+  // how many may be in the handshake at once (more are closed as they arrive), so that
+  // connections that never introduce themselves cannot use up descriptors or threads.
+  absl::Duration handshake_timeout = absl::Seconds(5);
+  int max_pending_handshakes = 64;
+  // Connections one peer may hold open with this endpoint beyond what its streams need; an
+  // authenticated connection past 2 * streams_per_peer + this is closed.
+  int spare_connections_per_peer = 4;
 };
 
 // Messages this large and larger take turns on the connections of TcpOptions::streams_per_peer.

@@ -1,0 +1,131 @@
+// The daemons' data port attacked from this machine, as a host on the cluster network could:
+// a process that claims to be a peer daemon gets no data and injects none, and connections that
+// never introduce themselves cost the daemon nothing that lasts.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "tests/integration/test_cluster.h"
+#include "transport/tcp/handshake_io.h"
+#include "transport/tcp/socket.h"
+
+namespace baton {
+namespace {
+
+using testing::NewCommId;
+using testing::TestCluster;
+using transport::FileDescriptor;
+
+FileDescriptor ConnectTo(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in peer{};
+  peer.sin_family = AF_INET;
+  peer.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &peer.sin_addr);
+  FileDescriptor fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  EXPECT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&peer), sizeof(peer)), 0);
+  return fd;
+}
+
+// Blocks until the other end closes `fd` (or 10 s pass): true if it closed.
+bool ClosedByPeer(int fd) {
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  char buffer[4096];
+  ssize_t n;
+  while ((n = recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+  }
+  return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+size_t OpenFds(pid_t pid) {
+  std::error_code error;
+  size_t count = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", error);
+       !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
+    ++count;
+  }
+  return count;
+}
+
+// Sums rank-dependent inputs over 2 ranks on 2 daemons, `rounds` times, checking every element.
+void AllReduceRounds(const TestCluster& cluster, int rounds) {
+  testing::RunRanks(cluster, NewCommId(cluster), 2, testing::BlockPlacement(2, 2),
+                    [&](int rank, Communicator& comm) {
+                      std::vector<float> data(4096);
+                      for (int round = 0; round < rounds; ++round) {
+                        for (size_t i = 0; i < data.size(); ++i) {
+                          data[i] = static_cast<float>(rank * 100 + round + i % 7);
+                        }
+                        ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(),
+                                                   DataType::kFloat32, ReduceOp::kSum)
+                                        .ok());
+                        for (size_t i = 0; i < data.size(); ++i) {
+                          ASSERT_EQ(data[i], static_cast<float>(100 + 2 * (round + i % 7)))
+                              << "round " << round << " element " << i;
+                        }
+                      }
+                      EXPECT_TRUE(comm.Destroy().ok());
+                    });
+}
+
+// With mutual TLS, a data connection is believed only if it proves the key the receiving daemon
+// issued for the address it claims, over TLS, to the daemon certified for it. An impostor that
+// claims node-1's address to node-0 cannot prove it, is closed before any frame of it is read,
+// and the two daemons' all-reduces stay right.
+TEST(DataPlaneSecurityTest, APeerImpostorGetsNoDataAndInjectsNothing) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  AllReduceRounds(cluster, 2);  // node-0 and node-1 have connected
+  const client::LocalDaemon& victim = cluster.daemons()[0];
+  const client::LocalDaemon& impersonated = cluster.daemons()[1];
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    FileDescriptor fd = ConnectTo(victim.data_address);
+    const absl::Status introduced = transport::tcp::Introduce(
+        fd.get(), impersonated.data_address, victim.data_address, transport::kNoHandshakeKey,
+        absl::Now() + absl::Seconds(10), [] { return false; });
+    EXPECT_TRUE(absl::IsPermissionDenied(introduced)) << introduced;
+    // Past the failed proof: a forged proof and a data frame for the next operations.
+    std::vector<std::byte> frames(2 * transport::kFrameHeaderBytes +
+                                  transport::kHandshakeProofBytes + 64);
+    transport::EncodeFrameHeader(
+        transport::FrameHeader{transport::FrameType::kProof, {}, transport::kHandshakeProofBytes},
+        std::span<std::byte, transport::kFrameHeaderBytes>(frames.data(),
+                                                           transport::kFrameHeaderBytes));
+    (void)!write(fd.get(), frames.data(), frames.size());
+    EXPECT_TRUE(ClosedByPeer(fd.get()));
+  }
+  AllReduceRounds(cluster, 20);
+}
+
+// Thousands of connections that never finish a handshake are closed (after
+// data_handshake_timeout, or at once beyond 64 waiting), leave no descriptor behind, and do not
+// keep the daemons from forming communicators.
+TEST(DataPlaneSecurityTest, ConnectionsThatNeverIntroduceThemselvesLeaveNothingBehind) {
+  TestCluster cluster(2, {"--data-handshake-timeout=500ms"});
+  ASSERT_TRUE(cluster.ok());
+  AllReduceRounds(cluster, 1);
+  const client::LocalDaemon& target = cluster.daemons()[0];
+  const size_t before = OpenFds(target.pid);
+  for (int batch = 0; batch < 5; ++batch) {
+    std::vector<FileDescriptor> silent;
+    for (int i = 0; i < 400; ++i) silent.push_back(ConnectTo(target.data_address));
+    for (FileDescriptor& fd : silent) EXPECT_TRUE(ClosedByPeer(fd.get()));
+  }
+  AllReduceRounds(cluster, 2);
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (OpenFds(target.pid) > before + 4 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_LE(OpenFds(target.pid), before + 4);
+}
+
+}  // namespace
+}  // namespace baton

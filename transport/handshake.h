@@ -1,0 +1,79 @@
+#pragma once
+
+// The keyed handshake that opens every stream connection between two endpoints (frame.h has its
+// three frames). The connecting endpoint names its address; both then prove, with HMAC-SHA256
+// over both nonces and both addresses, that they hold the key the two share for that address.
+// Where the key comes from is the HandshakeKeys' business: batond's acceptor derives it from a
+// secret of its own, and hands it to the daemon at that address only over mutual TLS
+// (daemon/data_keys.h), so a connection is believed to come from an address only if the daemon
+// certified for it opened it, and the connecting side knows it reached the daemon it asked for
+// the key. Without HandshakeKeys both sides use kNoHandshakeKey: the handshake then only checks
+// that the other end speaks the protocol (development and tests).
+
+#include <array>
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "common/hmac.h"
+#include "transport/frame.h"
+
+namespace baton::transport {
+
+inline constexpr size_t kHandshakeKeyBytes = 32;
+using HandshakeKey = std::array<std::byte, kHandshakeKeyBytes>;
+using HandshakeNonce = std::array<std::byte, kHandshakeNonceBytes>;
+using HandshakeProof = Hmac;
+static_assert(sizeof(HandshakeProof) == kHandshakeProofBytes);
+
+inline constexpr HandshakeKey kNoHandshakeKey{};
+
+// The keys of one endpoint's connections. Thread-safe; called without the endpoint's locks held.
+class HandshakeKeys {
+ public:
+  virtual ~HandshakeKeys() = default;
+  // The key this endpoint proves itself with when it connects to `peer` (the peer's address),
+  // which the peer issued. `refresh`: the cached one did not match (the peer may have
+  // restarted); obtain it again. An error fails the connection attempt.
+  virtual absl::StatusOr<HandshakeKey> ToConnect(const std::string& peer, bool refresh,
+                                                 absl::Time deadline) = 0;
+  // The key a connection that says it comes from `peer` must prove. An error refuses it.
+  virtual absl::StatusOr<HandshakeKey> ToAccept(const std::string& peer) = 0;
+};
+
+// A hello frame's payload.
+struct Hello {
+  HandshakeNonce nonce{};
+  std::string address;
+};
+std::string EncodeHello(const Hello& hello);
+// DataLoss unless `payload` is a nonce and 1 to kMaxHelloAddressBytes of address.
+absl::StatusOr<Hello> DecodeHello(std::span<const std::byte> payload);
+
+// A challenge frame's payload: the acceptor's nonce and proof.
+struct Challenge {
+  HandshakeNonce nonce{};
+  HandshakeProof proof{};
+};
+std::array<std::byte, kChallengePayloadBytes> EncodeChallenge(const Challenge& challenge);
+Challenge DecodeChallenge(std::span<const std::byte, kChallengePayloadBytes> payload);
+
+// What the two handshake frames after the hello prove: both nonces and both addresses, one
+// direction each, so that no proof can be replayed for the other direction, another connection
+// or another pair of endpoints.
+struct HandshakeTranscript {
+  HandshakeNonce connector_nonce{};
+  HandshakeNonce acceptor_nonce{};
+  absl::string_view connector_address;
+  absl::string_view acceptor_address;
+};
+HandshakeProof AcceptorProof(const HandshakeKey& key, const HandshakeTranscript& transcript);
+HandshakeProof ConnectorProof(const HandshakeKey& key, const HandshakeTranscript& transcript);
+
+// A fresh random nonce.
+HandshakeNonce NewHandshakeNonce();
+
+}  // namespace baton::transport
