@@ -208,6 +208,7 @@ absl::StatusOr<std::vector<LocalDaemon>> StartLocalCluster(const LocalClusterOpt
   const fs::path tls_dir = fs::path(options.dir) / "tls";
   if (options.tls) {
     std::vector<std::string> names;
+    names.reserve(options.nodes);
     for (int i = 0; i < options.nodes; ++i) names.push_back(absl::StrCat("node-", i));
     BATON_RETURN_IF_ERROR(WriteDevCertificates(tls_dir.string(), names));
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the format check, unit and integration tests, clang-tidy
-# over every source outside tests/ (scripts/tidy.sh), the same tests again under
+# over every source outside tests/ (scripts/tidy.sh), the libFuzzer targets for a bounded time
+# (scripts/fuzz.sh), the same tests again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, and the tests labelled tsan (transport,
 # collective and the daemon's threads) under ThreadSanitizer. Exits non-zero on any failure.
 set -euo pipefail
@@ -19,6 +20,9 @@ step "tests"
 
 step "clang-tidy (.clang-tidy; any finding fails)"
 bash scripts/tidy.sh build
+
+step "fuzz what peers and ranks send (libFuzzer, ${BATON_FUZZ_SECONDS:-30} s per target)"
+bash scripts/fuzz.sh
 
 step "build with AddressSanitizer + UndefinedBehaviorSanitizer"
 bash scripts/build.sh build-asan -DBATON_SANITIZE=address,undefined

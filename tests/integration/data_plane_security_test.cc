@@ -116,6 +116,7 @@ TEST(DataPlaneSecurityTest, ConnectionsThatNeverIntroduceThemselvesLeaveNothingB
   const size_t before = OpenFds(target.pid);
   for (int batch = 0; batch < 5; ++batch) {
     std::vector<FileDescriptor> silent;
+    silent.reserve(400);
     for (int i = 0; i < 400; ++i) silent.push_back(ConnectTo(target.data_address));
     for (FileDescriptor& fd : silent) EXPECT_TRUE(ClosedByPeer(fd.get()));
   }
