@@ -183,14 +183,17 @@ std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std:
   {
     absl::MutexLock lock(&mu_);
     Key key{peer, tag};
-    if (max_unexpected_bytes_ > 0) {
+    if (max_unexpected_bytes_ > 0 || max_unexpected_bytes_total_ > 0) {
       auto room = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
         if (!BlockingErrorLocked(tag.comm).ok() || pending_.contains(key)) return true;
         auto held = held_.find(peer);
-        return held == held_.end() ||
-               held->second + length <=
-                   std::max(max_unexpected_bytes_,
-                            kMinUnexpectedMessages * std::max<uint64_t>(length, 1));
+        const uint64_t after = (held == held_.end() ? 0 : held->second) + length;
+        const uint64_t always = kMinUnexpectedMessages * std::max<uint64_t>(length, 1);
+        if (after <= always) return true;
+        const bool peer_room = max_unexpected_bytes_ == 0 || after <= max_unexpected_bytes_;
+        const bool total_room =
+            max_unexpected_bytes_total_ == 0 || total_held_ + length <= max_unexpected_bytes_total_;
+        return peer_room && total_room;
       };
       if (!wait_for_room && !room()) return std::nullopt;
       mu_.Await(absl::Condition(&room));
@@ -213,6 +216,7 @@ std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std:
       return delivery;
     }
     held_[peer] += length;
+    total_held_ += length;
   }
   // Allocated outside the lock: it may be large, and is filled before anyone reads it.
   Delivery delivery(Delivery::Kind::kUnexpected, peer, tag, length);  // counted in held_[peer]
@@ -253,6 +257,7 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
       auto it = pending_.find(key);
       if (it == pending_.end()) {
         held_[peer] += delivery.length_;
+        total_held_ += delivery.length_;
         unexpected_[std::move(key)].push_back(
             Unexpected{std::move(delivery.storage_), delivery.length_});
         return;
@@ -313,7 +318,9 @@ void ReceiveMatcher::DropUnexpectedLocked(uint64_t comm) {
 void ReceiveMatcher::ReleaseLocked(const std::string& peer, uint64_t length) {
   auto it = held_.find(peer);
   if (it == held_.end()) return;
-  it->second -= std::min(it->second, length);
+  const uint64_t released = std::min(it->second, length);
+  it->second -= released;
+  total_held_ -= std::min(total_held_, released);
   if (it->second == 0) held_.erase(it);
 }
 
@@ -353,6 +360,7 @@ void ReceiveMatcher::Shutdown(const absl::Status& status) {
   for (PendingRecv* recv : claimed_) recv->cancelled.store(true, std::memory_order_release);
   unexpected_.clear();
   held_.clear();
+  total_held_ = 0;
 }
 
 absl::flat_hash_map<std::string, LinkStats> ReceiveMatcher::RecvLinkStats() const {

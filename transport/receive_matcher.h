@@ -92,9 +92,15 @@ class ReceiveMatcher {
   // communicator uses. 0: no bound.
   // `message_overhead_bytes` is what the transport adds to every message on its link (TCP: its
   // frame header), counted in rx_bytes with each message's payload; 0 for none (in memory).
+  // `max_unexpected_bytes_total` bounds the same over all peers together (0: no bound), so that
+  // many peers, or frames for communicators that never form, cannot pile up more than that; the
+  // kMinUnexpectedMessages a peer may always hold still apply, so that no peer's progress waits
+  // on another's receiver.
   static constexpr uint64_t kMinUnexpectedMessages = 16;
-  explicit ReceiveMatcher(uint64_t max_unexpected_bytes = 0, uint64_t message_overhead_bytes = 0)
+  explicit ReceiveMatcher(uint64_t max_unexpected_bytes = 0, uint64_t message_overhead_bytes = 0,
+                          uint64_t max_unexpected_bytes_total = 0)
       : max_unexpected_bytes_(max_unexpected_bytes),
+        max_unexpected_bytes_total_(max_unexpected_bytes_total),
         message_overhead_bytes_(message_overhead_bytes) {}
   ReceiveMatcher(const ReceiveMatcher&) = delete;
   ReceiveMatcher& operator=(const ReceiveMatcher&) = delete;
@@ -205,6 +211,7 @@ class ReceiveMatcher {
   void DropUnexpectedLocked(uint64_t comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const uint64_t max_unexpected_bytes_;
+  const uint64_t max_unexpected_bytes_total_;
   const uint64_t message_overhead_bytes_;
   mutable absl::Mutex mu_;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
@@ -214,6 +221,7 @@ class ReceiveMatcher {
   absl::flat_hash_map<Key, std::deque<Unexpected>> unexpected_ ABSL_GUARDED_BY(mu_);
   // Per peer: payload bytes of unexpected messages kept or being read.
   absl::flat_hash_map<std::string, uint64_t> held_ ABSL_GUARDED_BY(mu_);
+  uint64_t total_held_ ABSL_GUARDED_BY(mu_) = 0;  // the sum of held_
   absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
 };

@@ -180,6 +180,33 @@ TEST(ReceiveMatcherTest, UnexpectedBytesPerPeerAreBoundedUntilTheReceiverCatches
   EXPECT_EQ(buffer[99], std::byte{'c'});
 }
 
+// The total bound holds across peers (frames for communicators that never form, from many
+// claimed peers, cannot add up past it), while each peer keeps its 16 messages.
+TEST(ReceiveMatcherTest, UnexpectedBytesOfAllPeersTogetherAreBounded) {
+  // 10-byte messages: a peer may always hold 160 bytes; each may hold 1000, all together 1500.
+  ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000, /*message_overhead_bytes=*/0,
+                         /*max_unexpected_bytes_total=*/1500);
+  for (uint64_t seq = 0; seq < 100; ++seq) Deliver(matcher, "peer-a", Tag{.seq = seq}, 10, 'a');
+  for (uint64_t seq = 0; seq < 50; ++seq) Deliver(matcher, "peer-b", Tag{.seq = seq}, 10, 'b');
+  // 1500 held: peer-b's next waits, though peer-b is far below its own bound.
+  auto blocked =
+      std::async(std::launch::async, [&] { Deliver(matcher, "peer-b", Tag{.seq = 50}, 10, 'c'); });
+  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  // A third peer still gets its 16 messages past the total.
+  for (uint64_t seq = 0; seq < 16; ++seq) Deliver(matcher, "peer-c", Tag{.seq = seq}, 10, 'd');
+  // Taking one of peer-a's messages makes room for peer-b's.
+  std::vector<std::byte> buffer(10);
+  ASSERT_TRUE(matcher.Recv("peer-a", Tag{.seq = 0}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  // peer-c's 160 bytes count too: once they are taken, peer-b's message fits.
+  for (uint64_t seq = 0; seq < 16; ++seq) {
+    ASSERT_TRUE(
+        matcher.Recv("peer-c", Tag{.seq = seq}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  }
+  EXPECT_EQ(blocked.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_TRUE(matcher.Recv("peer-b", Tag{.seq = 50}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(buffer[0], std::byte{'c'});
+}
+
 TEST(ReceiveMatcherTest, APostedReceiveIsDeliveredEvenWhenThePeersAllowanceIsFull) {
   ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
   for (uint64_t seq = 0; seq < 16; ++seq) Deliver(matcher, kPeer, Tag{.seq = seq}, 100, 'a');

@@ -55,7 +55,8 @@ class TcpEndpoint final : public Endpoint {
         max_pending_handshakes_(options.max_pending_handshakes),
         max_connections_per_peer_(2 * options.streams_per_peer +
                                   options.spare_connections_per_peer),
-        matcher_(options.max_unexpected_bytes_per_peer, kFrameHeaderBytes) {}
+        matcher_(options.max_unexpected_bytes_per_peer, kFrameHeaderBytes,
+                 options.max_unexpected_bytes_total) {}
   ~TcpEndpoint() override;
 
   // Starts accepting connections; called once, right after construction.

@@ -26,6 +26,10 @@ struct TcpOptions {
   // arriving message's size); beyond it the endpoint stops reading that peer's connection until
   // the receiver catches up, so TCP holds the sender back (ReceiveMatcher). 0: no bound.
   uint64_t max_unexpected_bytes_per_peer = uint64_t{64} << 20;
+  // The same over all peers together (the per-peer room for 16 messages still applies): frames
+  // for communicators that have not formed here, from however many peers, hold at most about
+  // this much. 0: no bound.
+  uint64_t max_unexpected_bytes_total = uint64_t{256} << 20;
   // How long a thread waiting for a small message (at most 64 KiB) spins on its connection before
   // it sleeps in poll(): busy at first, then yielding its core (SpinUntil). It spins only while
   // that connection's messages have been arriving within this time, so a quiet link costs no CPU.
