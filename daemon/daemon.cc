@@ -92,8 +92,8 @@ class DaemonImpl final : public Daemon {
   absl::Status Init() {
     BATON_ASSIGN_OR_RETURN(
         peer_credentials_,
-        PeerCredentials::Load({config_.tls_cert, config_.tls_key, config_.tls_ca},
-                              config_.node_name));
+        PeerTlsCredentials::Load({config_.tls_cert, config_.tls_key, config_.tls_ca},
+                                 config_.node_name));
     if (peer_credentials_.secure()) {
       // Data connections prove keys handed out over the peer API's mutual TLS.
       data_keys_ = std::make_unique<DataKeys>();
@@ -312,7 +312,7 @@ class DaemonImpl final : public Daemon {
   const Config config_;
   std::unique_ptr<SocketLock> lock_;
   absl::Notification shutting_down_;
-  PeerCredentials peer_credentials_;
+  PeerTlsCredentials peer_credentials_;
   std::unique_ptr<DataKeys> data_keys_;  // with TLS; outlives the transports, which use it
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<std::unique_ptr<transport::Endpoint>> transport_endpoints_;  // transports_[i]'s

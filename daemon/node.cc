@@ -50,7 +50,7 @@ absl::Status CheckWorld(int world_size, int rank, int64_t max_world_size) {
 }
 
 Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
-           NodeTopology topology, const PeerCredentials& credentials, TransportSelector select)
+           NodeTopology topology, const PeerTlsCredentials& credentials, TransportSelector select)
     : config_(config),
       self_(std::move(self)),
       endpoint_(endpoint),

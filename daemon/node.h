@@ -78,7 +78,7 @@ class Node {
   // communicator's plan before the communicator forms; its error fails the join.
   // `credentials` are those of the peer API, which the node dials other daemons with.
   Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
-       NodeTopology topology, const PeerCredentials& credentials,
+       NodeTopology topology, const PeerTlsCredentials& credentials,
        TransportSelector select = nullptr);
 
   const NodeTopology& topology() const { return topology_; }

@@ -21,7 +21,7 @@ class PeerClient {
  public:
   // Dials peers with `credentials`; with TLS, a probe's answer must come from a daemon certified
   // as the node it names.
-  explicit PeerClient(const PeerCredentials& credentials)
+  explicit PeerClient(const PeerTlsCredentials& credentials)
       : channel_credentials_(credentials.channel()), certified_peers_(credentials.secure()) {}
 
   // Forwards a rank's join to the root daemon at `root_address`; returns the plan.

@@ -24,10 +24,10 @@ absl::StatusOr<std::string> ReadPem(const std::string& option, const std::string
 
 }  // namespace
 
-absl::StatusOr<PeerCredentials> PeerCredentials::Load(const TlsFiles& files,
-                                                      const std::string& node_name,
-                                                      unsigned refresh_seconds) {
-  PeerCredentials credentials;
+absl::StatusOr<PeerTlsCredentials> PeerTlsCredentials::Load(const TlsFiles& files,
+                                                            const std::string& node_name,
+                                                            unsigned refresh_seconds) {
+  PeerTlsCredentials credentials;
   const int named = static_cast<int>(!files.certificate.empty()) +
                     static_cast<int>(!files.key.empty()) + static_cast<int>(!files.ca.empty());
   if (named == 0) {

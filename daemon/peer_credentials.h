@@ -23,14 +23,15 @@ struct TlsFiles {
   std::string ca;           // PEM: the CA certificates peers' certificates must chain to
 };
 
-class PeerCredentials {
+class PeerTlsCredentials {
  public:
   // Insecure (no file named) or mutual TLS (all three named). The files are read and checked
   // here - the certificate must name `node_name` and chain to the CA bundle, the key must match -
   // and re-read by gRPC every `refresh_seconds`, so a renewed certificate (cert-manager) is used
   // without a restart. InvalidArgument naming the file and the problem otherwise.
-  static absl::StatusOr<PeerCredentials> Load(const TlsFiles& files, const std::string& node_name,
-                                              unsigned refresh_seconds = 60);
+  static absl::StatusOr<PeerTlsCredentials> Load(const TlsFiles& files,
+                                                 const std::string& node_name,
+                                                 unsigned refresh_seconds = 60);
 
   bool secure() const { return secure_; }
   std::shared_ptr<grpc::ServerCredentials> server() const { return server_; }

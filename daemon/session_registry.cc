@@ -12,7 +12,7 @@ absl::Status UnknownSession(uint64_t session_id) {
 
 }  // namespace
 
-absl::StatusOr<SessionRegistry::Grant> SessionRegistry::Open(const PeerCredentials& peer,
+absl::StatusOr<SessionRegistry::Grant> SessionRegistry::Open(const baton::PeerCredentials& peer,
                                                              const std::string& client_name) {
   absl::MutexLock lock(&mu_);
   if (static_cast<int>(sessions_.size()) >= limits_.max_sessions) {

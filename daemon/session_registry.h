@@ -43,7 +43,7 @@ class SessionRegistry {
     std::string token;  // 32 hex digits
   };
   // A new session for the process `peer`. ResourceExhausted past a limit (naming it).
-  absl::StatusOr<Grant> Open(const PeerCredentials& peer, const std::string& client_name);
+  absl::StatusOr<Grant> Open(const baton::PeerCredentials& peer, const std::string& client_name);
   // Forgets a session and its buffers. NotFound if unknown.
   absl::Status Close(uint64_t session_id);
   bool Exists(uint64_t session_id) const;
@@ -66,7 +66,7 @@ class SessionRegistry {
 
  private:
   struct Session {
-    PeerCredentials peer;
+    baton::PeerCredentials peer;
     std::string client_name;
     std::string token;
     absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemory>> buffers;

@@ -47,7 +47,7 @@ class OwnedFd {
 
 struct SessionServer::Connection {
   int fd = -1;
-  PeerCredentials peer;
+  baton::PeerCredentials peer;
   uint64_t session_id = 0;  // 0 until kOpen
   absl::Time accepted;
 };
@@ -103,7 +103,7 @@ SessionServer::~SessionServer() {
   unlink(options_.path.c_str());
 }
 
-bool SessionServer::Allowed(const PeerCredentials& peer) const {
+bool SessionServer::Allowed(const baton::PeerCredentials& peer) const {
   if (options_.allowed_uids.empty() && options_.allowed_gids.empty()) return true;
   if (peer.uid == 0) return true;
   return std::find(options_.allowed_uids.begin(), options_.allowed_uids.end(), peer.uid) !=

@@ -61,7 +61,7 @@ class SessionServer {
   void Reap();
   // Handles one readable connection; false when it must be closed.
   bool Handle(Connection& connection);
-  bool Allowed(const PeerCredentials& peer) const;
+  bool Allowed(const baton::PeerCredentials& peer) const;
   void EndLater(uint64_t session_id);
 
   const SessionServerOptions options_;
