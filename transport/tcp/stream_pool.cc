@@ -205,7 +205,7 @@ absl::StatusOr<FileDescriptor> TcpEndpoint::ConnectAndIntroduce(const std::strin
                                                                 absl::Time deadline) {
   auto cancelled = [this, comm] { return SendCancelled(comm); };
   // A peer that restarted at the same address has a new key: fetch it again, once.
-  for (bool refresh : {false, true}) {
+  for (bool refresh = false;; refresh = true) {
     BATON_ASSIGN_OR_RETURN(FileDescriptor fd, ConnectWithRetry(peer, deadline, cancelled));
     HandshakeKey key = kNoHandshakeKey;
     if (handshake_keys_ != nullptr) {
@@ -219,7 +219,6 @@ absl::StatusOr<FileDescriptor> TcpEndpoint::ConnectAndIntroduce(const std::strin
       return Annotate(introduced, "handshake");
     }
   }
-  return absl::InternalError("unreachable");
 }
 
 void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream,
