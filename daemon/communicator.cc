@@ -207,9 +207,11 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
   if (!status.ok()) {
     // The pair's numbering is undefined after a failure, and the peer may wait for this message:
     // the communicator fails everywhere, as after any failed operation.
-    const absl::Status failed(
-        status.code(), absl::StrCat(spec.Describe(), " of rank ", rank, " failed on node ",
-                                    plan_.daemons[self_].member.node_name, ": ", status.message()));
+    const absl::Status failed = Explain(
+        absl::Status(status.code(),
+                     absl::StrCat(spec.Describe(), " of rank ", rank, " failed on node ",
+                                  plan_.daemons[self_].member.node_name, ": ", status.message())),
+        start);
     Abort(failed, /*notify_peers=*/true);
     return failed;
   }
@@ -219,6 +221,15 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
   }
   if (options_.completed_total != nullptr) options_.completed_total->fetch_add(1);
   return std::string("direct");
+}
+
+absl::Status Communicator::Explain(const absl::Status& failure, absl::Time started) {
+  {
+    absl::MutexLock lock(&mu_);
+    // The failure came from an abort (a peer's, already explained there, or a local rank's).
+    if (!aborted_.ok()) return failure;
+  }
+  return options_.explain_failure ? options_.explain_failure(failure, started) : failure;
 }
 
 std::string Communicator::State() const {
@@ -271,7 +282,10 @@ void Communicator::RunNext() {
         OpRecord{requests.front().spec.collective, algorithm, absl::Now() - start, result.ok(),
                  absl::FromChrono(stats.transport), absl::FromChrono(stats.reduce)});
   }
-  if (!result.ok()) Abort(result.status(), /*notify_peers=*/true);
+  if (!result.ok()) {
+    result = Explain(result.status(), start);
+    Abort(result.status(), /*notify_peers=*/true);
+  }
   mu_.Lock();
 
   running_ = false;

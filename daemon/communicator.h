@@ -75,6 +75,12 @@ struct CommunicatorOptions {
   // Told the agreed measured times (collective::MeasuredTimes::Agreed) after every exchange, so
   // that a later communicator of the same daemons can start from them; may be empty.
   std::function<void(std::vector<int64_t>)> on_measured;
+  // Adds to a failure of this daemon's own (not an abort it was told of) what the daemon can
+  // find out about its cause, e.g. which daemon of the plan has stopped answering: most ranks of
+  // a ring that waits for a stopped daemon time out waiting for a healthy neighbour. `started`
+  // is when the failed operation began. Called without locks held; may take a moment (it may
+  // probe). Null: failures are reported as they are.
+  std::function<absl::Status(const absl::Status& failure, absl::Time started)> explain_failure;
 };
 
 class Communicator {
@@ -142,6 +148,9 @@ class Communicator {
   // A send or recv: it runs at once in the caller's thread, outside the collective sequence.
   absl::StatusOr<std::string> RunPointToPoint(int rank, const OpRequest& request,
                                               absl::Time deadline);
+  // `failure` of an operation begun at `started`, explained (options.explain_failure) unless
+  // the communicator was aborted already, when the failure is that abort's consequence.
+  absl::Status Explain(const absl::Status& failure, absl::Time started) ABSL_LOCKS_EXCLUDED(mu_);
   void RunExecutor();
   // True when operation next_to_run_ has all its parts and no operation is running.
   bool NextIsReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -52,7 +52,8 @@ struct LinkTraffic {
   uint64_t tx_messages = 0;
   uint64_t rx_messages = 0;
   uint64_t errors = 0;
-  uint64_t retransmits = 0;  // LinkStats counter "retransmits"
+  uint64_t retransmits = 0;       // LinkStats counter "retransmits"
+  uint64_t refused_messages = 0;  // LinkStats counter "refused_messages"
   bool up = false;
 
   static LinkTraffic From(const transport::LinkStats& stats) {
@@ -63,6 +64,7 @@ struct LinkTraffic {
                        stats.rx_messages,
                        stats.errors,
                        stats.Counter("retransmits"),
+                       stats.Counter("refused_messages"),
                        stats.up};
   }
 };

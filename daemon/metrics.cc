@@ -166,6 +166,10 @@ class PrometheusMetrics final : public Metrics {
     auto retransmits =
         Family("baton_link_retransmits_total",
                "TCP segments retransmitted on the connections to a peer.", MetricType::Counter);
+    auto refused = Family("baton_link_refused_messages_total",
+                          "Messages from a peer dropped because the peer is not a daemon of "
+                          "the communicator they claim.",
+                          MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection with the peer is established.",
                      MetricType::Gauge);
     auto rtt = Family("baton_link_rtt_seconds",
@@ -195,6 +199,7 @@ class PrometheusMetrics final : public Metrics {
       AddSample(rx_messages, labels, static_cast<double>(traffic.rx_messages));
       AddSample(errors, labels, static_cast<double>(traffic.errors));
       AddSample(retransmits, labels, static_cast<double>(traffic.retransmits));
+      AddSample(refused, labels, static_cast<double>(traffic.refused_messages));
       AddSample(up, labels, traffic.up ? 1 : 0);
       if (!link.health) continue;
       const LinkHealth& health = *link.health;
@@ -233,12 +238,20 @@ class PrometheusMetrics final : public Metrics {
                "Collective operations completed since the daemon started.", MetricType::Counter);
     AddSample(completed, {Label("local_node", local)},
               static_cast<double>(node.collectives_completed()));
+    auto refused_total =
+        Family("baton_data_refused_messages_total",
+               "Messages dropped because their sender is not a daemon of the communicator they "
+               "claim, from any peer (also those in none of this daemon's plans).",
+               MetricType::Counter);
+    AddSample(refused_total, {Label("local_node", local)},
+              static_cast<double>(node.RefusedMessages()));
     auto sessions =
         Family("baton_client_sessions", "Client sessions open on this daemon.", MetricType::Gauge);
     AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
-    for (auto* family : {&tx_bytes, &rx_bytes, &tx_messages, &rx_messages, &errors, &retransmits,
-                         &up, &rtt, &data_rtt, &bandwidth, &probes, &flagged, &peer_up,
-                         &communicators, &ranks, &channels, &completed, &sessions}) {
+    for (auto* family : {&tx_bytes,    &rx_bytes, &tx_messages, &rx_messages,   &errors,
+                         &retransmits, &refused,  &up,          &rtt,           &data_rtt,
+                         &bandwidth,   &probes,   &flagged,     &peer_up,       &communicators,
+                         &ranks,       &channels, &completed,   &refused_total, &sessions}) {
       families.push_back(std::move(*family));
     }
   }

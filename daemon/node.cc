@@ -5,8 +5,10 @@
 #include <functional>
 #include <iterator>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "collective/data_type.h"
 #include "common/secure_random.h"
@@ -75,13 +77,18 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
           BATON_RETURN_IF_ERROR(CheckChunkBytes(plan.chunk_bytes, "the communicator's plan"));
         }
         std::vector<Member> members;
+        std::vector<std::string> addresses;
         for (const PlanDaemon& daemon : plan.daemons) {
           members.push_back(daemon.member);
+          addresses.push_back(daemon.member.data_address);
           if (select_ && daemon.member.data_address != self_.data_address) {
             BATON_RETURN_IF_ERROR(select_(daemon.member));
           }
         }
         directory_.AddPlan(members);
+        // The data plane takes this communicator's messages from its plan's daemons only (after
+        // the routes above, which name the endpoint each is reached by).
+        endpoint_->Restrict(plan.comm_tag, addresses);
         CommunicatorOptions options;
         options.op_timeout = config_.op_timeout;
         options.chunk_bytes =
@@ -92,6 +99,9 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
             RememberMeasured(key, std::move(agreed));
           };
         }
+        options.explain_failure = [this, plan](const absl::Status& failure, absl::Time started) {
+          return ExplainFailure(plan, failure, started);
+        };
         options.completed_total = &collectives_completed_;
         options.observer = observer_;
         return std::make_shared<Communicator>(
@@ -151,6 +161,14 @@ std::vector<LinkView> Node::Links() {
     links.push_back(std::move(view));
   }
   return links;
+}
+
+uint64_t Node::RefusedMessages() const {
+  uint64_t refused = 0;
+  for (const transport::LinkStats& link : endpoint_->Stats()) {
+    refused += link.Counter("refused_messages");
+  }
+  return refused;
 }
 
 void Node::RememberMeasured(const std::string& key, std::vector<int64_t> agreed) {
@@ -277,6 +295,51 @@ std::string Node::HolderOf(const std::string& data_address) const {
   std::optional<Member> peer = directory_.MemberAt(data_address);
   if (peer.has_value()) return peer->node_name;
   return data_address == self_.data_address ? self_.node_name : "";
+}
+
+absl::Status Node::ExplainFailure(const Plan& plan, const absl::Status& failure,
+                                  absl::Time started) {
+  if (!absl::IsDeadlineExceeded(failure) && !absl::IsUnavailable(failure)) return failure;
+  std::vector<std::string> silent;
+  if (std::optional<absl::Duration> stalled = stalls_.LongestSince(started)) {
+    silent.push_back(
+        absl::StrCat("node ", self_.node_name, " (this daemon: it did not run for ",
+                     absl::FormatDuration(absl::Trunc(*stalled, absl::Milliseconds(100))),
+                     " during the operation: stopped, or starved of CPU)"));
+  }
+  std::vector<const Member*> others;
+  for (const PlanDaemon& daemon : plan.daemons) {
+    if (daemon.member.data_address == self_.data_address) continue;
+    if (others.size() < kMaxSuspectProbes) others.push_back(&daemon.member);
+  }
+  // A ring waiting for a stopped daemon times out on most ranks waiting for a healthy neighbour,
+  // which waits in turn; what tells them apart is whether the daemon answers now.
+  std::vector<absl::Status> answers(others.size());
+  {
+    const absl::Time deadline = absl::Now() + kSuspectProbeTimeout;
+    std::vector<std::thread> probes;
+    probes.reserve(others.size());
+    for (size_t i = 0; i < others.size(); ++i) {
+      probes.emplace_back(
+          [&, i] { answers[i] = peers_.Probe(others[i]->peer_address, 64, deadline).status(); });
+    }
+    for (std::thread& probe : probes) probe.join();
+  }
+  for (size_t i = 0; i < others.size(); ++i) {
+    if (answers[i].ok() || absl::IsCancelled(answers[i])) continue;  // cancelled: shutting down
+    silent.push_back(absl::StrCat("node ", others[i]->node_name, " (no answer to a probe within ",
+                                  absl::FormatDuration(kSuspectProbeTimeout), ")"));
+  }
+  if (silent.empty()) {
+    return absl::Status(failure.code(),
+                        absl::StrCat(failure.message(),
+                                     " (every daemon of the communicator answered a probe "
+                                     "after the failure: a rank may be late to submit)"));
+  }
+  spdlog::warn("communicator {:x}: not responding: {}", plan.comm_tag, absl::StrJoin(silent, ", "));
+  // First, so that it survives the truncation of long abort messages.
+  return absl::Status(failure.code(), absl::StrCat("not responding: ", absl::StrJoin(silent, ", "),
+                                                   "; ", failure.message()));
 }
 
 std::string Node::CreateCommId() {

@@ -25,6 +25,7 @@
 #include "daemon/plan.h"
 #include "daemon/rendezvous.h"
 #include "daemon/session_registry.h"
+#include "daemon/stall_watch.h"
 #include "topology/graph.h"
 #include "transport/handshake.h"
 #include "transport/transport.h"
@@ -137,6 +138,9 @@ class Node {
   // Every known peer's link, by peer address.
   std::vector<LinkView> Links();
   // Starts the background link probes (config probe_interval); call once the peer API serves.
+  // Data-plane messages refused because their sender is not in their communicator's plan
+  // (transport::Endpoint::Restrict), over every link.
+  uint64_t RefusedMessages() const;
   void StartLinkMonitor() { monitor_.Start(); }
   // Runs one probe round now (tests and `baton links --probe`).
   void ProbeLinksNow() { monitor_.ProbeOnce(); }
@@ -168,6 +172,14 @@ class Node {
   // that follows the daemons' locality labels, and the measured link model for the tuner.
   void FinishPlan(Plan& plan);
 
+  // CommunicatorOptions::explain_failure for `plan`: a timeout or lost link is prefixed with the
+  // daemons that are not responding: this one, when it did not run during the operation
+  // (StallWatch), and each other daemon of the plan that does not answer a probe within
+  // kSuspectProbeTimeout (probed at once, in parallel, at most kMaxSuspectProbes of them).
+  static constexpr absl::Duration kSuspectProbeTimeout = absl::Seconds(1);
+  static constexpr size_t kMaxSuspectProbes = 64;
+  absl::Status ExplainFailure(const Plan& plan, const absl::Status& failure, absl::Time started);
+
   const Config config_;
   const Member self_;
   transport::Endpoint* const endpoint_;
@@ -192,6 +204,7 @@ class Node {
   absl::Mutex tuner_mu_;
   uint64_t tuner_updates_ ABSL_GUARDED_BY(tuner_mu_) = 0;
   absl::flat_hash_map<std::string, TunerTable> tuner_tables_ ABSL_GUARDED_BY(tuner_mu_);
+  StallWatch stalls_;  // before communicators_, whose failures it explains
   CommunicatorRegistry communicators_;
   // Abort notices for communicators this daemon has not formed yet (its ranks' joins are still
   // being answered), checked against the plan once it forms; bounded and short-lived.

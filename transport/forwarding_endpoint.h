@@ -60,6 +60,9 @@ class ForwardingEndpoint : public Endpoint {
   }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }
+  void Restrict(uint64_t comm, std::span<const std::string> peers) override {
+    inner_->Restrict(comm, peers);
+  }
   std::vector<LinkStats> Stats() const override { return inner_->Stats(); }
 
  private:

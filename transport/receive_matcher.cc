@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace baton::transport {
 namespace {
@@ -185,7 +186,10 @@ std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std:
     Key key{peer, tag};
     if (max_unexpected_bytes_ > 0 || max_unexpected_bytes_total_ > 0) {
       auto room = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        if (!BlockingErrorLocked(tag.comm).ok() || pending_.contains(key)) return true;
+        if (!BlockingErrorLocked(tag.comm).ok() || pending_.contains(key) ||
+            RefusedLocked(peer, tag.comm)) {
+          return true;
+        }
         auto held = held_.find(peer);
         const uint64_t after = (held == held_.end() ? 0 : held->second) + length;
         const uint64_t always = kMinUnexpectedMessages * std::max<uint64_t>(length, 1);
@@ -200,6 +204,17 @@ std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std:
     }
     if (!BlockingErrorLocked(tag.comm).ok())
       return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
+    if (RefusedLocked(peer, tag.comm)) {
+      // An authenticated daemon, but not one of the communicator's: a daemon that outlived its
+      // plan, or one that means harm. Its bytes are read and dropped, its link stays up.
+      if (refused_[peer]++ % 1024 == 0) {
+        spdlog::warn(
+            "refused messages of communicator {:x} from {}, which is not in its plan "
+            "({} refused from it so far)",
+            tag.comm, peer, refused_[peer]);
+      }
+      return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
+    }
     auto it = pending_.find(key);
     if (it != pending_.end()) {
       PendingRecv* recv = it->second;
@@ -252,6 +267,10 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
       if (!status.ok()) return;  // a partial message is of no use to anyone
       CountLocked(peer, delivery.length_);
       if (!BlockingErrorLocked(tag.comm).ok()) return;
+      if (RefusedLocked(peer, tag.comm)) {  // restricted while it was being read
+        ++refused_[peer];
+        return;
+      }
       Key key{peer, tag};
       // A receive may have been posted while the payload was being read.
       auto it = pending_.find(key);
@@ -301,7 +320,27 @@ void ReceiveMatcher::Abort(uint64_t comm, const absl::Status& reason) {
 void ReceiveMatcher::Forget(uint64_t comm) {
   absl::MutexLock lock(&mu_);
   aborted_.erase(comm);
+  members_.erase(comm);
   DropUnexpectedLocked(comm);
+}
+
+void ReceiveMatcher::Restrict(uint64_t comm, std::span<const std::string> peers) {
+  absl::MutexLock lock(&mu_);
+  members_[comm] = absl::flat_hash_set<std::string>(peers.begin(), peers.end());
+  for (auto it = unexpected_.begin(); it != unexpected_.end();) {
+    if (it->first.tag.comm == comm && RefusedLocked(it->first.peer, comm)) {
+      for (const Unexpected& message : it->second) ReleaseLocked(it->first.peer, message.length);
+      refused_[it->first.peer] += it->second.size();
+      unexpected_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+bool ReceiveMatcher::RefusedLocked(const std::string& peer, uint64_t comm) const {
+  auto it = members_.find(comm);
+  return it != members_.end() && !it->second.contains(peer);
 }
 
 void ReceiveMatcher::DropUnexpectedLocked(uint64_t comm) {
@@ -365,7 +404,14 @@ void ReceiveMatcher::Shutdown(const absl::Status& status) {
 
 absl::flat_hash_map<std::string, LinkStats> ReceiveMatcher::RecvLinkStats() const {
   absl::MutexLock lock(&mu_);
-  return links_;
+  absl::flat_hash_map<std::string, LinkStats> links = links_;
+  for (const auto& [peer, count] : refused_) links[peer].peer = peer;
+  for (auto& [peer, link] : links) {
+    auto it = refused_.find(peer);
+    link.counters.push_back(
+        LinkCounter{std::string(kRefusedMessagesCounter), it == refused_.end() ? 0 : it->second});
+  }
+  return links;
 }
 
 void ReceiveMatcher::CompleteLocked(PendingRecv* recv, absl::Status result) {

@@ -19,7 +19,9 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -31,6 +33,10 @@
 #include "transport/transport.h"
 
 namespace baton::transport {
+
+// The LinkStats counter of the messages dropped because their sender is not a member of their
+// communicator (Endpoint::Restrict).
+inline constexpr std::string_view kRefusedMessagesCounter = "refused_messages";
 
 // The error of a receive whose deadline passed: DeadlineExceeded naming the peer and the tag.
 absl::Status RecvDeadlineExceeded(const std::string& peer, const Tag& tag);
@@ -147,6 +153,10 @@ class ReceiveMatcher {
   // Endpoint::Abort and Endpoint::Forget. Abort also cancels deliveries into posted receives.
   void Abort(uint64_t comm, const absl::Status& reason);
   void Forget(uint64_t comm);
+  // Endpoint::Restrict: from now on until Forget(comm), a message of `comm` from a peer not in
+  // `peers` is delivered as discard() (and counted in that peer's kRefusedMessagesCounter), and
+  // the unexpected messages of `comm` already kept from such peers are dropped.
+  void Restrict(uint64_t comm, std::span<const std::string> peers);
   // The abort reason of `comm`, OK when it is not aborted (for the send side of a transport).
   absl::Status AbortReason(uint64_t comm) const;
 
@@ -160,7 +170,8 @@ class ReceiveMatcher {
   // Fails every pending and later Recv with `status` and drops unexpected messages.
   void Shutdown(const absl::Status& status);
 
-  // Receive-side counters per peer: peer, rx_bytes, rx_messages and up are filled in.
+  // Receive-side counters per peer: peer, rx_bytes, rx_messages and up are filled in, and the
+  // counter kRefusedMessagesCounter.
   absl::flat_hash_map<std::string, LinkStats> RecvLinkStats() const;
 
  private:
@@ -209,6 +220,8 @@ class ReceiveMatcher {
   void ReleaseLocked(const std::string& peer, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the unexpected messages of `comm`, releasing their allowance.
   void DropUnexpectedLocked(uint64_t comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when Restrict(comm, ...) did not name `peer`: its messages of `comm` are refused.
+  bool RefusedLocked(const std::string& peer, uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const uint64_t max_unexpected_bytes_;
   const uint64_t max_unexpected_bytes_total_;
@@ -224,6 +237,9 @@ class ReceiveMatcher {
   uint64_t total_held_ ABSL_GUARDED_BY(mu_) = 0;  // the sum of held_
   absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
+  // Per restricted communicator: the peers whose messages of it are accepted.
+  absl::flat_hash_map<uint64_t, absl::flat_hash_set<std::string>> members_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint64_t> refused_ ABSL_GUARDED_BY(mu_);  // per peer
 };
 
 }  // namespace baton::transport

@@ -124,6 +124,17 @@ void RoutingEndpoint::Forget(uint64_t comm) {
   for (Endpoint* endpoint : endpoints_) endpoint->Forget(comm);
 }
 
+void RoutingEndpoint::Restrict(uint64_t comm, std::span<const std::string> peers) {
+  std::vector<std::vector<std::string>> addresses(endpoints_.size());
+  for (const std::string& peer : peers) {
+    const Route route = RouteOf(peer);
+    for (size_t i = 0; i < endpoints_.size(); ++i) {
+      if (endpoints_[i] == route.endpoint) addresses[i].push_back(route.address);
+    }
+  }
+  for (size_t i = 0; i < endpoints_.size(); ++i) endpoints_[i]->Restrict(comm, addresses[i]);
+}
+
 std::vector<LinkStats> RoutingEndpoint::Stats() const {
   std::vector<LinkStats> all;
   for (size_t i = 0; i < endpoints_.size(); ++i) {

@@ -61,6 +61,10 @@ class RoutingEndpoint final : public Endpoint {
   // On every endpoint.
   void Abort(uint64_t comm, const absl::Status& reason) override;
   void Forget(uint64_t comm) override;
+  // On every endpoint, each told the addresses its routes give the peers (the primary: also the
+  // peers routed nowhere else). The peers' routes must be added first: a peer routed later has
+  // its messages refused on its new endpoint.
+  void Restrict(uint64_t comm, std::span<const std::string> peers) override;
   // Every endpoint's links, named as the peers are named here.
   std::vector<LinkStats> Stats() const override;
 

@@ -234,8 +234,16 @@ class Endpoint {
   // not be OK), and drops its unexpected messages, until Forget(comm).
   virtual void Abort(uint64_t comm, const absl::Status& reason) = 0;
 
-  // Drops all state kept for communicator `comm` (abort reason, unexpected messages).
+  // Drops all state kept for communicator `comm` (abort reason, unexpected messages, Restrict).
   virtual void Forget(uint64_t comm) = 0;
+
+  // Accepts messages of communicator `comm` only from `peers` (the other endpoints of its plan)
+  // from now on, until Forget(comm): a message from any other endpoint is read and dropped as it
+  // arrives, and counted in the link's "refused_messages" counter, and the messages of `comm`
+  // already kept from others are dropped. A transport authenticates who sent a message (TCP: the
+  // data handshake); this makes being authenticated not enough to take part in a communicator.
+  // Until it is called, messages of `comm` from any peer are kept for it.
+  virtual void Restrict(uint64_t comm, std::span<const std::string> peers) = 0;
 
   // A snapshot of every link this endpoint has had traffic on.
   virtual std::vector<LinkStats> Stats() const = 0;

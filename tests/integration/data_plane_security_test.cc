@@ -7,12 +7,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "baton/v1/baton.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "tests/integration/test_cluster.h"
+#include "tests/testing/peer_stub.h"
 #include "transport/tcp/handshake_io.h"
 #include "transport/tcp/socket.h"
 
@@ -103,6 +109,95 @@ TEST(DataPlaneSecurityTest, APeerImpostorGetsNoDataAndInjectsNothing) {
     EXPECT_TRUE(ClosedByPeer(fd.get()));
   }
   AllReduceRounds(cluster, 20);
+}
+
+// The value of the sample `name{local_node="<node>"}` on `daemon`'s /metrics page; -1 if absent.
+double NodeSample(const client::LocalDaemon& daemon, const std::string& name) {
+  const std::string page = testing::HttpGet(daemon.metrics_address, "/metrics");
+  const std::string key = absl::StrCat(name, "{local_node=\"", daemon.node_name, "\"} ");
+  const size_t at = page.find(key);
+  if (at == std::string::npos) return -1;
+  double value = -1;
+  const size_t end = page.find('\n', at);
+  if (!absl::SimpleAtod(page.substr(at + key.size(), end - at - key.size()), &value)) return -1;
+  return value;
+}
+
+// A daemon that is certified, and so may open data connections, is still not a member of every
+// communicator: node-2 (here, the test holding node-2's certificate) fetches a data key from
+// node-0 and connects, but the frames it sends for node-0 and node-1's communicator are dropped
+// as they arrive and counted, and the communicator's all-reduces stay right.
+TEST(DataPlaneSecurityTest, ACertifiedDaemonOutsideTheCommunicatorIsRefused) {
+  TestCluster cluster(3);
+  ASSERT_TRUE(cluster.ok());
+  const client::LocalDaemon& victim = cluster.daemons()[0];
+  const client::LocalDaemon& outsider = cluster.daemons()[2];
+  const std::string id = NewCommId(cluster);
+  testing::RunRanks(
+      cluster, id, 2, testing::BlockPlacement(2, 2), [&](int rank, Communicator& comm) {
+        std::vector<float> data(4096, static_cast<float>(rank + 1));
+        ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                   ReduceOp::kSum)
+                        .ok());
+        if (rank == 0) {
+          // What anyone on the node may see: the communicator's tag.
+          auto client = v1::Client::NewStub(
+              grpc::CreateChannel("unix://" + victim.socket, grpc::InsecureChannelCredentials()));
+          grpc::ClientContext status_context;
+          v1::DaemonStatus status;
+          ASSERT_TRUE(client->GetStatus(&status_context, v1::GetStatusRequest(), &status).ok());
+          ASSERT_EQ(status.communicators_size(), 1);
+          const uint64_t tag = status.communicators(0).comm_tag();
+
+          // node-2's key for its own data address, and a connection that proves it.
+          auto peer = testing::PeerStub(victim, testing::IdentityOf(outsider));
+          grpc::ClientContext key_context;
+          v1::DataKeyRequest key_request;
+          key_request.set_address(outsider.data_address);
+          v1::DataKeyResponse key_response;
+          const grpc::Status fetched = peer->DataKey(&key_context, key_request, &key_response);
+          ASSERT_TRUE(fetched.ok()) << fetched.error_message();
+          transport::HandshakeKey key;
+          ASSERT_EQ(key_response.key().size(), key.size());
+          std::memcpy(key.data(), key_response.key().data(), key.size());
+          FileDescriptor fd = ConnectTo(victim.data_address);
+          ASSERT_TRUE(
+              transport::tcp::Introduce(fd.get(), outsider.data_address, victim.data_address, key,
+                                        absl::Now() + absl::Seconds(10), [] { return false; })
+                  .ok());
+          // Frames of the communicator's next operations, as a member would send them.
+          constexpr int kFrames = 50;
+          std::vector<std::byte> frame(transport::kFrameHeaderBytes + 64);
+          for (int i = 0; i < kFrames; ++i) {
+            transport::EncodeFrameHeader(
+                transport::FrameHeader{transport::FrameType::kData,
+                                       transport::Tag{.comm = tag,
+                                                      .seq = static_cast<uint64_t>(2 + i / 10),
+                                                      .step = static_cast<uint32_t>(i % 10)},
+                                       64},
+                std::span<std::byte, transport::kFrameHeaderBytes>(frame.data(),
+                                                                   transport::kFrameHeaderBytes));
+            ASSERT_EQ(write(fd.get(), frame.data(), frame.size()),
+                      static_cast<ssize_t>(frame.size()));
+          }
+          const absl::Time until = absl::Now() + absl::Seconds(10);
+          while (NodeSample(victim, "baton_data_refused_messages_total") < kFrames &&
+                 absl::Now() < until) {
+            absl::SleepFor(absl::Milliseconds(20));
+          }
+          EXPECT_EQ(NodeSample(victim, "baton_data_refused_messages_total"), kFrames);
+        }
+        for (int round = 0; round < 20; ++round) {
+          for (size_t i = 0; i < data.size(); ++i)
+            data[i] = static_cast<float>(rank * 10) + static_cast<float>(i % 5);
+          ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                     ReduceOp::kSum)
+                          .ok());
+          for (size_t i = 0; i < data.size(); ++i) {
+            ASSERT_EQ(data[i], static_cast<float>(10 + 2 * (i % 5))) << "round " << round;
+          }
+        }
+      });
 }
 
 // Thousands of connections that never finish a handshake are closed (after

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "tests/integration/test_cluster.h"
 
@@ -90,6 +91,87 @@ TEST(FailureTest, KilledDaemonIsNamedOnEverySurvivingRankAndSurvivorsKeepServing
     });
   }
   for (auto& t : survivors) t.join();
+}
+
+// A daemon that stops answering (SIGSTOP: its sockets stay open, so nothing sees a closed
+// connection) is what every rank's error names, not the healthy neighbour each rank happened to
+// wait for; once it resumes, fresh communicators including it work.
+TEST(FailureTest, StoppedDaemonIsNamedOnEveryRankAndFreshCommunicatorsWorkAfterItResumes) {
+  constexpr int kWorld = 4;
+  TestCluster cluster(kWorld, {"--op-timeout=3s", "--chunk-bytes=262144"});
+  ASSERT_TRUE(cluster.ok());
+  constexpr size_t kCount = size_t{1} << 20;  // 4 MiB of float32 per rank
+  constexpr int kVictim = 2;
+  const std::string victim = cluster.daemons()[kVictim].node_name;
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+    std::atomic<int> completed_first{0};
+    std::atomic<bool> stopped{false};
+    std::vector<Status> failure(kWorld);
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < kWorld; ++rank) {
+      threads.emplace_back([&, rank] {
+        std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
+        auto comm = client->Join(id, kWorld, rank, std::chrono::seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        auto memory = client->Allocate(kCount * sizeof(float));
+        ASSERT_TRUE(memory.ok());
+        for (int i = 0; i < 1000; ++i) {
+          Status status = (*comm)->AllReduce(*memory, *memory, kCount, DataType::kFloat32,
+                                             ReduceOp::kSum, CallOptions(std::chrono::seconds(60)));
+          if (!status.ok()) {
+            failure[rank] = status;
+            return;
+          }
+          if (i == 0) completed_first++;
+          // The victim's own rank cannot notice while its daemon is stopped: it waits.
+          if (stopped.load()) absl::SleepFor(absl::Milliseconds(1));
+        }
+      });
+    }
+    while (completed_first.load() < kWorld) absl::SleepFor(absl::Milliseconds(5));
+    ASSERT_EQ(kill(cluster.daemons()[kVictim].pid, SIGSTOP), 0);
+    stopped = true;
+    // Past the operation timeout and the probes that follow it.
+    absl::SleepFor(absl::Seconds(8));
+    ASSERT_EQ(kill(cluster.daemons()[kVictim].pid, SIGCONT), 0);
+    for (auto& t : threads) t.join();
+    for (int rank = 0; rank < kWorld; ++rank) {
+      EXPECT_FALSE(failure[rank].ok()) << "rank " << rank;
+      // Its own failure, or the abort of the rank that failed first.
+      EXPECT_TRUE(absl::StrContains(failure[rank].message(),
+                                    absl::StrCat("not responding: node ", victim, " (")))
+          << "rank " << rank << ": " << failure[rank];
+      for (int healthy = 0; healthy < kWorld; ++healthy) {
+        if (healthy == kVictim) continue;
+        const std::string& name = cluster.daemons()[healthy].node_name;
+        EXPECT_FALSE(absl::StrContains(failure[rank].message(), absl::StrCat(name, " (no answer")))
+            << "rank " << rank << " blames healthy " << name << ": " << failure[rank];
+      }
+    }
+
+    // Fresh communicators over every daemon, the resumed one included, reconnect and reduce.
+    for (int fresh = 0; fresh < 3; ++fresh) {
+      const std::string again = *MustConnect(cluster.daemons()[1].socket)->CreateCommId();
+      std::vector<std::thread> ranks;
+      for (int rank = 0; rank < kWorld; ++rank) {
+        ranks.emplace_back([&, rank] {
+          std::unique_ptr<Client> client = MustConnect(cluster.daemons()[rank].socket);
+          auto comm = client->Join(again, kWorld, rank, std::chrono::seconds(30));
+          ASSERT_TRUE(comm.ok()) << comm.status();
+          std::vector<float> data(100000, static_cast<float>(rank + 1));
+          const Status status = (*comm)->AllReduce(data.data(), data.data(), data.size(),
+                                                   DataType::kFloat32, ReduceOp::kSum);
+          ASSERT_TRUE(status.ok())
+              << "fresh communicator " << fresh << ", rank " << rank << ": " << status;
+          EXPECT_EQ(data.front(), 10.0f);
+          EXPECT_EQ(data.back(), 10.0f);
+        });
+      }
+      for (auto& t : ranks) t.join();
+    }
+  }
 }
 
 TEST(FailureTest, ARankThatExitsWithoutDestroyFailsItsPeersInsteadOfHangingThem) {

@@ -703,6 +703,44 @@ TEST_P(TransportConformanceTest, AbortAndForgetDropUnexpectedMessages) {
   }
 }
 
+TEST_P(TransportConformanceTest, RestrictRefusesMessagesFromEndpointsOutsideTheCommunicator) {
+  MakeEndpoints(3);
+  const std::vector<std::byte> sent = Pattern(8, 9);
+  std::vector<std::byte> buffer(8);
+  // Kept before the communicator is restricted: one from a member, one from an outsider.
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 11, .seq = 1}, sent, Deadline()));
+  ASSERT_OK(ep(2).Send(addr(1), Tag{.comm = 11, .seq = 1}, sent, Deadline()));
+  ASSERT_TRUE(WaitUntil([&] {
+    return StatsFor(ep(1), addr(0)).rx_messages == 1 && StatsFor(ep(1), addr(2)).rx_messages == 1;
+  }));
+  const std::vector<std::string> members = {addr(0), addr(1)};
+  ep(1).Restrict(11, members);
+  EXPECT_EQ(StatsFor(ep(1), addr(2)).Counter("refused_messages"), 1u);
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 11, .seq = 1}, buffer, Deadline()));
+  EXPECT_EQ(buffer, sent);
+  // What was kept from the outsider is gone, and what it sends now is dropped as it arrives,
+  // even into a receive posted for it.
+  EXPECT_EQ(ep(1)
+                .Recv(addr(2), Tag{.comm = 11, .seq = 1}, buffer, Deadline(absl::Milliseconds(50)))
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  auto posted = ep(1).PostRecv(addr(2), Tag{.comm = 11, .seq = 2}, buffer,
+                               Deadline(absl::Milliseconds(300)), nullptr);
+  ASSERT_OK(ep(2).Send(addr(1), Tag{.comm = 11, .seq = 2}, sent, Deadline()));
+  ASSERT_TRUE(WaitUntil([&] { return StatsFor(ep(1), addr(2)).Counter("refused_messages") == 2; }));
+  EXPECT_EQ(posted->Wait().code(), absl::StatusCode::kDeadlineExceeded);
+  // The outsider's other communicators, and the members, are unaffected.
+  ASSERT_OK(ep(2).Send(addr(1), Tag{.comm = 12, .seq = 1}, sent, Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(2), Tag{.comm = 12, .seq = 1}, buffer, Deadline()));
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 11, .seq = 2}, sent, Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 11, .seq = 2}, buffer, Deadline()));
+  EXPECT_EQ(StatsFor(ep(1), addr(0)).Counter("refused_messages"), 0u);
+  // Forget lifts the restriction with the rest of the communicator's state.
+  ep(1).Forget(11);
+  ASSERT_OK(ep(2).Send(addr(1), Tag{.comm = 11, .seq = 3}, sent, Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(2), Tag{.comm = 11, .seq = 3}, buffer, Deadline()));
+}
+
 TEST_P(TransportConformanceTest, LostPeerFailsPendingAndLaterReceivesPromptly) {
   MakeEndpoints(2);
   const std::vector<std::byte> sent = Pattern(32, 7);

@@ -34,6 +34,9 @@ class InMemoryEndpoint final : public Endpoint {
   }
   void Abort(uint64_t comm, const absl::Status& reason) override { matcher_.Abort(comm, reason); }
   void Forget(uint64_t comm) override { matcher_.Forget(comm); }
+  void Restrict(uint64_t comm, std::span<const std::string> peers) override {
+    matcher_.Restrict(comm, peers);
+  }
   std::vector<LinkStats> Stats() const override;
 
   ReceiveMatcher& matcher() { return matcher_; }

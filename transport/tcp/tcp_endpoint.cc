@@ -93,10 +93,17 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
   std::vector<LinkStats> result;
   result.reserve(links.size());
   for (auto& [peer, link] : links) {
-    // Every TCP link has the counter, 0 until the kernel retransmitted on it.
+    // Every TCP link has the counters, 0 until the kernel retransmitted on it or a message was
+    // refused (the receive side reports the latter, for the links it has seen).
     auto it = retransmits.find(peer);
     link.counters.push_back(
         LinkCounter{std::string(kRetransmitsCounter), it == retransmits.end() ? 0 : it->second});
+    if (std::none_of(link.counters.begin(), link.counters.end(),
+                     [](const LinkCounter& c) { return c.name == kRefusedMessagesCounter; })) {
+      link.counters.push_back(LinkCounter{std::string(kRefusedMessagesCounter), 0});
+    }
+    std::sort(link.counters.begin(), link.counters.end(),
+              [](const LinkCounter& a, const LinkCounter& b) { return a.name < b.name; });
     result.push_back(std::move(link));
   }
   std::sort(result.begin(), result.end(),

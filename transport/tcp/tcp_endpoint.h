@@ -83,6 +83,9 @@ class TcpEndpoint final : public Endpoint {
   absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override;
   void Abort(uint64_t comm, const absl::Status& reason) override;
   void Forget(uint64_t comm) override;
+  void Restrict(uint64_t comm, std::span<const std::string> peers) override {
+    matcher_.Restrict(comm, peers);
+  }
   std::vector<LinkStats> Stats() const override;
 
  private:
