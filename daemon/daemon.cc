@@ -39,6 +39,10 @@
 namespace baton::daemon {
 namespace {
 
+// What the peer server's connections may hold together (gRPC's resource quota): enough for the
+// probes' 1 MiB transfers to every peer at once, not for thousands of handshakes.
+constexpr size_t kPeerServerMemory = size_t{128} << 20;
+
 // An exclusive flock on "<socket>.lock" that holds our pid, released when the fd closes.
 class SocketLock {
  public:
@@ -131,6 +135,15 @@ class DaemonImpl final : public Daemon {
     peer_service_ = std::make_unique<PeerService>(peer_credentials_.secure(), data_keys_.get());
     int peer_port = 0;
     grpc::ServerBuilder peer_builder;
+    // Anyone who reaches the port can open connections: a TLS handshake not done within
+    // data_handshake_timeout ends (gRPC's default waits 120 s), and the server's connections
+    // together get a bounded amount of memory.
+    peer_builder.AddChannelArgument(
+        GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+        static_cast<int>(absl::ToInt64Milliseconds(config_.data_handshake_timeout)));
+    grpc::ResourceQuota peer_quota("batond-peer");
+    peer_quota.Resize(kPeerServerMemory);
+    peer_builder.SetResourceQuota(peer_quota);
     peer_builder.AddListeningPort(config_.peer_listen, peer_credentials_.server(), &peer_port);
     peer_builder.RegisterService(peer_service_.get());
     peer_server_ = peer_builder.BuildAndStart();
