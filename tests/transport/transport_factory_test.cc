@@ -91,7 +91,7 @@ TEST(InMemoryTransportTest, ListensOnceForItsAddress) {
   EXPECT_EQ(transport->Listen().status().code(), absl::StatusCode::kAlreadyExists);
 }
 
-TEST(TcpTransportTest, CountsRetransmitsAsItsOwnCounter) {
+TEST(TcpTransportTest, CountsChecksumFailuresAndRetransmitsAsItsOwnCounters) {
   TcpOptions options;
   options.listen_address = "127.0.0.1:0";
   std::unique_ptr<Transport> transport = NewTcpTransport(options);
@@ -101,9 +101,13 @@ TEST(TcpTransportTest, CountsRetransmitsAsItsOwnCounter) {
   ASSERT_TRUE(a->Send(b->address(), Tag{}, data, absl::Now() + absl::Seconds(10)).ok());
   const std::vector<LinkStats> stats = a->Stats();
   ASSERT_EQ(stats.size(), 1u);
-  ASSERT_EQ(stats[0].counters.size(), 1u);
-  EXPECT_EQ(stats[0].counters[0].name, kRetransmitsCounter);
-  EXPECT_EQ(stats[0].Counter("retransmits"), stats[0].counters[0].value);
+  // Sorted by name, as LinkStats promises.
+  ASSERT_EQ(stats[0].counters.size(), 2u);
+  EXPECT_EQ(stats[0].counters[0].name, kChecksumFailuresCounter);
+  EXPECT_EQ(stats[0].counters[0].value, 0u);
+  EXPECT_EQ(stats[0].counters[1].name, kRetransmitsCounter);
+  EXPECT_EQ(stats[0].Counter("checksum_failures"), 0u);
+  EXPECT_EQ(stats[0].Counter("retransmits"), stats[0].counters[1].value);
   EXPECT_EQ(stats[0].Counter("no_such_counter"), 0u);
 }
 
