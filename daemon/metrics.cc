@@ -166,6 +166,10 @@ class PrometheusMetrics final : public Metrics {
     auto retransmits =
         Family("baton_link_retransmits_total",
                "TCP segments retransmitted on the connections to a peer.", MetricType::Counter);
+    auto checksum_failures =
+        Family("baton_link_checksum_failures_total",
+               "Messages from a peer whose payload checksum did not match (data_checksum).",
+               MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection with the peer is established.",
                      MetricType::Gauge);
     auto rtt = Family("baton_link_rtt_seconds",
@@ -195,6 +199,7 @@ class PrometheusMetrics final : public Metrics {
       AddSample(rx_messages, labels, static_cast<double>(traffic.rx_messages));
       AddSample(errors, labels, static_cast<double>(traffic.errors));
       AddSample(retransmits, labels, static_cast<double>(traffic.retransmits));
+      AddSample(checksum_failures, labels, static_cast<double>(traffic.checksum_failures));
       AddSample(up, labels, traffic.up ? 1 : 0);
       if (!link.health) continue;
       const LinkHealth& health = *link.health;
@@ -237,8 +242,8 @@ class PrometheusMetrics final : public Metrics {
         Family("baton_client_sessions", "Client sessions open on this daemon.", MetricType::Gauge);
     AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
     for (auto* family : {&tx_bytes, &rx_bytes, &tx_messages, &rx_messages, &errors, &retransmits,
-                         &up, &rtt, &data_rtt, &bandwidth, &probes, &flagged, &peer_up,
-                         &communicators, &ranks, &channels, &completed, &sessions}) {
+                         &checksum_failures, &up, &rtt, &data_rtt, &bandwidth, &probes, &flagged,
+                         &peer_up, &communicators, &ranks, &channels, &completed, &sessions}) {
       families.push_back(std::move(*family));
     }
   }
