@@ -81,12 +81,14 @@ TEST(ReceiveMatcherTest, ACorruptMessageFailsItsReceiveWheneverItIsPosted) {
   EXPECT_EQ(meanwhile->Wait(), corrupt);
 
   // Posted later: the error waits for it, once.
-  Deliver(matcher, kPeer, Tag{.seq = 3}, 0, 'x');  // unrelated, still received
+  Deliver(matcher, kPeer, Tag{.seq = 3}, 1, 'x');  // unrelated, still received
   ReceiveMatcher::Delivery unexpected = matcher.BeginDelivery(kPeer, Tag{.seq = 4}, 3);
   matcher.FinishDelivery(std::move(unexpected), corrupt);
   EXPECT_EQ(matcher.Recv(kPeer, Tag{.seq = 4}, buffer, absl::Now()), corrupt);
   EXPECT_TRUE(absl::IsDeadlineExceeded(matcher.Recv(kPeer, Tag{.seq = 4}, buffer, absl::Now())));
-  EXPECT_TRUE(matcher.Recv(kPeer, Tag{.seq = 3}, {}, absl::Now()).ok());
+  std::vector<std::byte> unrelated(1);
+  EXPECT_TRUE(matcher.Recv(kPeer, Tag{.seq = 3}, unrelated, absl::Now()).ok());
+  EXPECT_EQ(unrelated[0], std::byte{'x'});
 
   // Cut short: dropped, so the receive waits for its deadline.
   ReceiveMatcher::Delivery cut = matcher.BeginDelivery(kPeer, Tag{.seq = 5}, 3);
