@@ -63,6 +63,11 @@ void RegisterOptions(OptionSet& options, Config& config) {
                  "TCP connections to each peer daemon that messages of 256 KiB and more take "
                  "turns on, so that as many threads copy one link's bulk data in parallel (1 to "
                  "16)");
+  options.AddBool("data_checksum", &config.data_checksum,
+                  "send every data-plane message with a CRC32C of its payload, which the peer "
+                  "verifies: a corrupted message fails its operation with DATA_LOSS naming the "
+                  "link instead of delivering wrong data. Messages that carry one are verified "
+                  "whatever this says; every daemon must be of a version that knows the checksum");
   options.AddString("tls_cert", &config.tls_cert,
                     "PEM certificate (then any intermediates) this daemon presents to peers; it "
                     "must name node_name (common name or DNS alternative name). With tls_key and "

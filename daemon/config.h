@@ -37,6 +37,9 @@ struct Config {
   absl::Duration receive_spin = absl::Microseconds(200);
   // TCP connections to each peer daemon that large messages take turns on.
   int64_t tcp_streams = 1;
+  // Send every data-plane message with a CRC32C of its payload, which the peer verifies
+  // (transport::TcpOptions::checksum).
+  bool data_checksum = false;
   // Let all_reduce algorithm choices follow measured times (collective::MeasuredTimes).
   bool tuner_learn = true;
   // Who may open sessions (comma-separated uids and group ids; both empty: anyone who can reach

@@ -115,6 +115,7 @@ class DaemonImpl final : public Daemon {
     tcp.advertise_host = config_.advertise_host;
     tcp.receive_spin = config_.receive_spin;
     tcp.streams_per_peer = static_cast<int>(config_.tcp_streams);
+    tcp.checksum = config_.data_checksum;
     // The data-plane transports, in order of preference: a new transport is one more entry
     // here (shm, cuda and verbs before TCP, which reaches every daemon). Each listens, is
     // advertised in this daemon's Member, and carries the peers the selector gives it.

@@ -43,8 +43,8 @@ inline constexpr double kRttRatio = 3.0;
 inline constexpr absl::Duration kRttMargin = absl::Milliseconds(1);
 
 // A link's data-plane counters as operators see them (/metrics, baton links): the transport's
-// LinkStats, with the counters only some transports have (TCP's retransmits) by name, 0 where
-// the link's transport has none.
+// LinkStats, with the counters only some transports have (TCP's retransmits and checksum
+// failures) by name, 0 where the link's transport has none.
 struct LinkTraffic {
   std::string peer;  // the peer's data address
   uint64_t tx_bytes = 0;
@@ -52,8 +52,9 @@ struct LinkTraffic {
   uint64_t tx_messages = 0;
   uint64_t rx_messages = 0;
   uint64_t errors = 0;
-  uint64_t retransmits = 0;       // LinkStats counter "retransmits"
-  uint64_t refused_messages = 0;  // LinkStats counter "refused_messages"
+  uint64_t retransmits = 0;        // LinkStats counter "retransmits"
+  uint64_t refused_messages = 0;   // LinkStats counter "refused_messages"
+  uint64_t checksum_failures = 0;  // LinkStats counter "checksum_failures"
   bool up = false;
 
   static LinkTraffic From(const transport::LinkStats& stats) {
@@ -65,6 +66,7 @@ struct LinkTraffic {
                        stats.errors,
                        stats.Counter("retransmits"),
                        stats.Counter("refused_messages"),
+                       stats.Counter("checksum_failures"),
                        stats.up};
   }
 };

@@ -170,6 +170,10 @@ class PrometheusMetrics final : public Metrics {
                           "Messages from a peer dropped because the peer is not a daemon of "
                           "the communicator they claim.",
                           MetricType::Counter);
+    auto checksum_failures =
+        Family("baton_link_checksum_failures_total",
+               "Messages from a peer whose payload checksum did not match (data_checksum).",
+               MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection with the peer is established.",
                      MetricType::Gauge);
     auto rtt = Family("baton_link_rtt_seconds",
@@ -200,6 +204,7 @@ class PrometheusMetrics final : public Metrics {
       AddSample(errors, labels, static_cast<double>(traffic.errors));
       AddSample(retransmits, labels, static_cast<double>(traffic.retransmits));
       AddSample(refused, labels, static_cast<double>(traffic.refused_messages));
+      AddSample(checksum_failures, labels, static_cast<double>(traffic.checksum_failures));
       AddSample(up, labels, traffic.up ? 1 : 0);
       if (!link.health) continue;
       const LinkHealth& health = *link.health;
@@ -248,10 +253,11 @@ class PrometheusMetrics final : public Metrics {
     auto sessions =
         Family("baton_client_sessions", "Client sessions open on this daemon.", MetricType::Gauge);
     AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
-    for (auto* family : {&tx_bytes,    &rx_bytes, &tx_messages, &rx_messages,   &errors,
-                         &retransmits, &refused,  &up,          &rtt,           &data_rtt,
-                         &bandwidth,   &probes,   &flagged,     &peer_up,       &communicators,
-                         &ranks,       &channels, &completed,   &refused_total, &sessions}) {
+    for (auto* family :
+         {&tx_bytes,  &rx_bytes,          &tx_messages, &rx_messages,   &errors,   &retransmits,
+          &refused,   &checksum_failures, &up,          &rtt,           &data_rtt, &bandwidth,
+          &probes,    &flagged,           &peer_up,     &communicators, &ranks,    &channels,
+          &completed, &refused_total,     &sessions}) {
       families.push_back(std::move(*family));
     }
   }

@@ -40,7 +40,7 @@ void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out) {
   PutLittleEndian<uint32_t>(kFrameMagic, p + kMagicOffset);
   PutLittleEndian<uint8_t>(kFrameVersion, p + kVersionOffset);
   PutLittleEndian<uint8_t>(static_cast<uint8_t>(header.type), p + kTypeOffset);
-  PutLittleEndian<uint16_t>(0, p + kFlagsOffset);
+  PutLittleEndian<uint16_t>(header.checksum ? kFrameFlagChecksum : 0, p + kFlagsOffset);
   PutLittleEndian<uint64_t>(header.tag.comm, p + kCommOffset);
   PutLittleEndian<uint64_t>(header.tag.seq, p + kSeqOffset);
   PutLittleEndian<uint32_t>(header.tag.step, p + kStepOffset);
@@ -61,11 +61,18 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
                                             " (this build speaks ", kFrameVersion, ")"));
   }
   const auto flags = GetLittleEndian<uint16_t>(p + kFlagsOffset);
-  if (flags != 0) {
+  if ((flags & ~kFrameFlagChecksum) != 0) {
     return absl::DataLossError(absl::StrCat("unknown frame flags 0x", absl::Hex(flags)));
   }
   FrameHeader header;
+  header.checksum = (flags & kFrameFlagChecksum) != 0;
   const auto type = GetLittleEndian<uint8_t>(p + kTypeOffset);
+  // Only data frames carry a checksum: the handshake has its own proofs, and a ping's payload is
+  // an identifier that a corruption merely leaves unanswered.
+  if (header.checksum && type != static_cast<uint8_t>(FrameType::kData)) {
+    return absl::DataLossError(
+        absl::StrCat("checksum flag on a frame of type ", type, ", which carries none"));
+  }
   uint64_t min_payload = 0;
   uint64_t max_payload = 0;
   auto exactly = [&](uint64_t bytes) { min_payload = max_payload = bytes; };
@@ -106,6 +113,14 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
                                             " payload bytes instead of at least ", min_payload));
   }
   return header;
+}
+
+void EncodeFrameChecksum(uint32_t crc, FrameChecksumBytes out) {
+  PutLittleEndian<uint32_t>(crc, out.data());
+}
+
+uint32_t DecodeFrameChecksum(ConstFrameChecksumBytes in) {
+  return GetLittleEndian<uint32_t>(in.data());
 }
 
 }  // namespace baton::transport

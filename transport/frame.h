@@ -9,7 +9,7 @@
 //        4    1 version        kFrameVersion
 //        5    1 type           FrameType: 1 = data, 2 = hello, 3 = ping, 4 = pong,
 //                              5 = challenge, 6 = proof
-//        6    2 flags          0; reserved (e.g. for an optional checksum in a later version)
+//        6    2 flags          bit 0: kFrameFlagChecksum (data frames only); the others are 0
 //        8    8 comm           Tag::comm
 //       16    8 seq            Tag::seq
 //       24    4 step           Tag::step
@@ -19,6 +19,13 @@
 // kFrameHeaderBytes (40) is the framing overhead of every message: a message of n payload bytes
 // costs n + kFrameHeaderBytes bytes on the wire, and that is what LinkStats' tx_bytes/rx_bytes
 // count per message, for every transport (also the in-memory one, so tests can compare them).
+//
+// A data frame with kFrameFlagChecksum set is followed, after its payload, by a trailer of
+// kFrameChecksumBytes: the CRC32C (crc32c.h) of the payload, little-endian. payload_bytes does not
+// count it, and neither do LinkStats (so their bytes are the same with and without checksums).
+// A receiver verifies every frame that carries one, whether or not it sends checksums itself, so
+// endpoints that differ in the setting interoperate. A build older than the flag rejects such a
+// frame (unknown flags): every endpoint of a cluster must have it before any sends checksums.
 //
 // Every connection starts with a handshake of three frames, all with the tag all zero and none
 // counted in LinkStats (handshake.h has the proofs):
@@ -55,6 +62,9 @@ inline constexpr uint64_t kHandshakeNonceBytes = 16;
 inline constexpr uint64_t kHandshakeProofBytes = 32;
 inline constexpr uint64_t kChallengePayloadBytes = kHandshakeNonceBytes + kHandshakeProofBytes;
 inline constexpr uint64_t kPingPayloadBytes = 8;
+// Flags of FrameHeader's flags field.
+inline constexpr uint16_t kFrameFlagChecksum = 0x0001;
+inline constexpr size_t kFrameChecksumBytes = 4;
 
 enum class FrameType : uint8_t {
   kData = 1,
@@ -69,20 +79,29 @@ struct FrameHeader {
   FrameType type = FrameType::kData;
   Tag tag;
   uint64_t payload_bytes = 0;
+  // kFrameFlagChecksum: the payload is followed by its CRC32C (data frames only).
+  bool checksum = false;
 
   friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
 };
 
 using FrameHeaderBytes = std::span<std::byte, kFrameHeaderBytes>;
 using ConstFrameHeaderBytes = std::span<const std::byte, kFrameHeaderBytes>;
+using FrameChecksumBytes = std::span<std::byte, kFrameChecksumBytes>;
+using ConstFrameChecksumBytes = std::span<const std::byte, kFrameChecksumBytes>;
 
-// Writes `header` in wire format (magic, version and zero flags included) into `out`.
+// Writes `header` in wire format (magic, version and flags included) into `out`.
 void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out);
 
-// Parses and validates a header. DataLoss when the magic, version, flags or type are wrong, or the
-// payload length is not what the frame type allows: at most kMaxFramePayloadBytes for data;
-// a nonce and 1 to kMaxHelloAddressBytes of address for hello; exactly kPingPayloadBytes for ping
-// and pong, kChallengePayloadBytes for challenge and kHandshakeProofBytes for proof.
+// Parses and validates a header. DataLoss when the magic, version or type are wrong, a flag is
+// unknown or the checksum flag is set on a frame other than data, or the payload length is not
+// what the frame type allows: at most kMaxFramePayloadBytes for data; a nonce and 1 to
+// kMaxHelloAddressBytes of address for hello; exactly kPingPayloadBytes for ping and pong,
+// kChallengePayloadBytes for challenge and kHandshakeProofBytes for proof.
 absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in);
+
+// The checksum trailer of a frame with kFrameFlagChecksum, in wire format and back.
+void EncodeFrameChecksum(uint32_t crc, FrameChecksumBytes out);
+uint32_t DecodeFrameChecksum(ConstFrameChecksumBytes in);
 
 }  // namespace baton::transport

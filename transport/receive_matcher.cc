@@ -157,6 +157,10 @@ std::unique_ptr<PostedRecv> ReceiveMatcher::PostImpl(const std::string& peer, co
   }
   // Not shared with anyone yet: completed without the lock.
   recv.done = true;
+  if (!message.error.ok()) {
+    recv.result = std::move(message.error);
+    return posted;
+  }
   if (message.length != length) {
     recv.result = LengthMismatch(peer, tag, message.length, length);
     return posted;
@@ -264,8 +268,10 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
       absl::MutexLock lock(&mu_);
       // From here on the message is either kept (and stays counted) or not.
       ReleaseLocked(peer, delivery.length_);
-      if (!status.ok()) return;  // a partial message is of no use to anyone
-      CountLocked(peer, delivery.length_);
+      // A partial message is of no use to anyone; a corrupt one is kept as its error alone.
+      const bool corrupt = absl::IsDataLoss(status);
+      if (!status.ok() && !corrupt) return;
+      if (!corrupt) CountLocked(peer, delivery.length_);
       if (!BlockingErrorLocked(tag.comm).ok()) return;
       if (RefusedLocked(peer, tag.comm)) {  // restricted while it was being read
         ++refused_[peer];
@@ -274,11 +280,23 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
       Key key{peer, tag};
       // A receive may have been posted while the payload was being read.
       auto it = pending_.find(key);
+      if (corrupt) {
+        // Kept only for a communicator formed here (restricted to its plan, whose members this
+        // sender is): it costs no allowance, so nobody else may leave such entries behind.
+        if (it == pending_.end() && !members_.contains(tag.comm)) return;
+        if (it == pending_.end()) {
+          unexpected_[std::move(key)].push_back(Unexpected{nullptr, 0, status});
+        } else {
+          CompleteLocked(it->second, status);
+          pending_.erase(it);
+        }
+        return;
+      }
       if (it == pending_.end()) {
         held_[peer] += delivery.length_;
         total_held_ += delivery.length_;
         unexpected_[std::move(key)].push_back(
-            Unexpected{std::move(delivery.storage_), delivery.length_});
+            Unexpected{std::move(delivery.storage_), delivery.length_, absl::OkStatus()});
         return;
       }
       target = it->second;

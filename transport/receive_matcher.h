@@ -146,8 +146,10 @@ class ReceiveMatcher {
                                            uint64_t length);
   // Completes a delivery. `status` is OK when the whole payload was written to buffer() (or
   // consumed, for discard()); otherwise the posted receive fails with `status` and an unexpected
-  // message is dropped. Counts the message in the peer's rx counters
-  // (length + the message overhead given to the constructor) when `status` is OK.
+  // message is dropped. DataLoss means that the message arrived whole but corrupt (its checksum
+  // did not match): then the receive for it fails with `status` whether it is posted now or later,
+  // so that it does not wait for a message that will never come. Counts the message in the peer's
+  // rx counters (length + the message overhead given to the constructor) when `status` is OK.
   void FinishDelivery(Delivery delivery, const absl::Status& status);
 
   // Endpoint::Abort and Endpoint::Forget. Abort also cancels deliveries into posted receives.
@@ -202,6 +204,9 @@ class ReceiveMatcher {
   struct Unexpected {
     std::unique_ptr<std::byte[]> data;
     uint64_t length = 0;
+    // Not OK for a message that arrived corrupt (FinishDelivery with DataLoss): its receive fails
+    // with this. Such an entry holds no data and counts no bytes (length 0).
+    absl::Status error;
   };
 
   std::unique_ptr<PostedRecv> PostImpl(const std::string& peer, const Tag& tag, ByteSpan data,

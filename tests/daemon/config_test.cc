@@ -49,5 +49,19 @@ TEST(ConfigTest, TcpStreamsAreOneToSixteen) {
   EXPECT_EQ(defaults.tcp_streams, 1);
 }
 
+TEST(ConfigTest, DataChecksumIsOffUnlessAsked) {
+  Config defaults;
+  ASSERT_TRUE(FinalizeConfig(defaults).ok());
+  EXPECT_FALSE(defaults.data_checksum);
+  for (const std::string name : {"data_checksum", "data-checksum"}) {
+    Config config;
+    ASSERT_TRUE(Configure(config, name, "true").ok()) << name;
+    EXPECT_TRUE(config.data_checksum) << name;
+  }
+  Config refused;
+  EXPECT_EQ(Configure(refused, "data_checksum", "sometimes").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace baton::daemon

@@ -90,7 +90,9 @@ PhaseSplit Split(const std::map<std::string, double>& samples, const std::string
 
 TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
   constexpr int kDaemons = 4;
-  TestCluster cluster(kDaemons, {"--probe-interval=200ms", "--peer-linger=2s"});
+  // With payload checksums, so that the daemons' data plane runs them end to end.
+  TestCluster cluster(kDaemons,
+                      {"--probe-interval=200ms", "--peer-linger=2s", "--data-checksum=true"});
   ASSERT_TRUE(cluster.ok());
   const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
 
@@ -149,6 +151,8 @@ TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
     EXPECT_LT(samples["baton_link_data_rtt_seconds" + labels], 5);
     EXPECT_GT(samples["baton_link_bandwidth_bytes_per_second" + labels], 0);
     EXPECT_TRUE(samples.contains("baton_link_retransmits_total" + labels));
+    ASSERT_TRUE(samples.contains("baton_link_checksum_failures_total" + labels));
+    EXPECT_EQ(samples["baton_link_checksum_failures_total" + labels], 0);
     const std::string with = labels.substr(0, labels.size() - 1);
     EXPECT_GE(samples[absl::StrCat("baton_link_probes_total", with, ",outcome=\"ok\"}")], 1);
     EXPECT_TRUE(

@@ -54,12 +54,66 @@ TEST(FrameTest, RejectsCorruptHeaders) {
     std::byte value;
   };
   for (const Case& c : {Case{"magic", 0, std::byte{'X'}}, Case{"version", 4, std::byte{1}},
-                        Case{"type", 5, std::byte{9}}, Case{"flags", 6, std::byte{1}}}) {
+                        Case{"type", 5, std::byte{9}}, Case{"flags", 6, std::byte{2}}}) {
     Bytes bad = good;
     bad[c.offset] = c.value;
     absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(bad);
     EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss) << c.name;
   }
+}
+
+// Bit 0 of the flags says that a data frame's payload is followed by its CRC32C; every other bit,
+// and the checksum bit on any other frame type, is corruption.
+TEST(FrameTest, ChecksumFlagRoundTripsOnDataFramesOnly) {
+  const FrameHeader checked{FrameType::kData, Tag{.comm = 5, .seq = 6}, 1000, /*checksum=*/true};
+  const Bytes bytes = Encode(checked);
+  EXPECT_EQ(static_cast<int>(bytes[6]), 1);
+  EXPECT_EQ(static_cast<int>(bytes[7]), 0);
+  absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->checksum);
+  EXPECT_EQ(*decoded, checked);
+  absl::StatusOr<FrameHeader> plain =
+      DecodeFrameHeader(Encode(FrameHeader{FrameType::kData, Tag{.comm = 5}, 1000}));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->checksum);
+
+  for (const uint16_t unknown :
+       {uint16_t{0x0002}, uint16_t{0x0003}, uint16_t{0x0100}, uint16_t{0x8000}, uint16_t{0xffff}}) {
+    Bytes bad = bytes;
+    bad[6] = static_cast<std::byte>(unknown & 0xff);
+    bad[7] = static_cast<std::byte>(unknown >> 8);
+    absl::StatusOr<FrameHeader> rejected = DecodeFrameHeader(bad);
+    EXPECT_EQ(rejected.status().code(), absl::StatusCode::kDataLoss) << unknown;
+    EXPECT_THAT(rejected.status().message(), ::testing::HasSubstr("unknown frame flags"))
+        << unknown;
+  }
+  struct Control {
+    FrameType type;
+    uint64_t bytes;
+  };
+  for (const Control& control :
+       {Control{FrameType::kHello, kHandshakeNonceBytes + 5},
+        Control{FrameType::kPing, kPingPayloadBytes}, Control{FrameType::kPong, kPingPayloadBytes},
+        Control{FrameType::kChallenge, kChallengePayloadBytes},
+        Control{FrameType::kProof, kHandshakeProofBytes}}) {
+    ASSERT_TRUE(DecodeFrameHeader(Encode(FrameHeader{control.type, Tag{}, control.bytes})).ok());
+    absl::StatusOr<FrameHeader> rejected = DecodeFrameHeader(
+        Encode(FrameHeader{control.type, Tag{}, control.bytes, /*checksum=*/true}));
+    EXPECT_EQ(rejected.status().code(), absl::StatusCode::kDataLoss)
+        << static_cast<int>(control.type);
+    EXPECT_THAT(rejected.status().message(), ::testing::HasSubstr("checksum flag"));
+  }
+}
+
+TEST(FrameTest, ChecksumTrailerIsLittleEndian) {
+  std::array<std::byte, kFrameChecksumBytes> trailer{};
+  EncodeFrameChecksum(0xE3069283, trailer);
+  EXPECT_EQ(static_cast<int>(trailer[0]), 0x83);
+  EXPECT_EQ(static_cast<int>(trailer[1]), 0x92);
+  EXPECT_EQ(static_cast<int>(trailer[2]), 0x06);
+  EXPECT_EQ(static_cast<int>(trailer[3]), 0xE3);
+  EXPECT_EQ(DecodeFrameChecksum(trailer), 0xE3069283u);
 }
 
 TEST(FrameTest, LimitsPayloadLength) {

@@ -57,6 +57,56 @@ TEST(ReceiveMatcherTest, UnexpectedMessageIsReceivedLater) {
   EXPECT_EQ(stats.rx_messages, 1u);
 }
 
+// A message that arrived corrupt (DataLoss) fails the receive that wants it, whether that was
+// posted before, while or after the payload was read; a message cut short (any other error) is
+// simply dropped. Neither is counted.
+TEST(ReceiveMatcherTest, ACorruptMessageFailsItsReceiveWheneverItIsPosted) {
+  ReceiveMatcher matcher;
+  const absl::Status corrupt = absl::DataLossError("checksum mismatch on a message from peer-a");
+  std::vector<std::byte> buffer(3);
+  // Communicator 0 has formed here, with kPeer in it.
+  const std::vector<std::string> members = {kPeer};
+  matcher.Restrict(0, members);
+
+  // Posted first.
+  std::unique_ptr<PostedRecv> before =
+      matcher.Post(kPeer, Tag{.seq = 1}, buffer, absl::Now() + absl::Seconds(10));
+  ReceiveMatcher::Delivery into_posted = matcher.BeginDelivery(kPeer, Tag{.seq = 1}, 3);
+  ASSERT_EQ(into_posted.buffer().data(), buffer.data());
+  matcher.FinishDelivery(std::move(into_posted), corrupt);
+  EXPECT_EQ(before->Wait(), corrupt);
+
+  // Posted while the payload was read as unexpected.
+  ReceiveMatcher::Delivery reading = matcher.BeginDelivery(kPeer, Tag{.seq = 2}, 3);
+  std::unique_ptr<PostedRecv> meanwhile =
+      matcher.Post(kPeer, Tag{.seq = 2}, buffer, absl::Now() + absl::Seconds(10));
+  matcher.FinishDelivery(std::move(reading), corrupt);
+  EXPECT_EQ(meanwhile->Wait(), corrupt);
+
+  // Posted later: the error waits for it, once.
+  Deliver(matcher, kPeer, Tag{.seq = 3}, 1, 'x');  // unrelated, still received
+  ReceiveMatcher::Delivery unexpected = matcher.BeginDelivery(kPeer, Tag{.seq = 4}, 3);
+  matcher.FinishDelivery(std::move(unexpected), corrupt);
+  EXPECT_EQ(matcher.Recv(kPeer, Tag{.seq = 4}, buffer, absl::Now()), corrupt);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(matcher.Recv(kPeer, Tag{.seq = 4}, buffer, absl::Now())));
+  // For a communicator not formed here the error is not kept: it would cost no allowance.
+  ReceiveMatcher::Delivery unknown = matcher.BeginDelivery(kPeer, Tag{.comm = 9, .seq = 1}, 3);
+  matcher.FinishDelivery(std::move(unknown), corrupt);
+  EXPECT_TRUE(
+      absl::IsDeadlineExceeded(matcher.Recv(kPeer, Tag{.comm = 9, .seq = 1}, buffer, absl::Now())));
+  std::vector<std::byte> unrelated(1);
+  EXPECT_TRUE(matcher.Recv(kPeer, Tag{.seq = 3}, unrelated, absl::Now()).ok());
+  EXPECT_EQ(unrelated[0], std::byte{'x'});
+
+  // Cut short: dropped, so the receive waits for its deadline.
+  ReceiveMatcher::Delivery cut = matcher.BeginDelivery(kPeer, Tag{.seq = 5}, 3);
+  matcher.FinishDelivery(std::move(cut), absl::UnavailableError("connection closed"));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(matcher.Recv(kPeer, Tag{.seq = 5}, buffer, absl::Now())));
+
+  const LinkStats stats = matcher.RecvLinkStats().at(kPeer);
+  EXPECT_EQ(stats.rx_messages, 1u) << "only the intact message counts";
+}
+
 TEST(ReceiveMatcherTest, CountsNoOverheadUnlessTheTransportHasOne) {
   ReceiveMatcher matcher;
   Deliver(matcher, kPeer, Tag{.seq = 1}, 5, 'x');

@@ -1,6 +1,7 @@
 // What only the TCP transport has: its wire protocol, sockets and connection handling, driven
-// here by raw loopback sockets that play a misbehaving or slow peer. The Endpoint contract itself
-// is tested by transport_conformance_test.
+// here by raw loopback sockets that play a misbehaving or slow peer (raw_tcp_peer.h). The Endpoint
+// contract itself is tested by transport_conformance_test; payload checksums by
+// tcp_checksum_test.
 
 #include "transport/tcp/tcp_transport.h"
 
@@ -27,6 +28,7 @@
 #include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/transport/raw_tcp_peer.h"
 #include "transport/frame.h"
 #include "transport/tcp/handshake_io.h"
 #include "transport/tcp/socket.h"
@@ -36,8 +38,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-absl::Time Deadline(absl::Duration timeout = absl::Seconds(30)) { return absl::Now() + timeout; }
 
 TcpOptions Options(const std::string& listen_address, const std::string& advertise_host = "") {
   TcpOptions options;
@@ -57,109 +57,6 @@ LinkStats StatsFor(const Endpoint& endpoint, const std::string& peer) {
     if (link.peer == peer) return link;
   }
   return LinkStats{};
-}
-
-int PortOf(const std::string& address) { return std::stoi(address.substr(address.rfind(':') + 1)); }
-
-// A loopback socket bound to port 0, optionally listening: a peer under the test's control.
-struct RawListener {
-  FileDescriptor fd;
-  std::string address;
-};
-RawListener BindLoopback(bool listening) {
-  RawListener raw{FileDescriptor(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)), ""};
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(raw.fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(getsockname(raw.fd.get(), reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  if (listening) {
-    EXPECT_EQ(listen(raw.fd.get(), 16), 0);
-  }
-  raw.address = absl::StrCat("127.0.0.1:", ntohs(addr.sin_port));
-  return raw;
-}
-
-FileDescriptor AcceptWithin(int listener, absl::Duration timeout) {
-  pollfd pfd{listener, POLLIN, 0};
-  if (poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) return {};
-  return FileDescriptor(accept4(listener, nullptr, nullptr, SOCK_CLOEXEC));
-}
-
-FileDescriptor RawConnect(const std::string& address) {
-  FileDescriptor fd(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(PortOf(address)));
-  EXPECT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  return fd;
-}
-
-void WriteRaw(int fd, ConstByteSpan bytes) {
-  std::array<iovec, 1> iov{iovec{const_cast<std::byte*>(bytes.data()), bytes.size()}};
-  size_t written = 0;
-  ASSERT_TRUE(WriteFull(fd, iov, Deadline(), &written).ok());
-}
-
-void WriteFrame(int fd, const FrameHeader& header, ConstByteSpan payload) {
-  std::array<std::byte, kFrameHeaderBytes> bytes;
-  EncodeFrameHeader(header, bytes);
-  WriteRaw(fd, bytes);
-  WriteRaw(fd, payload);
-}
-
-// The connecting side of the handshake, introducing `fd`'s end as `address` to the endpoint
-// whose address is `acceptor` (empty: the address `fd` is connected to), with no key (as the
-// endpoints here have none).
-void WriteHello(int fd, const std::string& address, std::string acceptor = "") {
-  if (acceptor.empty()) {
-    sockaddr_in peer{};
-    socklen_t length = sizeof(peer);
-    ASSERT_EQ(getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length), 0);
-    char host[INET_ADDRSTRLEN] = {};
-    inet_ntop(AF_INET, &peer.sin_addr, host, sizeof(host));
-    acceptor = absl::StrCat(host, ":", ntohs(peer.sin_port));
-  }
-  const absl::Status introduced = tcp::Introduce(fd, address, acceptor, kNoHandshakeKey,
-                                                 Deadline(absl::Seconds(10)), [] { return false; });
-  EXPECT_TRUE(introduced.ok()) << introduced;
-}
-
-// The accepting side of the handshake, as the raw listener at `self`: the connecting endpoint's
-// address.
-std::string AcceptHello(int fd, const std::string& self) {
-  absl::StatusOr<std::string> peer = tcp::Admit(fd, self, nullptr, Deadline(absl::Seconds(10)));
-  EXPECT_TRUE(peer.ok()) << peer.status();
-  return peer.ok() ? *peer : "";
-}
-
-FrameHeader ReadHeader(int fd) {
-  std::array<std::byte, kFrameHeaderBytes> bytes;
-  size_t read = 0;
-  const absl::Status status = ReadFull(fd, bytes, Deadline(absl::Seconds(10)), &read);
-  EXPECT_TRUE(status.ok()) << status;
-  absl::StatusOr<FrameHeader> header = DecodeFrameHeader(bytes);
-  EXPECT_TRUE(header.ok()) << header.status();
-  return header.ok() ? *header : FrameHeader{};
-}
-
-std::string ReadString(int fd, size_t size) {
-  std::string text(size, '\0');
-  size_t read = 0;
-  EXPECT_TRUE(ReadFull(fd, std::as_writable_bytes(std::span(text.data(), text.size())),
-                       Deadline(absl::Seconds(10)), &read)
-                  .ok());
-  return text;
-}
-
-// True once the endpoint has closed the raw connection (EOF or reset).
-bool ClosedWithin(int fd, absl::Duration timeout) {
-  pollfd pfd{fd, POLLIN, 0};
-  if (poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) return false;
-  char byte;
-  return recv(fd, &byte, 1, 0) <= 0;
 }
 
 // Small and large reads in any mix return exactly the stream's bytes, whether they come from the

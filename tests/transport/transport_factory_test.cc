@@ -92,7 +92,7 @@ TEST(InMemoryTransportTest, ListensOnceForItsAddress) {
   EXPECT_EQ(transport->Listen().status().code(), absl::StatusCode::kAlreadyExists);
 }
 
-TEST(TcpTransportTest, CountsRetransmitsAndRefusedMessagesAsItsOwnCounters) {
+TEST(TcpTransportTest, CountsChecksumFailuresRefusedMessagesAndRetransmits) {
   TcpOptions options;
   options.listen_address = "127.0.0.1:0";
   std::unique_ptr<Transport> transport = NewTcpTransport(options);
@@ -102,12 +102,15 @@ TEST(TcpTransportTest, CountsRetransmitsAndRefusedMessagesAsItsOwnCounters) {
   ASSERT_TRUE(a->Send(b->address(), Tag{}, data, absl::Now() + absl::Seconds(10)).ok());
   const std::vector<LinkStats> stats = a->Stats();
   ASSERT_EQ(stats.size(), 1u);
-  // Sorted by name.
-  ASSERT_EQ(stats[0].counters.size(), 2u);
-  EXPECT_EQ(stats[0].counters[0].name, kRefusedMessagesCounter);
+  // Sorted by name, as LinkStats promises.
+  ASSERT_EQ(stats[0].counters.size(), 3u);
+  EXPECT_EQ(stats[0].counters[0].name, kChecksumFailuresCounter);
   EXPECT_EQ(stats[0].counters[0].value, 0u);
-  EXPECT_EQ(stats[0].counters[1].name, kRetransmitsCounter);
-  EXPECT_EQ(stats[0].Counter("retransmits"), stats[0].counters[1].value);
+  EXPECT_EQ(stats[0].counters[1].name, kRefusedMessagesCounter);
+  EXPECT_EQ(stats[0].counters[1].value, 0u);
+  EXPECT_EQ(stats[0].counters[2].name, kRetransmitsCounter);
+  EXPECT_EQ(stats[0].Counter("checksum_failures"), 0u);
+  EXPECT_EQ(stats[0].Counter("retransmits"), stats[0].counters[2].value);
   EXPECT_EQ(stats[0].Counter("no_such_counter"), 0u);
 }
 

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "transport/crc32c.h"
 #include "transport/tcp/tcp_endpoint.h"
 
 namespace baton::transport::tcp {
@@ -167,21 +168,47 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
                                       ReceiveMatcher::Delivery delivery, absl::Time limit) {
   const std::string& peer = conn.peer;
   uint64_t left = header.payload_bytes;
-  // Consumes the rest of a payload nobody wants, to keep the stream in step.
+  // A checksummed frame's CRC32C, extended over each piece right after it is read (while it is
+  // in the cache), and its trailer, which follows the payload and is read like one more piece.
+  uint32_t crc = 0;
+  std::array<std::byte, kFrameChecksumBytes> trailer{};
+  size_t trailer_left = header.checksum ? trailer.size() : 0;
+  auto check = [&](ConstByteSpan piece) {
+    if (header.checksum) crc = Crc32c(crc, piece);
+  };
+  auto read_trailer = [&](absl::Time until,
+                          const absl::FunctionRef<bool()>* cancelled) -> absl::Status {
+    if (trailer_left == 0) return absl::OkStatus();
+    const ByteSpan rest = ByteSpan(trailer).last(trailer_left);
+    size_t read = 0;
+    absl::Status status = cancelled == nullptr ? conn.in->Read(rest, until, &read)
+                                               : conn.in->Read(rest, until, *cancelled, &read);
+    trailer_left -= read;
+    return status;
+  };
+  // Once payload and trailer are read: whether the payload is what the sender sent.
+  auto intact = [&] { return !header.checksum || DecodeFrameChecksum(trailer) == crc; };
+  // Consumes the rest of a payload nobody wants, and its trailer, to keep the stream in step.
   auto drain = [&]() -> absl::Status {
     while (left > 0) {
       const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left, conn.scratch.size()));
       size_t read = 0;
       BATON_RETURN_IF_ERROR(conn.in->Read(ByteSpan(conn.scratch.data(), chunk), limit, &read));
+      check(ConstByteSpan(conn.scratch.data(), chunk));
       left -= chunk;
     }
-    return absl::OkStatus();
+    return read_trailer(limit, nullptr);
   };
 
   if (delivery.discard()) {
     absl::Status status = drain();
+    if (!status.ok()) {
+      CountError(peer);
+    } else if (!intact()) {
+      // Nobody wanted it, but the link corrupts data all the same.
+      status = ChecksumMismatch(peer, header.tag);
+    }
     matcher_.FinishDelivery(std::move(delivery), status);
-    if (!status.ok()) CountError(peer);
     return status;
   }
   // Straight into the receiver's buffer when a receive is posted, or a piece at a time through
@@ -191,21 +218,41 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
   // A posted receive's own deadline bounds the read into its buffer; `limit` bounds the rest.
   const absl::Time deadline =
       delivery.deadline() == absl::InfiniteFuture() ? limit : delivery.deadline();
-  auto cancelled = [&delivery] { return delivery.cancelled(); };
+  auto cancelled_check = [&delivery] { return delivery.cancelled(); };
+  const absl::FunctionRef<bool()> cancelled = cancelled_check;
   absl::Status status;
   if (delivery.consuming()) {
+    // The consumer gets each piece before the trailer is read: a mismatch fails the receive at
+    // its end (tcp_transport.h).
     while (status.ok() && read < header.payload_bytes) {
       const size_t offset = read;
       const ByteSpan piece(conn.scratch.data(),
                            std::min<uint64_t>(header.payload_bytes - offset, conn.scratch.size()));
       status = conn.in->Read(piece, deadline, cancelled, &read);
+      check(piece.first(read - offset));
       if (status.ok()) delivery.Consume(offset, piece);
     }
-  } else {
+  } else if (!header.checksum) {
     status = conn.in->Read(delivery.buffer(), deadline, cancelled, &read);
+  } else {
+    // In pieces, so that each is checked while still in the cache.
+    const ByteSpan buffer = delivery.buffer();
+    while (status.ok() && read < buffer.size()) {
+      const size_t offset = read;
+      const ByteSpan piece = buffer.subspan(offset, std::min(buffer.size() - offset, kPieceBytes));
+      status = conn.in->Read(piece, deadline, cancelled, &read);
+      check(piece.first(read - offset));
+    }
   }
   left -= read;
+  if (status.ok()) status = read_trailer(deadline, &cancelled);
   if (status.ok()) {
+    if (!intact()) {
+      // The stream is no longer to be trusted: the error ends the connection.
+      status = ChecksumMismatch(peer, header.tag);
+      matcher_.FinishDelivery(std::move(delivery), status);
+      return status;
+    }
     matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
     return absl::OkStatus();
   }
@@ -215,7 +262,11 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
                                                      ? RecvDeadlineExceeded(peer, header.tag)
                                                      : absl::CancelledError("receive cancelled"));
     absl::Status drained = drain();
-    if (!drained.ok()) CountError(peer);
+    if (!drained.ok()) {
+      CountError(peer);
+    } else if (!intact()) {
+      drained = ChecksumMismatch(peer, header.tag);
+    }
     return drained;
   }
   CountError(peer);

@@ -72,8 +72,10 @@ void TcpEndpoint::Forget(uint64_t comm) {
 std::vector<LinkStats> TcpEndpoint::Stats() const {
   absl::flat_hash_map<std::string, LinkStats> links = matcher_.RecvLinkStats();
   absl::flat_hash_map<std::string, uint64_t> retransmits;
+  absl::flat_hash_map<std::string, uint64_t> checksum_failures;
   {
     absl::MutexLock lock(&mu_);
+    checksum_failures = checksum_failures_;
     for (const auto& [peer, tx] : links_) {
       LinkStats& link = links[peer];
       link.peer = peer;
@@ -93,8 +95,12 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
   std::vector<LinkStats> result;
   result.reserve(links.size());
   for (auto& [peer, link] : links) {
-    // Every TCP link has the counters, 0 until the kernel retransmitted on it or a message was
-    // refused (the receive side reports the latter, for the links it has seen).
+    // Every TCP link has the counters, 0 until something happened (the receive side reports
+    // refused messages, for the links it has seen).
+    auto failures = checksum_failures.find(peer);
+    link.counters.push_back(
+        LinkCounter{std::string(kChecksumFailuresCounter),
+                    failures == checksum_failures.end() ? 0 : failures->second});
     auto it = retransmits.find(peer);
     link.counters.push_back(
         LinkCounter{std::string(kRetransmitsCounter), it == retransmits.end() ? 0 : it->second});
@@ -138,6 +144,22 @@ void TcpEndpoint::CountError(const std::string& peer) {
   LinkStats& link = links_[peer];
   link.peer = peer;
   ++link.errors;
+}
+
+absl::Status TcpEndpoint::ChecksumMismatch(const std::string& peer, const Tag& tag) {
+  {
+    absl::MutexLock lock(&mu_);
+    LinkStats& link = links_[peer];
+    link.peer = peer;
+    ++link.errors;
+    ++checksum_failures_[peer];
+  }
+  absl::Status error =
+      absl::DataLossError(absl::StrCat("checksum mismatch on a message from peer ", peer, " (",
+                                       TagToString(tag), "): the link corrupted data"));
+  spdlog::error("tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
+                error.ToString());
+  return error;
 }
 
 }  // namespace baton::transport::tcp

@@ -55,6 +55,7 @@ class TcpEndpoint final : public Endpoint {
         max_pending_handshakes_(options.max_pending_handshakes),
         max_connections_per_peer_(2 * options.streams_per_peer +
                                   options.spare_connections_per_peer),
+        checksum_(options.checksum),
         matcher_(options.max_unexpected_bytes_per_peer, kFrameHeaderBytes,
                  options.max_unexpected_bytes_total) {}
   ~TcpEndpoint() override;
@@ -183,6 +184,9 @@ class TcpEndpoint final : public Endpoint {
   // write one (the peer might be waiting for us to read).
   void PongLoop();
   void CountError(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
+  // A message from `peer` failed its checksum: counts an error and a checksum failure, logs, and
+  // returns the error of its receive.
+  absl::Status ChecksumMismatch(const std::string& peer, const Tag& tag) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Listener listener_;
   const FileDescriptor wake_;  // eventfd that stops ListenLoop
@@ -194,6 +198,7 @@ class TcpEndpoint final : public Endpoint {
   const absl::Duration handshake_timeout_;
   const int max_pending_handshakes_;
   const int max_connections_per_peer_;
+  const bool checksum_;  // TcpOptions::checksum
   // Accepted connections still in their handshake, and those refused (no room, a failed
   // handshake, a peer over its connections): logged only now and then, since anyone can cause
   // them.
@@ -220,6 +225,8 @@ class TcpEndpoint final : public Endpoint {
   // Per peer: what the kernel retransmitted on connections since dropped (the counter must not
   // go backwards when a connection goes).
   absl::flat_hash_map<std::string, uint64_t> lost_retransmits_ ABSL_GUARDED_BY(mu_);
+  // Per peer: messages whose checksum did not match (kChecksumFailuresCounter).
+  absl::flat_hash_map<std::string, uint64_t> checksum_failures_ ABSL_GUARDED_BY(mu_);
 
   // Round trips: pings in flight by identifier, with the time their pong arrived (InfinitePast
   // until then), and pings from peers still to be answered.

@@ -57,17 +57,34 @@ struct TcpOptions {
   // Connections one peer may hold open with this endpoint beyond what its streams need; an
   // authenticated connection past 2 * streams_per_peer + this is closed.
   int spare_connections_per_peer = 4;
+  // Send every data frame with the CRC32C of its payload (frame.h, kFrameFlagChecksum), which
+  // the receiver verifies: corruption that TCP's own 16-bit checksum misses (a NIC, a middlebox,
+  // memory on the way) then fails the receive with DataLoss instead of delivering wrong data.
+  // Frames that carry a checksum are verified whatever this says, so endpoints that differ in it
+  // interoperate; every endpoint must be of a build that knows the flag. Costs one pass over each
+  // payload on both sides (docs/bench/2026-12-02-checksum.md).
+  bool checksum = false;
 };
 
 // Messages this large and larger take turns on the connections of TcpOptions::streams_per_peer.
 inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 
 // Starts listening and returns the endpoint. Its address() is "<advertise host>:<bound port>".
-// Its LinkStats count each message's 40-byte frame header (frame.h) in the bytes, and carry the
-// counter kRetransmitsCounter: the segments the kernel retransmitted on the link's connections.
+// Its LinkStats count each message's 40-byte frame header (frame.h) in the bytes (not a checksum
+// trailer), and carry two counters: kChecksumFailuresCounter, the messages from the peer whose
+// checksum did not match, and kRetransmitsCounter, the segments the kernel retransmitted on the
+// link's connections.
+//
+// A message whose checksum does not match fails its receive with DataLoss naming the peer (a
+// receive posted later, if it arrived before its receive was posted), counts as an error, and
+// closes the connection it came on, whose stream can no longer be trusted; the peer's next send
+// connects afresh. A consumed receive (PostConsume) has been handed the pieces of such a message
+// before the check at its end: it fails all the same, and what its consumer did with them is the
+// caller's to discard, as for any failed receive.
 absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& options);
 
 inline constexpr std::string_view kTcpTransportName = "tcp";
+inline constexpr std::string_view kChecksumFailuresCounter = "checksum_failures";
 inline constexpr std::string_view kRetransmitsCounter = "retransmits";
 
 // The TCP transport: Listen() is NewTcpEndpoint(options) (each call a new listener); it reaches
