@@ -15,6 +15,21 @@
 #include "spdlog/spdlog.h"
 
 namespace baton::daemon {
+namespace {
+
+// The kernels read and write a buffer's elements in place, as their type. Buffers are mapped
+// page-aligned, so a region that starts a whole number of elements in is aligned; any other
+// offset would make every access misaligned: undefined behaviour (UBSan reports it in the
+// reduction kernels), and a fault wherever a compiler's vectorised loop assumes the alignment.
+absl::Status CheckElementOffset(const char* side, uint64_t offset, collective::DataType type) {
+  const uint64_t element = collective::DataTypeSize(type);
+  if (offset % element == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(side, " offset ", offset, " is not a multiple of ",
+                                                 element, " bytes, the size of ",
+                                                 collective::DataTypeName(type)));
+}
+
+}  // namespace
 
 absl::StatusOr<CommId> ParseCommId(const std::string& text) {
   // Messages quote at most the start of what the caller sent.
@@ -346,6 +361,7 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
     BATON_ASSIGN_OR_RETURN(BufferRegion send,
                            sessions_.Resolve(call.session_id, call.send_buffer, call.send_offset,
                                              send_count * element));
+    BATON_RETURN_IF_ERROR(CheckElementOffset("send", call.send_offset, spec.type));
     request.send = send.data;
     request.pins.push_back(send.pin);
   }
@@ -353,6 +369,7 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
     BATON_ASSIGN_OR_RETURN(BufferRegion recv,
                            sessions_.Resolve(call.session_id, call.recv_buffer, call.recv_offset,
                                              recv_count * element));
+    BATON_RETURN_IF_ERROR(CheckElementOffset("recv", call.recv_offset, spec.type));
     request.recv = recv.data;
     request.pins.push_back(recv.pin);
   }

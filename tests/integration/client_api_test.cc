@@ -120,6 +120,14 @@ TEST_F(ClientApiTest, EveryMalformedRequestFailsAloneWithAClearError) {
   r = Valid();
   r.mutable_recv()->set_offset(4090);
   ExpectRejected(r, kInvalid, "outside buffer");
+  // Within the buffer but not on a whole element: every float32 would be misaligned (found by
+  // proto_handlers_fuzz as a misaligned store in the reduction kernels).
+  r = Valid();
+  r.mutable_recv()->set_offset(2);
+  ExpectRejected(r, kInvalid, "recv offset 2 is not a multiple of 4 bytes, the size of float32");
+  r = Valid();
+  r.mutable_send()->set_offset(1);
+  ExpectRejected(r, kInvalid, "send offset 1 is not a multiple of 4 bytes");
   r = Valid();
   r.mutable_send()->set_buffer_id(buffer_ + 100);
   ExpectRejected(r, kInvalid, "is not registered");
@@ -207,6 +215,11 @@ TEST_F(ClientApiTest, ChannelsServeOnlyTheSessionsOwnRanksAndRejectBadOperations
   bad = valid;
   bad.recv_buffer = buffer_ + 100;
   EXPECT_TRUE(absl::IsInvalidArgument(submit(bad).status()));
+  bad = valid;
+  bad.send_offset = 6;
+  ran = submit(bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(ran.status())) << ran.status();
+  EXPECT_NE(ran.status().message().find("not a multiple"), std::string::npos) << ran.status();
   static_cast<float*>(memory_->data())[0] = 2.5f;
   ran = submit(valid);
   ASSERT_TRUE(ran.ok()) << ran.status();
