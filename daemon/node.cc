@@ -310,6 +310,8 @@ absl::StatusOr<JoinResult> Node::Join(uint64_t session_id, const std::string& co
           ? rendezvous_.Join(id.secret, world_size, rank, self_, deadline)
           : peers_.JoinRank(id.root_address, id.secret, world_size, rank, self_, deadline);
   if (!plan.ok()) return plan.status();
+  BATON_RETURN_IF_ERROR(
+      Annotate(CheckPlan(*plan, world_size), absl::StrCat("root daemon ", id.root_address)));
   plan->secret = id.secret;
   BATON_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm, communicators_.GetOrCreate(*plan));
   ApplyEarlyAborts(*comm);

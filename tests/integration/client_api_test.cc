@@ -5,11 +5,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <memory>
 #include <new>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "baton/v1/baton.grpc.pb.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
@@ -431,6 +435,90 @@ TEST(EarlyAbortTest, AnAbortThatArrivesBeforeTheCommunicatorFormsIsApplied) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED) << status.error_message();
   EXPECT_NE(status.error_message().find(reason), std::string::npos) << status.error_message();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// A root daemon that answers every forwarded join with the plan a test gives it.
+class PlanningRoot final : public v1::Peer::Service {
+ public:
+  void Answer(v1::Plan plan) {
+    absl::MutexLock lock(&mu_);
+    plan_ = std::move(plan);
+  }
+  grpc::Status JoinRank(grpc::ServerContext*, const v1::JoinRankRequest*,
+                        v1::JoinRankResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    *response->mutable_plan() = plan_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  absl::Mutex mu_;
+  v1::Plan plan_ ABSL_GUARDED_BY(mu_);
+};
+
+// A joining daemon takes its communicator's layout from the root's plan. One that does not fit
+// the join (found by proto_handlers_fuzz: a plan of 273,719,954 ranks for a join of 2 had the
+// daemon allocate vectors of that many entries, gigabytes, for the communicator) fails that join
+// with DataLoss, and the daemon goes on; a plan that fits forms the communicator.
+TEST(RootPlanTest, APlanThatDoesNotFitTheJoinFailsItAlone) {
+  TestCluster cluster(1, {}, /*tls=*/false);
+  ASSERT_TRUE(cluster.ok());
+  PlanningRoot root;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&root);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::Client::NewStub(grpc::CreateChannel("unix://" + cluster.daemons()[0].socket,
+                                                      grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::unique_ptr<testing::RawSession>> raw =
+      testing::RawSession::Connect(cluster.daemons()[0].socket);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  // Ranks 0 here and 1 on another daemon, as a root would plan a join of two.
+  v1::Plan valid;
+  valid.set_comm_tag(0x600d);
+  valid.set_world_size(2);
+  v1::PlanDaemon* here = valid.add_daemons();
+  here->mutable_member()->set_node_name(cluster.daemons()[0].node_name);
+  here->mutable_member()->set_peer_address(cluster.daemons()[0].peer_address);
+  here->mutable_member()->set_data_address(cluster.daemons()[0].data_address);
+  here->add_ranks(0);
+  v1::PlanDaemon* there = valid.add_daemons();
+  there->mutable_member()->set_node_name("node-x");
+  there->mutable_member()->set_peer_address(absl::StrCat("127.0.0.1:", port));
+  there->mutable_member()->set_data_address("127.0.0.1:1");
+  there->add_ranks(1);
+  auto join = [&](const v1::Plan& plan) {
+    root.Answer(plan);
+    v1::JoinRequest request;
+    request.set_session_id((*raw)->id());
+    request.set_comm_id(absl::StrCat("127.0.0.1:", port, "/", std::string(32, 'a')));
+    request.set_world_size(2);
+    request.set_rank(0);
+    request.set_timeout_ms(5000);
+    v1::JoinResponse response;
+    return stub->Join((*raw)->Context().get(), request, &response);
+  };
+  auto expect_refused = [&](const v1::Plan& plan, const std::string& text) {
+    const absl::Time start = absl::Now();
+    grpc::Status status = join(plan);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS) << status.error_message();
+    EXPECT_NE(status.error_message().find(text), std::string::npos) << status.error_message();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  };
+  v1::Plan plan = valid;
+  plan.set_world_size(1 << 30);
+  expect_refused(plan, "a plan of world size 1073741824 for a join of world size 2");
+  plan = valid;
+  plan.mutable_daemons(1)->set_ranks(0, 0);
+  expect_refused(plan, "rank 0 on two daemons");
+  plan = valid;
+  plan.mutable_daemons()->RemoveLast();
+  expect_refused(plan, "places 1 of its 2 ranks");
+  grpc::Status status = join(valid);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  server->Shutdown();
 }
 
 TEST_F(ClientApiTest, RegisteringMemoryThatCouldShrinkOrIsTooSmallIsRejected) {
