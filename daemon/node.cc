@@ -314,6 +314,14 @@ absl::StatusOr<JoinResult> Node::Join(uint64_t session_id, const std::string& co
       Annotate(CheckPlan(*plan, world_size), absl::StrCat("root daemon ", id.root_address)));
   plan->secret = id.secret;
   BATON_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm, communicators_.GetOrCreate(*plan));
+  // A tag is only the first half of a secret, and the root chose it: a plan that names the tag of
+  // a communicator this daemon already has must come with that communicator's secret, or the
+  // rank would attach to a communicator it never had the id of.
+  if (!ConstantTimeEquals(comm->plan().secret, plan->secret)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("root daemon ", id.root_address, " answered with the tag of communicator ",
+                     absl::Hex(plan->comm_tag), ", which this daemon holds under another id"));
+  }
   ApplyEarlyAborts(*comm);
   BATON_RETURN_IF_ERROR(comm->AttachRank(rank, session_id));
   spdlog::info("rank {} of {} joined communicator {:x} ({} daemons)", rank, world_size,
