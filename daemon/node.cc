@@ -17,6 +17,21 @@
 #include "spdlog/spdlog.h"
 
 namespace baton::daemon {
+namespace {
+
+// The kernels read and write a buffer's elements in place, as their type. Buffers are mapped
+// page-aligned, so a region that starts a whole number of elements in is aligned; any other
+// offset would make every access misaligned: undefined behaviour (UBSan reports it in the
+// reduction kernels), and a fault wherever a compiler's vectorised loop assumes the alignment.
+absl::Status CheckElementOffset(const char* side, uint64_t offset, collective::DataType type) {
+  const uint64_t element = collective::DataTypeSize(type);
+  if (offset % element == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(side, " offset ", offset, " is not a multiple of ",
+                                                 element, " bytes, the size of ",
+                                                 collective::DataTypeName(type)));
+}
+
+}  // namespace
 
 absl::StatusOr<CommId> ParseCommId(const std::string& text) {
   // Messages quote at most the start of what the caller sent.
@@ -358,8 +373,18 @@ absl::StatusOr<JoinResult> Node::Join(uint64_t session_id, const std::string& co
           ? rendezvous_.Join(id.secret, world_size, rank, self_, deadline)
           : peers_.JoinRank(id.root_address, id.secret, world_size, rank, self_, deadline);
   if (!plan.ok()) return plan.status();
+  BATON_RETURN_IF_ERROR(
+      Annotate(CheckPlan(*plan, world_size), absl::StrCat("root daemon ", id.root_address)));
   plan->secret = id.secret;
   BATON_ASSIGN_OR_RETURN(std::shared_ptr<Communicator> comm, communicators_.GetOrCreate(*plan));
+  // A tag is only the first half of a secret, and the root chose it: a plan that names the tag of
+  // a communicator this daemon already has must come with that communicator's secret, or the
+  // rank would attach to a communicator it never had the id of.
+  if (!ConstantTimeEquals(comm->plan().secret, plan->secret)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("root daemon ", id.root_address, " answered with the tag of communicator ",
+                     absl::Hex(plan->comm_tag), ", which this daemon holds under another id"));
+  }
   ApplyEarlyAborts(*comm);
   BATON_RETURN_IF_ERROR(comm->AttachRank(rank, session_id));
   spdlog::info("rank {} of {} joined communicator {:x} ({} daemons)", rank, world_size,
@@ -409,6 +434,7 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
     BATON_ASSIGN_OR_RETURN(BufferRegion send,
                            sessions_.Resolve(call.session_id, call.send_buffer, call.send_offset,
                                              send_count * element));
+    BATON_RETURN_IF_ERROR(CheckElementOffset("send", call.send_offset, spec.type));
     request.send = send.data;
     request.pins.push_back(send.pin);
   }
@@ -416,6 +442,7 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
     BATON_ASSIGN_OR_RETURN(BufferRegion recv,
                            sessions_.Resolve(call.session_id, call.recv_buffer, call.recv_offset,
                                              recv_count * element));
+    BATON_RETURN_IF_ERROR(CheckElementOffset("recv", call.recv_offset, spec.type));
     request.recv = recv.data;
     request.pins.push_back(recv.pin);
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "collective/layout.h"
 #include "transport/transport.h"
 
@@ -87,5 +88,12 @@ struct Plan {
     return -1;
   }
 };
+
+// OK when `plan` is one for a join of `world_size` ranks (already checked against
+// max_world_size) that collective/ can run on: of that world size, its ranks partitioning
+// [0, world_size) (collective/layout.h) in ascending order per daemon, every daemon hosting one at
+// least, and no two daemons at one data address. DataLoss saying what is wrong otherwise: a
+// joining daemon takes the plan from the communicator's root, whatever that sends.
+absl::Status CheckPlan(const Plan& plan, int world_size);
 
 }  // namespace baton::daemon

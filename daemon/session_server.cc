@@ -9,12 +9,15 @@
 #include <cerrno>
 #include <cstring>
 #include <deque>
+#include <span>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/session_protocol.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
+#include "daemon/session_messages.h"
 #include "spdlog/spdlog.h"
 
 namespace baton::daemon {
@@ -218,9 +221,9 @@ void SessionServer::Serve() {
 }
 
 bool SessionServer::Handle(Connection& connection) {
-  session::Request request;
+  session::Request received;
   int passed = -1;
-  absl::StatusOr<size_t> got = RecvPacket(connection.fd, &request, sizeof(request), &passed);
+  absl::StatusOr<size_t> got = RecvPacket(connection.fd, &received, sizeof(received), &passed);
   OwnedFd passed_fd(passed);
   if (!got.ok()) return absl::IsUnavailable(got.status());  // nothing to read after all
   if (*got == 0) return false;                              // closed
@@ -230,18 +233,14 @@ bool SessionServer::Handle(Connection& connection) {
     CopyField(reply.message, status.message());
     return SendPacket(connection.fd, &reply, sizeof(reply)).ok();
   };
-  if (*got != sizeof(request) || request.magic != session::kMagic ||
-      request.version != session::kVersion) {
-    answer(absl::InvalidArgumentError(absl::StrCat("not a session request of version ",
-                                                   session::kVersion, " (", *got, " bytes)")));
+  absl::StatusOr<SessionRequest> request =
+      DecodeSessionRequest(std::span(reinterpret_cast<const std::byte*>(&received), *got),
+                           passed_fd.get() >= 0 ? 1 : 0, connection.session_id != 0);
+  if (!request.ok()) {
+    answer(request.status());
     return false;
   }
-  const auto type = static_cast<session::RequestType>(request.type);
-  if (type == session::RequestType::kOpen) {
-    if (connection.session_id != 0) {
-      answer(absl::FailedPreconditionError("this connection has a session already"));
-      return false;
-    }
+  if (const auto* open = std::get_if<SessionOpen>(&*request)) {
     if (!Allowed(connection.peer)) {
       spdlog::warn("session socket: uid {} gid {} (pid {}) is not allowed", connection.peer.uid,
                    connection.peer.gid, connection.peer.pid);
@@ -250,9 +249,8 @@ bool SessionServer::Handle(Connection& connection) {
                                                       "allowed_gids)")));
       return false;
     }
-    request.client_name[sizeof(request.client_name) - 1] = '\0';
-    const std::string name(request.client_name);
-    absl::StatusOr<SessionRegistry::Grant> grant = sessions_->Open(connection.peer, name);
+    absl::StatusOr<SessionRegistry::Grant> grant =
+        sessions_->Open(connection.peer, open->client_name);
     if (!grant.ok()) {
       spdlog::warn("session socket: pid {}: {}", connection.peer.pid, grant.status().ToString());
       answer(grant.status());
@@ -265,30 +263,21 @@ bool SessionServer::Handle(Connection& connection) {
     CopyField(reply.token, grant->token);
     CopyField(reply.node_name, options_.node_name);
     spdlog::debug("session {} opened by pid {} uid {} ({})", grant->id, connection.peer.pid,
-                  connection.peer.uid, name);
+                  connection.peer.uid, open->client_name);
     return answer(absl::OkStatus());
   }
-  if (connection.session_id == 0) {
-    answer(absl::FailedPreconditionError("open a session first"));
-    return false;
-  }
-  switch (type) {
-    case session::RequestType::kRegister: {
-      if (passed_fd.get() < 0) {
-        return answer(absl::InvalidArgumentError("a registration needs its memfd attached"));
-      }
-      absl::StatusOr<uint64_t> id =
-          sessions_->RegisterBuffer(connection.session_id, passed_fd.get(), request.size);
-      if (!id.ok()) return answer(id.status());
-      reply.buffer_id = *id;
-      return answer(absl::OkStatus());
+  if (const auto* registration = std::get_if<SessionRegister>(&*request)) {
+    if (!registration->has_memfd) {
+      return answer(absl::InvalidArgumentError("a registration needs its memfd attached"));
     }
-    case session::RequestType::kRelease:
-      return answer(sessions_->ReleaseBuffer(connection.session_id, request.buffer_id));
-    default:
-      answer(absl::InvalidArgumentError(absl::StrCat("unknown request type ", request.type)));
-      return false;
+    absl::StatusOr<uint64_t> id =
+        sessions_->RegisterBuffer(connection.session_id, passed_fd.get(), registration->size);
+    if (!id.ok()) return answer(id.status());
+    reply.buffer_id = *id;
+    return answer(absl::OkStatus());
   }
+  const auto& release = std::get<SessionRelease>(*request);
+  return answer(sessions_->ReleaseBuffer(connection.session_id, release.buffer_id));
 }
 
 }  // namespace baton::daemon

@@ -399,11 +399,12 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     // A pointer into an Allocate()d buffer must fit in it: the library knows its size, and
     // staging would write past its end.
     std::optional<v1::BufferRef> send_ref, recv_ref;
+    const size_t element = collective::DataTypeSize(call.spec.type);
     if (send_bytes > 0) {
-      BATON_ASSIGN_OR_RETURN(send_ref, InBuffer("send", call.send, send_bytes));
+      BATON_ASSIGN_OR_RETURN(send_ref, InBuffer("send", call.send, send_bytes, element));
     }
     if (recv_bytes > 0) {
-      BATON_ASSIGN_OR_RETURN(recv_ref, InBuffer("recv", call.recv, recv_bytes));
+      BATON_ASSIGN_OR_RETURN(recv_ref, InBuffer("recv", call.recv, recv_bytes, element));
     }
     const size_t send_staged = send_bytes > 0 && !send_ref ? send_bytes : 0;
     const bool recv_staged = recv_bytes > 0 && !recv_ref;
@@ -509,8 +510,11 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   // The registered buffer that holds all of [data, data + bytes); nullopt for memory outside
   // every Allocate()d buffer (it is staged); InvalidArgument for a range that starts in one and
   // runs past its end.
+  // Where in the shared buffers [data, data + bytes) lies, for use in place; nullopt to stage
+  // it: memory that is not shared, and a region that does not start on a whole element of
+  // `element` bytes, which the daemon refuses (its kernels access elements as their type).
   absl::StatusOr<std::optional<v1::BufferRef>> InBuffer(const char* what, const void* data,
-                                                        size_t bytes) {
+                                                        size_t bytes, size_t element) {
     Session::Found found = session_->Locate(data, bytes);
     if (found.overrun_of > 0) {
       return absl::InvalidArgumentError(
@@ -518,6 +522,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
                        " bytes but its shared buffer (from Allocate or baton_client_alloc) of ",
                        found.overrun_of, " bytes ends before that"));
     }
+    if (found.ref && found.ref->offset() % element != 0) return std::nullopt;
     return found.ref;
   }
 

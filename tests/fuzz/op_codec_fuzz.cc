@@ -10,6 +10,7 @@
 
 #include "baton/v1/baton.pb.h"
 #include "common/submission_channel.h"
+#include "google/protobuf/stubs/logging.h"
 #include "wire/op_codec.h"
 
 namespace {
@@ -48,6 +49,12 @@ void Proto(const uint8_t* data, size_t size, int world, int rank) {
 }
 
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  // Protobuf would complain on stderr about every string field that is not UTF-8.
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;

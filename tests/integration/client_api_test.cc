@@ -5,11 +5,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <memory>
 #include <new>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "baton/v1/baton.grpc.pb.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
@@ -120,6 +124,14 @@ TEST_F(ClientApiTest, EveryMalformedRequestFailsAloneWithAClearError) {
   r = Valid();
   r.mutable_recv()->set_offset(4090);
   ExpectRejected(r, kInvalid, "outside buffer");
+  // Within the buffer but not on a whole element: every float32 would be misaligned (found by
+  // proto_handlers_fuzz as a misaligned store in the reduction kernels).
+  r = Valid();
+  r.mutable_recv()->set_offset(2);
+  ExpectRejected(r, kInvalid, "recv offset 2 is not a multiple of 4 bytes, the size of float32");
+  r = Valid();
+  r.mutable_send()->set_offset(1);
+  ExpectRejected(r, kInvalid, "send offset 1 is not a multiple of 4 bytes");
   r = Valid();
   r.mutable_send()->set_buffer_id(buffer_ + 100);
   ExpectRejected(r, kInvalid, "is not registered");
@@ -207,6 +219,11 @@ TEST_F(ClientApiTest, ChannelsServeOnlyTheSessionsOwnRanksAndRejectBadOperations
   bad = valid;
   bad.recv_buffer = buffer_ + 100;
   EXPECT_TRUE(absl::IsInvalidArgument(submit(bad).status()));
+  bad = valid;
+  bad.send_offset = 6;
+  ran = submit(bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(ran.status())) << ran.status();
+  EXPECT_NE(ran.status().message().find("not a multiple"), std::string::npos) << ran.status();
   static_cast<float*>(memory_->data())[0] = 2.5f;
   ran = submit(valid);
   ASSERT_TRUE(ran.ok()) << ran.status();
@@ -418,6 +435,133 @@ TEST(EarlyAbortTest, AnAbortThatArrivesBeforeTheCommunicatorFormsIsApplied) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED) << status.error_message();
   EXPECT_NE(status.error_message().find(reason), std::string::npos) << status.error_message();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// A root daemon that answers every forwarded join with the plan a test gives it.
+class PlanningRoot final : public v1::Peer::Service {
+ public:
+  void Answer(v1::Plan plan) {
+    absl::MutexLock lock(&mu_);
+    plan_ = std::move(plan);
+  }
+  grpc::Status JoinRank(grpc::ServerContext*, const v1::JoinRankRequest*,
+                        v1::JoinRankResponse* response) override {
+    absl::MutexLock lock(&mu_);
+    *response->mutable_plan() = plan_;
+    return grpc::Status::OK;
+  }
+
+ private:
+  absl::Mutex mu_;
+  v1::Plan plan_ ABSL_GUARDED_BY(mu_);
+};
+
+// A daemon whose ranks join through another daemon, the communicator's root, as that root
+// answers: a stand-in root (PlanningRoot) for a real daemon without TLS.
+class RootPlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.ok());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&root_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    stub_ = v1::Client::NewStub(grpc::CreateChannel("unix://" + cluster_.daemons()[0].socket,
+                                                    grpc::InsecureChannelCredentials()));
+    absl::StatusOr<std::unique_ptr<testing::RawSession>> raw =
+        testing::RawSession::Connect(cluster_.daemons()[0].socket);
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    raw_ = *std::move(raw);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  // Ranks 0 and 2 on this daemon and 1 on another, as a root would plan a join of three.
+  v1::Plan Valid() const {
+    v1::Plan plan;
+    plan.set_comm_tag(0x600d);
+    plan.set_world_size(3);
+    v1::PlanDaemon* here = plan.add_daemons();
+    here->mutable_member()->set_node_name(cluster_.daemons()[0].node_name);
+    here->mutable_member()->set_peer_address(cluster_.daemons()[0].peer_address);
+    here->mutable_member()->set_data_address(cluster_.daemons()[0].data_address);
+    here->add_ranks(0);
+    here->add_ranks(2);
+    v1::PlanDaemon* there = plan.add_daemons();
+    there->mutable_member()->set_node_name("node-x");
+    there->mutable_member()->set_peer_address(absl::StrCat("127.0.0.1:", port_));
+    there->mutable_member()->set_data_address("127.0.0.1:1");
+    there->add_ranks(1);
+    return plan;
+  }
+
+  // Rank `rank` of a communicator of three whose id has `secret`, joined by `session` and
+  // answered with `plan`.
+  grpc::Status Join(const v1::Plan& plan, const std::string& secret, int rank,
+                    const testing::RawSession& session) {
+    root_.Answer(plan);
+    v1::JoinRequest request;
+    request.set_session_id(session.id());
+    request.set_comm_id(absl::StrCat("127.0.0.1:", port_, "/", secret));
+    request.set_world_size(3);
+    request.set_rank(rank);
+    request.set_timeout_ms(5000);
+    v1::JoinResponse response;
+    return stub_->Join(session.Context().get(), request, &response);
+  }
+
+  TestCluster cluster_{1, {}, /*tls=*/false};
+  PlanningRoot root_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Client::Stub> stub_;
+  std::unique_ptr<testing::RawSession> raw_;
+  const std::string secret_ = std::string(32, 'a');
+};
+
+// A plan that does not fit the join (found by proto_handlers_fuzz: a plan of 273,719,954 ranks
+// for a join of 2 had the daemon allocate vectors of that many entries, gigabytes, for the
+// communicator) fails that join with DataLoss, and the daemon goes on; a plan that fits forms
+// the communicator.
+TEST_F(RootPlanTest, APlanThatDoesNotFitTheJoinFailsItAlone) {
+  auto expect_refused = [&](const v1::Plan& plan, const std::string& text) {
+    const absl::Time start = absl::Now();
+    grpc::Status status = Join(plan, secret_, 0, *raw_);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS) << status.error_message();
+    EXPECT_NE(status.error_message().find(text), std::string::npos) << status.error_message();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  };
+  v1::Plan plan = Valid();
+  plan.set_world_size(1 << 30);
+  expect_refused(plan, "a plan of world size 1073741824 for a join of world size 3");
+  plan = Valid();
+  plan.mutable_daemons(1)->set_ranks(0, 0);
+  expect_refused(plan, "rank 0 on two daemons");
+  plan = Valid();
+  plan.mutable_daemons()->RemoveLast();
+  expect_refused(plan, "places 2 of its 3 ranks");
+  grpc::Status status = Join(Valid(), secret_, 0, *raw_);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+// The root chooses a plan's tag, and a tag is only the first half of a secret: a plan that
+// names the tag of a communicator this daemon holds reaches it only with that communicator's
+// id. Otherwise another session, joining through a root that answers so, would take a local
+// rank of it that has not attached yet.
+TEST_F(RootPlanTest, AnotherCommunicatorsTagDoesNotReachIt) {
+  ASSERT_TRUE(Join(Valid(), secret_, 0, *raw_).ok());
+  absl::StatusOr<std::unique_ptr<testing::RawSession>> other =
+      testing::RawSession::Connect(cluster_.daemons()[0].socket);
+  ASSERT_TRUE(other.ok()) << other.status();
+  grpc::Status status = Join(Valid(), std::string(32, 'b'), 2, **other);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  EXPECT_NE(status.error_message().find("under another id"), std::string::npos)
+      << status.error_message();
+  // Rank 2 is still free for the session that has the communicator's id.
+  status = Join(Valid(), secret_, 2, *raw_);
+  EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
 TEST_F(ClientApiTest, RegisteringMemoryThatCouldShrinkOrIsTooSmallIsRejected) {

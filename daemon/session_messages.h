@@ -1,0 +1,42 @@
+#pragma once
+
+// What a datagram on the session socket (common/session_protocol.h) asks of the daemon, decoded
+// and checked apart from any socket: the session server decodes every request with it, and a
+// libFuzzer target (tests/fuzz/session_fuzz.cc) feeds it whatever a local process could send.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+
+#include "absl/status/statusor.h"
+
+namespace baton::daemon {
+
+// kOpen: `client_name` is the request's field up to its first NUL, at most 63 bytes.
+struct SessionOpen {
+  std::string client_name;
+};
+// kRegister: map `size` bytes of the attached memfd, if one came (`has_memfd`).
+struct SessionRegister {
+  uint64_t size = 0;
+  bool has_memfd = false;
+};
+// kRelease: forget buffer `buffer_id`.
+struct SessionRelease {
+  uint64_t buffer_id = 0;
+};
+using SessionRequest = std::variant<SessionOpen, SessionRegister, SessionRelease>;
+
+// Decodes `datagram`, which arrived with `passed_fds` descriptors on a connection that has a
+// session already (`has_session`) or not. Every error is a reason to close the connection after
+// replying with it: InvalidArgument for anything but one whole session::Request of this magic and
+// version, a type the protocol does not define, or more than one descriptor; FailedPrecondition
+// for kOpen on a connection with a session, and for any other request on one without. A
+// descriptor that comes with a request other than kRegister is not an error (the caller closes
+// it); a kRegister without one is for the caller to refuse.
+absl::StatusOr<SessionRequest> DecodeSessionRequest(std::span<const std::byte> datagram,
+                                                    int passed_fds, bool has_session);
+
+}  // namespace baton::daemon
