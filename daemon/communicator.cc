@@ -226,8 +226,10 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
 absl::Status Communicator::Explain(const absl::Status& failure, absl::Time started) {
   {
     absl::MutexLock lock(&mu_);
-    // The failure came from an abort (a peer's, already explained there, or a local rank's).
-    if (!aborted_.ok()) return failure;
+    // Aborted already (by a peer, which explained its failure, or a local rank): this failure is
+    // that abort's consequence, and its reason, which names the cause, is what every rank gets.
+    // A daemon resumed after SIGSTOP times out at once, while its peers' aborts come in.
+    if (!aborted_.ok()) return aborted_;
   }
   return options_.explain_failure ? options_.explain_failure(failure, started) : failure;
 }

@@ -148,8 +148,9 @@ class Communicator {
   // A send or recv: it runs at once in the caller's thread, outside the collective sequence.
   absl::StatusOr<std::string> RunPointToPoint(int rank, const OpRequest& request,
                                               absl::Time deadline);
-  // `failure` of an operation begun at `started`, explained (options.explain_failure) unless
-  // the communicator was aborted already, when the failure is that abort's consequence.
+  // `failure` of an operation begun at `started`, explained (options.explain_failure); the
+  // abort's reason instead when the communicator was aborted already, since the failure is then
+  // that abort's consequence.
   absl::Status Explain(const absl::Status& failure, absl::Time started) ABSL_LOCKS_EXCLUDED(mu_);
   void RunExecutor();
   // True when operation next_to_run_ has all its parts and no operation is running.
