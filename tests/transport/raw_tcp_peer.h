@@ -29,6 +29,14 @@
 
 namespace baton::transport {
 
+// `endpoint`'s counters of its link with `peer`; all zero if it has none.
+inline LinkStats StatsFor(const Endpoint& endpoint, const std::string& peer) {
+  for (const LinkStats& link : endpoint.Stats()) {
+    if (link.peer == peer) return link;
+  }
+  return LinkStats{};
+}
+
 inline absl::Time Deadline(absl::Duration timeout = absl::Seconds(30)) {
   return absl::Now() + timeout;
 }

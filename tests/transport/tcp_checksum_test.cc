@@ -34,13 +34,6 @@ std::unique_ptr<Endpoint> NewEndpoint(bool checksum) {
   return endpoint.ok() ? *std::move(endpoint) : nullptr;
 }
 
-LinkStats StatsFor(const Endpoint& endpoint, const std::string& peer) {
-  for (const LinkStats& link : endpoint.Stats()) {
-    if (link.peer == peer) return link;
-  }
-  return LinkStats{};
-}
-
 std::vector<std::byte> Pattern(size_t size, uint64_t seed) {
   std::vector<std::byte> bytes(size);
   for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<std::byte>((i * 131 + seed * 17) >> 3);

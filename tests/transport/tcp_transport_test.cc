@@ -52,13 +52,6 @@ std::unique_ptr<Endpoint> NewLoopbackEndpoint() {
   return endpoint.ok() ? *std::move(endpoint) : nullptr;
 }
 
-LinkStats StatsFor(const Endpoint& endpoint, const std::string& peer) {
-  for (const LinkStats& link : endpoint.Stats()) {
-    if (link.peer == peer) return link;
-  }
-  return LinkStats{};
-}
-
 // Small and large reads in any mix return exactly the stream's bytes, whether they come from the
 // read-ahead, straight from the socket, or both; EOF and deadlines behave as for ReadFull.
 TEST(BufferedReaderTest, ReadsExactlyTheStreamThroughItsReadAhead) {
