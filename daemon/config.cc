@@ -68,6 +68,13 @@ void RegisterOptions(OptionSet& options, Config& config) {
                   "verifies: a corrupted message fails its operation with DATA_LOSS naming the "
                   "link instead of delivering wrong data. Messages that carry one are verified "
                   "whatever this says; every daemon must be of a version that knows the checksum");
+  options.AddBool("data_encryption", &config.data_encryption,
+                  "encrypt and authenticate every data connection this daemon takes part in "
+                  "(AES-256-GCM under keys that each connection's handshake derives from its "
+                  "handshake key): nobody on the network can read payloads, or alter, drop, "
+                  "replay or insert a message without the operation failing with DATA_LOSS. "
+                  "Needs tls_cert, tls_key and tls_ca. A daemon seals a connection whenever "
+                  "either end asks; every daemon must be of a version that knows sealing");
   options.AddString("tls_cert", &config.tls_cert,
                     "PEM certificate (then any intermediates) this daemon presents to peers; it "
                     "must name node_name (common name or DNS alternative name). With tls_key and "
@@ -163,6 +170,13 @@ absl::Status FinalizeConfig(Config& config) {
   }
   if (config.data_handshake_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("data_handshake_timeout must be positive");
+  }
+  if (config.data_encryption &&
+      (config.tls_cert.empty() || config.tls_key.empty() || config.tls_ca.empty())) {
+    // Without mutual TLS the handshake keys, and so the keys that seal, follow from public values.
+    return absl::InvalidArgumentError(
+        "data_encryption needs tls_cert, tls_key and tls_ca: without mutual TLS the keys that "
+        "seal data connections would protect nothing");
   }
   BATON_RETURN_IF_ERROR(ParseIdList("allowed_uids", config.allowed_uids).status());
   BATON_RETURN_IF_ERROR(ParseIdList("allowed_gids", config.allowed_gids).status());

@@ -40,6 +40,9 @@ struct Config {
   // Send every data-plane message with a CRC32C of its payload, which the peer verifies
   // (transport::TcpOptions::checksum).
   bool data_checksum = false;
+  // Seal every data connection (AES-256-GCM, keys from its handshake): needs tls_cert, tls_key
+  // and tls_ca (transport::TcpOptions::seal).
+  bool data_encryption = false;
   // Let all_reduce algorithm choices follow measured times (collective::MeasuredTimes).
   bool tuner_learn = true;
   // Who may open sessions (comma-separated uids and group ids; both empty: anyone who can reach

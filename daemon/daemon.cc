@@ -98,9 +98,15 @@ class DaemonImpl final : public Daemon {
         peer_credentials_,
         PeerTlsCredentials::Load({config_.tls_cert, config_.tls_key, config_.tls_ca},
                                  config_.node_name));
+    if (config_.data_encryption && !peer_credentials_.secure()) {  // FinalizeConfig checks too
+      return absl::InvalidArgumentError("data_encryption needs tls_cert, tls_key and tls_ca");
+    }
     if (peer_credentials_.secure()) {
       // Data connections prove keys handed out over the peer API's mutual TLS.
       data_keys_ = std::make_unique<DataKeys>();
+      if (config_.data_encryption) {
+        spdlog::info("data connections are sealed: AES-256-GCM under per-connection keys");
+      }
     } else {
       spdlog::warn(
           "no tls_cert, tls_key and tls_ca: the peer API and data connections are "
@@ -116,6 +122,7 @@ class DaemonImpl final : public Daemon {
     tcp.receive_spin = config_.receive_spin;
     tcp.streams_per_peer = static_cast<int>(config_.tcp_streams);
     tcp.checksum = config_.data_checksum;
+    tcp.seal = config_.data_encryption;
     // The data-plane transports, in order of preference: a new transport is one more entry
     // here (shm, cuda and verbs before TCP, which reaches every daemon). Each listens, is
     // advertised in this daemon's Member, and carries the peers the selector gives it.

@@ -43,7 +43,7 @@ inline constexpr double kRttRatio = 3.0;
 inline constexpr absl::Duration kRttMargin = absl::Milliseconds(1);
 
 // A link's data-plane counters as operators see them (/metrics, baton links): the transport's
-// LinkStats, with the counters only some transports have (TCP's retransmits and checksum
+// LinkStats, with the counters only some transports have (TCP's retransmits, checksum and seal
 // failures) by name, 0 where the link's transport has none.
 struct LinkTraffic {
   std::string peer;  // the peer's data address
@@ -55,6 +55,7 @@ struct LinkTraffic {
   uint64_t retransmits = 0;        // LinkStats counter "retransmits"
   uint64_t refused_messages = 0;   // LinkStats counter "refused_messages"
   uint64_t checksum_failures = 0;  // LinkStats counter "checksum_failures"
+  uint64_t seal_failures = 0;      // LinkStats counter "seal_failures"
   bool up = false;
 
   static LinkTraffic From(const transport::LinkStats& stats) {
@@ -67,6 +68,7 @@ struct LinkTraffic {
                        stats.Counter("retransmits"),
                        stats.Counter("refused_messages"),
                        stats.Counter("checksum_failures"),
+                       stats.Counter("seal_failures"),
                        stats.up};
   }
 };

@@ -174,6 +174,10 @@ class PrometheusMetrics final : public Metrics {
         Family("baton_link_checksum_failures_total",
                "Messages from a peer whose payload checksum did not match (data_checksum).",
                MetricType::Counter);
+    auto seal_failures = Family("baton_link_seal_failures_total",
+                                "Messages from a peer on a sealed connection that did not open: "
+                                "altered, dropped or replayed on the way (data_encryption).",
+                                MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection with the peer is established.",
                      MetricType::Gauge);
     auto rtt = Family("baton_link_rtt_seconds",
@@ -205,6 +209,7 @@ class PrometheusMetrics final : public Metrics {
       AddSample(retransmits, labels, static_cast<double>(traffic.retransmits));
       AddSample(refused, labels, static_cast<double>(traffic.refused_messages));
       AddSample(checksum_failures, labels, static_cast<double>(traffic.checksum_failures));
+      AddSample(seal_failures, labels, static_cast<double>(traffic.seal_failures));
       AddSample(up, labels, traffic.up ? 1 : 0);
       if (!link.health) continue;
       const LinkHealth& health = *link.health;
@@ -253,11 +258,12 @@ class PrometheusMetrics final : public Metrics {
     auto sessions =
         Family("baton_client_sessions", "Client sessions open on this daemon.", MetricType::Gauge);
     AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
-    for (auto* family :
-         {&tx_bytes,  &rx_bytes,          &tx_messages, &rx_messages,   &errors,   &retransmits,
-          &refused,   &checksum_failures, &up,          &rtt,           &data_rtt, &bandwidth,
-          &probes,    &flagged,           &peer_up,     &communicators, &ranks,    &channels,
-          &completed, &refused_total,     &sessions}) {
+    for (auto* family : {&tx_bytes,      &rx_bytes,    &tx_messages, &rx_messages,
+                         &errors,        &retransmits, &refused,     &checksum_failures,
+                         &seal_failures, &up,          &rtt,         &data_rtt,
+                         &bandwidth,     &probes,      &flagged,     &peer_up,
+                         &communicators, &ranks,       &channels,    &completed,
+                         &refused_total, &sessions}) {
       families.push_back(std::move(*family));
     }
   }

@@ -40,7 +40,9 @@ void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out) {
   PutLittleEndian<uint32_t>(kFrameMagic, p + kMagicOffset);
   PutLittleEndian<uint8_t>(kFrameVersion, p + kVersionOffset);
   PutLittleEndian<uint8_t>(static_cast<uint8_t>(header.type), p + kTypeOffset);
-  PutLittleEndian<uint16_t>(header.checksum ? kFrameFlagChecksum : 0, p + kFlagsOffset);
+  const uint16_t flags =
+      (header.checksum ? kFrameFlagChecksum : 0) | (header.sealed ? kFrameFlagSealed : 0);
+  PutLittleEndian<uint16_t>(flags, p + kFlagsOffset);
   PutLittleEndian<uint64_t>(header.tag.comm, p + kCommOffset);
   PutLittleEndian<uint64_t>(header.tag.seq, p + kSeqOffset);
   PutLittleEndian<uint32_t>(header.tag.step, p + kStepOffset);
@@ -61,17 +63,23 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
                                             " (this build speaks ", kFrameVersion, ")"));
   }
   const auto flags = GetLittleEndian<uint16_t>(p + kFlagsOffset);
-  if ((flags & ~kFrameFlagChecksum) != 0) {
+  if ((flags & ~(kFrameFlagChecksum | kFrameFlagSealed)) != 0) {
     return absl::DataLossError(absl::StrCat("unknown frame flags 0x", absl::Hex(flags)));
   }
   FrameHeader header;
   header.checksum = (flags & kFrameFlagChecksum) != 0;
+  header.sealed = (flags & kFrameFlagSealed) != 0;
   const auto type = GetLittleEndian<uint8_t>(p + kTypeOffset);
   // Only data frames carry a checksum: the handshake has its own proofs, and a ping's payload is
-  // an identifier that a corruption merely leaves unanswered.
-  if (header.checksum && type != static_cast<uint8_t>(FrameType::kData)) {
+  // an identifier that a corruption merely leaves unanswered. A sealed frame's records are
+  // authenticated already.
+  if (header.checksum && (type != static_cast<uint8_t>(FrameType::kData) || header.sealed)) {
     return absl::DataLossError(
-        absl::StrCat("checksum flag on a frame of type ", type, ", which carries none"));
+        absl::StrCat("checksum flag on a ", header.sealed ? "sealed frame" : "frame of type ",
+                     header.sealed ? "" : absl::StrCat(type), ", which carries none"));
+  }
+  if (header.sealed && type == static_cast<uint8_t>(FrameType::kProof)) {
+    return absl::DataLossError("sealed flag on a handshake proof");
   }
   uint64_t min_payload = 0;
   uint64_t max_payload = 0;

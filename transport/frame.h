@@ -9,7 +9,8 @@
 //        4    1 version        kFrameVersion
 //        5    1 type           FrameType: 1 = data, 2 = hello, 3 = ping, 4 = pong,
 //                              5 = challenge, 6 = proof
-//        6    2 flags          bit 0: kFrameFlagChecksum (data frames only); the others are 0
+//        6    2 flags          bit 0: kFrameFlagChecksum (data frames only);
+//                              bit 1: kFrameFlagSealed (below); the others are 0
 //        8    8 comm           Tag::comm
 //       16    8 seq            Tag::seq
 //       24    4 step           Tag::step
@@ -27,6 +28,17 @@
 // endpoints that differ in the setting interoperate. A build older than the flag rejects such a
 // frame (unknown flags): every endpoint of a cluster must have it before any sends checksums.
 //
+// A connection is sealed when its handshake agrees on it (below): every frame after the handshake
+// then has kFrameFlagSealed set (and never the checksum flag), and its payload goes on the wire as
+// sealed records, SealedRecords(payload_bytes) of them, each of at most kSealedRecordBytes of the
+// payload encrypted with AES-256-GCM and followed by its 16-byte tag (record_cipher.h numbers
+// them per direction; the frame's 40-byte header is every record's associated data). A frame
+// with no payload still has one record, empty, whose tag authenticates the header. So a sealed
+// frame costs 16 bytes per started 256 KiB more on the wire (not counted in LinkStats either),
+// its payload is secret, and a byte changed, dropped, replayed or moved on the way fails the
+// record it lands in; the connection then ends. On a sealed connection an unsealed frame is an
+// error, and the other way round.
+//
 // Every connection starts with a handshake of three frames, all with the tag all zero and none
 // counted in LinkStats (handshake.h has the proofs):
 //   hello      connecting -> accepting: a 16-byte nonce, then the connecting endpoint's address
@@ -36,6 +48,9 @@
 //              it holds the key the two share for that address;
 //   proof      connecting -> accepting: the connecting endpoint's 32-byte proof.
 // Only then does either side send other frames; a connection whose proof is wrong is closed.
+// A hello with kFrameFlagSealed asks that the connection be sealed; a challenge with it says that
+// it will be (the acceptor seals when asked, or when it seals every connection itself). The
+// proofs cover that choice (handshake.h), so nobody on the way can turn sealing off.
 //
 // A ping frame (tag all zero, kPingPayloadBytes of payload: an identifier the sender chose) asks
 // the receiving endpoint to answer with a pong frame carrying the same payload, over any
@@ -65,6 +80,15 @@ inline constexpr uint64_t kPingPayloadBytes = 8;
 // Flags of FrameHeader's flags field.
 inline constexpr uint16_t kFrameFlagChecksum = 0x0001;
 inline constexpr size_t kFrameChecksumBytes = 4;
+inline constexpr uint16_t kFrameFlagSealed = 0x0002;
+inline constexpr size_t kSealedRecordBytes = size_t{256} << 10;
+inline constexpr size_t kSealTagBytes = 16;
+
+// The records a sealed frame of `payload_bytes` has: one per started kSealedRecordBytes, and one
+// if there is no payload.
+constexpr uint64_t SealedRecords(uint64_t payload_bytes) {
+  return payload_bytes == 0 ? 1 : (payload_bytes + kSealedRecordBytes - 1) / kSealedRecordBytes;
+}
 
 enum class FrameType : uint8_t {
   kData = 1,
@@ -81,6 +105,9 @@ struct FrameHeader {
   uint64_t payload_bytes = 0;
   // kFrameFlagChecksum: the payload is followed by its CRC32C (data frames only).
   bool checksum = false;
+  // kFrameFlagSealed: on data, ping and pong frames, the payload is sealed records; on a hello,
+  // the connector asks for a sealed connection; on a challenge, the acceptor agrees.
+  bool sealed = false;
 
   friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
 };
@@ -94,7 +121,8 @@ using ConstFrameChecksumBytes = std::span<const std::byte, kFrameChecksumBytes>;
 void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out);
 
 // Parses and validates a header. DataLoss when the magic, version or type are wrong, a flag is
-// unknown or the checksum flag is set on a frame other than data, or the payload length is not
+// unknown, the checksum flag is set on a frame other than data or with the sealed flag, the
+// sealed flag on a proof frame, or the payload length is not
 // what the frame type allows: at most kMaxFramePayloadBytes for data; a nonce and 1 to
 // kMaxHelloAddressBytes of address for hello; exactly kPingPayloadBytes for ping and pong,
 // kChallengePayloadBytes for challenge and kHandshakeProofBytes for proof.

@@ -1,5 +1,6 @@
 #include "transport/handshake.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -8,15 +9,21 @@
 namespace baton::transport {
 namespace {
 
-HandshakeProof Prove(const HandshakeKey& key, absl::string_view direction,
-                     const HandshakeTranscript& t) {
-  // Fixed-size nonces first, then each address after its length: no two transcripts share a text.
-  std::string text = absl::StrCat("baton-handshake-v1|", direction, "|");
+// Fixed-size nonces first, then each address after its length: no two transcripts share a text.
+// An unsealed connection's text is what version 1 of the handshake proved (no suffix).
+std::string TranscriptText(absl::string_view purpose, const HandshakeTranscript& t) {
+  std::string text = absl::StrCat(purpose, "|");
   text.append(reinterpret_cast<const char*>(t.connector_nonce.data()), t.connector_nonce.size());
   text.append(reinterpret_cast<const char*>(t.acceptor_nonce.data()), t.acceptor_nonce.size());
   absl::StrAppend(&text, "|", t.connector_address.size(), ":", t.connector_address, "|",
                   t.acceptor_address.size(), ":", t.acceptor_address);
-  return HmacSha256(key, text);
+  if (t.sealed) text += "|sealed";
+  return text;
+}
+
+HandshakeProof Prove(const HandshakeKey& key, absl::string_view direction,
+                     const HandshakeTranscript& t) {
+  return HmacSha256(key, TranscriptText(absl::StrCat("baton-handshake-v1|", direction), t));
 }
 
 }  // namespace
@@ -62,6 +69,22 @@ HandshakeProof AcceptorProof(const HandshakeKey& key, const HandshakeTranscript&
 
 HandshakeProof ConnectorProof(const HandshakeKey& key, const HandshakeTranscript& transcript) {
   return Prove(key, "connect", transcript);
+}
+
+SessionSecrets DeriveSessionSecrets(const HandshakeKey& key,
+                                    const HandshakeTranscript& transcript) {
+  std::array<std::byte, 2 * kHandshakeNonceBytes> salt;
+  std::copy(transcript.connector_nonce.begin(), transcript.connector_nonce.end(), salt.begin());
+  std::copy(transcript.acceptor_nonce.begin(), transcript.acceptor_nonce.end(),
+            salt.begin() + kHandshakeNonceBytes);
+  std::array<std::byte, 2 * sizeof(RecordSecret)> material;
+  HkdfSha256(key, salt, TranscriptText("baton-session-v1", transcript), material);
+  SessionSecrets secrets;
+  std::copy_n(material.begin(), secrets.connector_to_acceptor.size(),
+              secrets.connector_to_acceptor.begin());
+  std::copy_n(material.begin() + secrets.connector_to_acceptor.size(),
+              secrets.acceptor_to_connector.size(), secrets.acceptor_to_connector.begin());
+  return secrets;
 }
 
 HandshakeNonce NewHandshakeNonce() {

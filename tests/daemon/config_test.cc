@@ -1,6 +1,7 @@
 #include "daemon/config.h"
 
 #include <string>
+#include <utility>
 
 #include "common/options.h"
 #include "gtest/gtest.h"
@@ -61,6 +62,28 @@ TEST(ConfigTest, DataChecksumIsOffUnlessAsked) {
   Config refused;
   EXPECT_EQ(Configure(refused, "data_checksum", "sometimes").code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigTest, DataEncryptionIsOffUnlessAskedAndNeedsTls) {
+  Config defaults;
+  ASSERT_TRUE(FinalizeConfig(defaults).ok());
+  EXPECT_FALSE(defaults.data_encryption);
+  Config without_tls;
+  const absl::Status refused = Configure(without_tls, "data-encryption", "true");
+  EXPECT_TRUE(without_tls.data_encryption);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("needs tls_cert, tls_key and tls_ca"), std::string::npos)
+      << refused;
+  Config with_tls;
+  OptionSet options;
+  RegisterOptions(options, with_tls);
+  for (const auto& [name, value] : {std::pair<std::string, std::string>{"data_encryption", "true"},
+                                    {"tls_cert", "c.pem"},
+                                    {"tls_key", "k.pem"},
+                                    {"tls_ca", "ca.pem"}}) {
+    ASSERT_TRUE(options.Set(name, value).ok()) << name;
+  }
+  EXPECT_TRUE(FinalizeConfig(with_tls).ok());
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST(FrameTest, RejectsCorruptHeaders) {
     std::byte value;
   };
   for (const Case& c : {Case{"magic", 0, std::byte{'X'}}, Case{"version", 4, std::byte{1}},
-                        Case{"type", 5, std::byte{9}}, Case{"flags", 6, std::byte{2}}}) {
+                        Case{"type", 5, std::byte{9}}, Case{"flags", 6, std::byte{4}}}) {
     Bytes bad = good;
     bad[c.offset] = c.value;
     absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(bad);
@@ -79,7 +79,7 @@ TEST(FrameTest, ChecksumFlagRoundTripsOnDataFramesOnly) {
   EXPECT_FALSE(plain->checksum);
 
   for (const uint16_t unknown :
-       {uint16_t{0x0002}, uint16_t{0x0003}, uint16_t{0x0100}, uint16_t{0x8000}, uint16_t{0xffff}}) {
+       {uint16_t{0x0004}, uint16_t{0x0005}, uint16_t{0x0100}, uint16_t{0x8000}, uint16_t{0xffff}}) {
     Bytes bad = bytes;
     bad[6] = static_cast<std::byte>(unknown & 0xff);
     bad[7] = static_cast<std::byte>(unknown >> 8);
@@ -104,6 +104,50 @@ TEST(FrameTest, ChecksumFlagRoundTripsOnDataFramesOnly) {
         << static_cast<int>(control.type);
     EXPECT_THAT(rejected.status().message(), ::testing::HasSubstr("checksum flag"));
   }
+}
+
+// Bit 1 says that a frame is sealed (data, ping, pong), that a connector asks for a sealed
+// connection (hello) or that the acceptor agrees (challenge). A proof is never sealed, and a
+// sealed frame never carries a checksum.
+TEST(FrameTest, SealedFlagRoundTripsWhereItMeansSomething) {
+  struct Kind {
+    FrameType type;
+    uint64_t bytes;
+  };
+  for (const Kind& kind :
+       {Kind{FrameType::kData, 12345}, Kind{FrameType::kData, 0},
+        Kind{FrameType::kHello, kHandshakeNonceBytes + 5},
+        Kind{FrameType::kPing, kPingPayloadBytes}, Kind{FrameType::kPong, kPingPayloadBytes},
+        Kind{FrameType::kChallenge, kChallengePayloadBytes}}) {
+    const FrameHeader sealed{
+        .type = kind.type, .tag = Tag{.comm = 9}, .payload_bytes = kind.bytes, .sealed = true};
+    const Bytes bytes = Encode(sealed);
+    EXPECT_EQ(static_cast<int>(bytes[6]), 2);
+    absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, sealed);
+  }
+  absl::StatusOr<FrameHeader> proof =
+      DecodeFrameHeader(Encode(FrameHeader{.type = FrameType::kProof,
+                                           .tag = Tag{},
+                                           .payload_bytes = kHandshakeProofBytes,
+                                           .sealed = true}));
+  EXPECT_EQ(proof.status().code(), absl::StatusCode::kDataLoss);
+  absl::StatusOr<FrameHeader> both = DecodeFrameHeader(Encode(FrameHeader{.type = FrameType::kData,
+                                                                          .tag = Tag{},
+                                                                          .payload_bytes = 10,
+                                                                          .checksum = true,
+                                                                          .sealed = true}));
+  EXPECT_EQ(both.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(both.status().message(), ::testing::HasSubstr("checksum flag on a sealed frame"));
+}
+
+TEST(FrameTest, SealedRecordsAreOnePerStartedRecordAndOneForNothing) {
+  EXPECT_EQ(SealedRecords(0), 1u);
+  EXPECT_EQ(SealedRecords(1), 1u);
+  EXPECT_EQ(SealedRecords(kSealedRecordBytes), 1u);
+  EXPECT_EQ(SealedRecords(kSealedRecordBytes + 1), 2u);
+  EXPECT_EQ(SealedRecords(kMaxFramePayloadBytes), kMaxFramePayloadBytes / kSealedRecordBytes);
 }
 
 TEST(FrameTest, ChecksumTrailerIsLittleEndian) {

@@ -106,17 +106,20 @@ inline void WriteHello(int fd, const std::string& address, std::string acceptor 
     inet_ntop(AF_INET, &peer.sin_addr, host, sizeof(host));
     acceptor = absl::StrCat(host, ":", ntohs(peer.sin_port));
   }
-  const absl::Status introduced = tcp::Introduce(fd, address, acceptor, kNoHandshakeKey,
-                                                 Deadline(absl::Seconds(10)), [] { return false; });
+  const absl::Status introduced =
+      tcp::Introduce(fd, address, acceptor, kNoHandshakeKey, /*seal=*/false,
+                     Deadline(absl::Seconds(10)), [] { return false; })
+          .status();
   EXPECT_TRUE(introduced.ok()) << introduced;
 }
 
 // The accepting side of the handshake, as the raw listener at `self`: the connecting endpoint's
 // address.
 inline std::string AcceptHello(int fd, const std::string& self) {
-  absl::StatusOr<std::string> peer = tcp::Admit(fd, self, nullptr, Deadline(absl::Seconds(10)));
-  EXPECT_TRUE(peer.ok()) << peer.status();
-  return peer.ok() ? *peer : "";
+  absl::StatusOr<tcp::Admitted> admitted =
+      tcp::Admit(fd, self, nullptr, /*seal=*/false, Deadline(absl::Seconds(10)));
+  EXPECT_TRUE(admitted.ok()) << admitted.status();
+  return admitted.ok() ? admitted->peer : "";
 }
 
 inline FrameHeader ReadHeader(int fd) {

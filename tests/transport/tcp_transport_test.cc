@@ -841,8 +841,10 @@ TEST(TcpHandshakeTest, ASpoofedHelloGetsNothingAndInjectsNothing) {
   a_keys.Expect(b->address(), KeyOf('m'));
 
   FileDescriptor raw = RawConnect(b->address());
-  const absl::Status spoofed = tcp::Introduce(raw.get(), a->address(), b->address(),
-                                              kNoHandshakeKey, Deadline(), [] { return false; });
+  const absl::Status spoofed =
+      tcp::Introduce(raw.get(), a->address(), b->address(), kNoHandshakeKey, /*seal=*/false,
+                     Deadline(), [] { return false; })
+          .status();
   // b's challenge proves nothing the attacker can check; it sends a proof anyway, then data.
   EXPECT_TRUE(absl::IsPermissionDenied(spoofed)) << spoofed;
   std::array<std::byte, kHandshakeProofBytes> proof{};

@@ -100,13 +100,14 @@ class InMemoryHarness final : public TransportHarness {
 
 class TcpHarness final : public TransportHarness {
  public:
-  explicit TcpHarness(int streams_per_peer = 1, bool checksum = false)
-      : streams_per_peer_(streams_per_peer), checksum_(checksum) {}
+  explicit TcpHarness(int streams_per_peer = 1, bool checksum = false, bool seal = false)
+      : streams_per_peer_(streams_per_peer), checksum_(checksum), seal_(seal) {}
   absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) override {
     TcpOptions options;
     options.listen_address = "127.0.0.1:0";  // loopback and port 0 only, in every test
     options.streams_per_peer = streams_per_peer_;
     options.checksum = checksum_;
+    options.seal = seal_;
     return NewTcpEndpoint(options);
   }
   void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
@@ -117,6 +118,7 @@ class TcpHarness final : public TransportHarness {
  private:
   const int streams_per_peer_;
   const bool checksum_;
+  const bool seal_;
 };
 
 // An endpoint that forwards everything but PostConsume, so that the interface's own PostConsume
@@ -884,6 +886,12 @@ INSTANTIATE_TEST_SUITE_P(
         // Checksums change nothing the contract says (not even the bytes LinkStats count).
         TransportParam{"TcpChecksum",
                        [] { return std::make_unique<TcpHarness>(1, /*checksum=*/true); }},
+        // Nor does sealing, over striped connections.
+        TransportParam{"TcpSealedThreeStreams",
+                       [] {
+                         return std::make_unique<TcpHarness>(3, /*checksum=*/false,
+                                                             /*seal=*/true);
+                       }},
         TransportParam{"InMemoryDefaultConsume",
                        [] { return std::make_unique<DefaultConsumeHarness>(); }}),
     [](const ::testing::TestParamInfo<TransportParam>& info) { return info.param.name; });

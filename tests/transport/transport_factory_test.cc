@@ -92,7 +92,7 @@ TEST(InMemoryTransportTest, ListensOnceForItsAddress) {
   EXPECT_EQ(transport->Listen().status().code(), absl::StatusCode::kAlreadyExists);
 }
 
-TEST(TcpTransportTest, CountsChecksumFailuresRefusedMessagesAndRetransmits) {
+TEST(TcpTransportTest, CountsChecksumAndSealFailuresRefusedMessagesAndRetransmits) {
   TcpOptions options;
   options.listen_address = "127.0.0.1:0";
   std::unique_ptr<Transport> transport = NewTcpTransport(options);
@@ -103,12 +103,14 @@ TEST(TcpTransportTest, CountsChecksumFailuresRefusedMessagesAndRetransmits) {
   const std::vector<LinkStats> stats = a->Stats();
   ASSERT_EQ(stats.size(), 1u);
   // Sorted by name, as LinkStats promises.
-  ASSERT_EQ(stats[0].counters.size(), 3u);
+  ASSERT_EQ(stats[0].counters.size(), 4u);
   EXPECT_EQ(stats[0].counters[0].name, kChecksumFailuresCounter);
   EXPECT_EQ(stats[0].counters[0].value, 0u);
   EXPECT_EQ(stats[0].counters[1].name, kRefusedMessagesCounter);
   EXPECT_EQ(stats[0].counters[1].value, 0u);
   EXPECT_EQ(stats[0].counters[2].name, kRetransmitsCounter);
+  EXPECT_EQ(stats[0].counters[3].name, kSealFailuresCounter);
+  EXPECT_EQ(stats[0].counters[3].value, 0u);
   EXPECT_EQ(stats[0].Counter("checksum_failures"), 0u);
   EXPECT_EQ(stats[0].Counter("retransmits"), stats[0].counters[2].value);
   EXPECT_EQ(stats[0].Counter("no_such_counter"), 0u);

@@ -103,8 +103,8 @@ void TcpEndpoint::StartReaderLocked(const std::shared_ptr<Conn>& conn) {
   conns_.push_back(conn);
 }
 
-absl::StatusOr<std::string> TcpEndpoint::AdmitPeer(int fd) {
-  return Admit(fd, address_, handshake_keys_, absl::Now() + handshake_timeout_);
+absl::StatusOr<Admitted> TcpEndpoint::AdmitPeer(int fd) {
+  return Admit(fd, address_, handshake_keys_, seal_, absl::Now() + handshake_timeout_);
 }
 
 }  // namespace baton::transport::tcp

@@ -22,6 +22,7 @@ inline absl::Status ShutDownError() { return absl::UnavailableError("endpoint sh
 #include "absl/time/time.h"
 #include "common/spin.h"
 #include "transport/frame.h"
+#include "transport/record_cipher.h"
 #include "transport/tcp/socket.h"
 #include "transport/transport.h"
 
@@ -32,6 +33,9 @@ namespace baton::transport::tcp {
 // consumer reads it.
 constexpr size_t kPieceBytes = size_t{256} << 10;
 static_assert(kPieceBytes % Endpoint::kPieceAlignment == 0);
+// A consumer gets a sealed payload's pieces only once they have opened: each piece must be whole
+// records (PayloadReader).
+static_assert(kPieceBytes == kSealedRecordBytes);
 
 // A receive of at most this many bytes is read by the thread that waits for it (see
 // TcpEndpoint::ReadForReceive); larger ones are left to the connection's reader thread, which
@@ -69,6 +73,12 @@ struct Connection {
   FileDescriptor fd;
   std::string peer;   // known at once when we connect; from the hello when we accept
   bool ours = false;  // we connected (rather than accepted) it
+  // A sealed connection's ciphers (frame.h), set with fd: `seal` and `sealed_out` (where frames
+  // are sealed before they are written) belong to the Send that holds `busy`, `open` to the
+  // thread that holds `reading`.
+  std::optional<RecordCipher> seal;
+  std::vector<std::byte> sealed_out;
+  std::optional<RecordCipher> open;
   std::thread reader;
   // Guarded by mu_.
   bool connecting = false;  // being connected by the Send that reserved it (no fd yet)

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "transport/crc32c.h"
+#include "transport/tcp/payload_reader.h"
 #include "transport/tcp/tcp_endpoint.h"
 
 namespace baton::transport::tcp {
@@ -23,21 +23,25 @@ namespace baton::transport::tcp {
 void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
   const int fd = conn->fd.get();
   if (accepted) {
-    absl::StatusOr<std::string> peer = AdmitPeer(fd);
+    absl::StatusOr<Admitted> admitted = AdmitPeer(fd);
     handshaking_.fetch_sub(1);
     absl::MutexLock lock(&mu_);
-    if (peer.ok() && connections_[*peer] >= max_connections_per_peer_) {
-      peer = absl::ResourceExhaustedError(absl::StrCat("peer ", *peer, " already holds ",
-                                                       max_connections_per_peer_,
-                                                       " connections with this endpoint"));
+    if (admitted.ok() && connections_[admitted->peer] >= max_connections_per_peer_) {
+      admitted = absl::ResourceExhaustedError(
+          absl::StrCat("peer ", admitted->peer, " already holds ", max_connections_per_peer_,
+                       " connections with this endpoint"));
     }
-    if (!peer.ok()) {
+    if (!admitted.ok()) {
       shutdown(fd, SHUT_RDWR);
-      if (!shutting_down_) NoteRefused(peer.status().ToString());
+      if (!shutting_down_) NoteRefused(admitted.status().ToString());
       conn->finished = true;
       return;
     }
-    conn->peer = *std::move(peer);
+    conn->peer = std::move(admitted->peer);
+    if (admitted->sealed.has_value()) {
+      conn->seal.emplace(std::move(admitted->sealed->seal));
+      conn->open.emplace(std::move(admitted->sealed->open));
+    }
     // Only now: a connection that never proves itself costs no buffer and no eventfd.
     PrepareReadSide(*conn);
     ++connections_[conn->peer];
@@ -134,6 +138,10 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
         (decoded->type == FrameType::kHello || decoded->type == FrameType::kChallenge ||
          decoded->type == FrameType::kProof)) {
       decoded = absl::DataLossError("unexpected handshake frame on an introduced connection");
+    } else if (decoded.ok() && decoded->sealed != conn.open.has_value()) {
+      // Nobody may slip a frame of their own into a sealed connection.
+      decoded = absl::DataLossError(decoded->sealed ? "a sealed frame on an unsealed connection"
+                                                    : "an unsealed frame on a sealed connection");
     }
     if (!decoded.ok()) {
       spdlog::error("tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
@@ -167,54 +175,36 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
 absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
                                       ReceiveMatcher::Delivery delivery, absl::Time limit) {
   const std::string& peer = conn.peer;
-  uint64_t left = header.payload_bytes;
-  // A checksummed frame's CRC32C, extended over each piece right after it is read (while it is
-  // in the cache), and its trailer, which follows the payload and is read like one more piece.
-  uint32_t crc = 0;
-  std::array<std::byte, kFrameChecksumBytes> trailer{};
-  size_t trailer_left = header.checksum ? trailer.size() : 0;
-  auto check = [&](ConstByteSpan piece) {
-    if (header.checksum) crc = Crc32c(crc, piece);
-  };
-  auto read_trailer = [&](absl::Time until,
-                          const absl::FunctionRef<bool()>* cancelled) -> absl::Status {
-    if (trailer_left == 0) return absl::OkStatus();
-    const ByteSpan rest = ByteSpan(trailer).last(trailer_left);
-    size_t read = 0;
-    absl::Status status = cancelled == nullptr ? conn.in->Read(rest, until, &read)
-                                               : conn.in->Read(rest, until, *cancelled, &read);
-    trailer_left -= read;
+  PayloadReader body(*conn.in, header, conn.open.has_value() ? &*conn.open : nullptr);
+  // What a read that failed, or finished the payload, means for the link: a payload that is not
+  // what was sent (the stream can no longer be trusted, and the error ends the connection), or
+  // a broken link.
+  auto verdict = [&](absl::Status status) {
+    if (!body.intact()) return IntegrityFailure(peer, header.tag, header.sealed);
+    if (!status.ok()) CountError(peer);
     return status;
   };
-  // Once payload and trailer are read: whether the payload is what the sender sent.
-  auto intact = [&] { return !header.checksum || DecodeFrameChecksum(trailer) == crc; };
-  // Consumes the rest of a payload nobody wants, and its trailer, to keep the stream in step.
+  // Consumes the rest of a payload nobody wants, and what follows it, to keep the stream in step.
   auto drain = [&]() -> absl::Status {
-    while (left > 0) {
-      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left, conn.scratch.size()));
+    while (body.left() > 0) {
+      const size_t chunk =
+          static_cast<size_t>(std::min<uint64_t>(body.left(), conn.scratch.size()));
       size_t read = 0;
-      BATON_RETURN_IF_ERROR(conn.in->Read(ByteSpan(conn.scratch.data(), chunk), limit, &read));
-      check(ConstByteSpan(conn.scratch.data(), chunk));
-      left -= chunk;
+      BATON_RETURN_IF_ERROR(body.Read(ByteSpan(conn.scratch.data(), chunk), limit, nullptr, &read));
     }
-    return read_trailer(limit, nullptr);
+    return body.Finish(limit, nullptr);
   };
 
   if (delivery.discard()) {
-    absl::Status status = drain();
-    if (!status.ok()) {
-      CountError(peer);
-    } else if (!intact()) {
-      // Nobody wanted it, but the link corrupts data all the same.
-      status = ChecksumMismatch(peer, header.tag);
-    }
+    // Nobody wanted it, but a link that corrupts data (or someone who alters it) is an error all
+    // the same.
+    const absl::Status status = verdict(drain());
     matcher_.FinishDelivery(std::move(delivery), status);
     return status;
   }
   // Straight into the receiver's buffer when a receive is posted, or a piece at a time through
   // the scratch buffer to its consumer; the delivery says how long the receiver is willing to
   // wait and whether it has been aborted meanwhile.
-  size_t read = 0;
   // A posted receive's own deadline bounds the read into its buffer; `limit` bounds the rest.
   const absl::Time deadline =
       delivery.deadline() == absl::InfiniteFuture() ? limit : delivery.deadline();
@@ -222,37 +212,27 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
   const absl::FunctionRef<bool()> cancelled = cancelled_check;
   absl::Status status;
   if (delivery.consuming()) {
-    // The consumer gets each piece before the trailer is read: a mismatch fails the receive at
-    // its end (tcp_transport.h).
-    while (status.ok() && read < header.payload_bytes) {
-      const size_t offset = read;
+    // Each piece is whole sealed records, opened before the consumer gets them; a checksum is
+    // only known at the end, and fails the receive then (tcp_transport.h).
+    while (status.ok() && body.left() > 0) {
+      const size_t offset = header.payload_bytes - body.left();
       const ByteSpan piece(conn.scratch.data(),
-                           std::min<uint64_t>(header.payload_bytes - offset, conn.scratch.size()));
-      status = conn.in->Read(piece, deadline, cancelled, &read);
-      check(piece.first(read - offset));
+                           std::min<uint64_t>(body.left(), conn.scratch.size()));
+      size_t read = 0;
+      status = body.Read(piece, deadline, &cancelled, &read);
       if (status.ok()) delivery.Consume(offset, piece);
     }
-  } else if (!header.checksum) {
-    status = conn.in->Read(delivery.buffer(), deadline, cancelled, &read);
   } else {
-    // In pieces, so that each is checked while still in the cache.
-    const ByteSpan buffer = delivery.buffer();
-    while (status.ok() && read < buffer.size()) {
-      const size_t offset = read;
-      const ByteSpan piece = buffer.subspan(offset, std::min(buffer.size() - offset, kPieceBytes));
-      status = conn.in->Read(piece, deadline, cancelled, &read);
-      check(piece.first(read - offset));
-    }
+    size_t read = 0;
+    status = body.Read(delivery.buffer(), deadline, &cancelled, &read);
   }
-  left -= read;
-  if (status.ok()) status = read_trailer(deadline, &cancelled);
+  if (status.ok()) status = body.Finish(deadline, &cancelled);
+  if (!body.intact()) {
+    status = IntegrityFailure(peer, header.tag, header.sealed);
+    matcher_.FinishDelivery(std::move(delivery), status);
+    return status;
+  }
   if (status.ok()) {
-    if (!intact()) {
-      // The stream is no longer to be trusted: the error ends the connection.
-      status = ChecksumMismatch(peer, header.tag);
-      matcher_.FinishDelivery(std::move(delivery), status);
-      return status;
-    }
     matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
     return absl::OkStatus();
   }
@@ -261,13 +241,7 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
     matcher_.FinishDelivery(std::move(delivery), absl::IsDeadlineExceeded(status)
                                                      ? RecvDeadlineExceeded(peer, header.tag)
                                                      : absl::CancelledError("receive cancelled"));
-    absl::Status drained = drain();
-    if (!drained.ok()) {
-      CountError(peer);
-    } else if (!intact()) {
-      drained = ChecksumMismatch(peer, header.tag);
-    }
-    return drained;
+    return verdict(drain());
   }
   CountError(peer);
   matcher_.FinishDelivery(std::move(delivery),

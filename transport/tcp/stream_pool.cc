@@ -103,6 +103,51 @@ absl::Status WriteChecksummedFrames(int fd, std::span<const OutMessage> messages
   return flush();
 }
 
+// Frames on a sealed connection (frame.h): each payload sealed a record at a time into `out`
+// (the connection's sealed_out), which is written whenever the next record would not fit, so
+// that the kernel copies each record out of the cache that sealing it brought it into, and
+// small frames go out together. The connection must be dropped unless this succeeds: records
+// sealed but not sent would put the two ends' record numbers out of step.
+absl::Status WriteSealedFrames(int fd, FrameType type, std::span<const OutMessage> messages,
+                               RecordCipher& cipher, std::vector<std::byte>& out,
+                               absl::Time deadline, absl::FunctionRef<bool()> cancelled,
+                               absl::FunctionRef<void()> on_full, size_t* written) {
+  // Room for the largest record with its frame's header.
+  if (out.empty()) out.resize(kFrameHeaderBytes + kSealedRecordBytes + kSealTagBytes);
+  size_t used = 0;
+  auto flush = [&]() -> absl::Status {
+    std::array<iovec, 1> iov{iovec{out.data(), used}};
+    used = 0;
+    return WriteFull(fd, iov, deadline, cancelled, on_full, written);
+  };
+  for (const OutMessage& message : messages) {
+    const ConstByteSpan data = message.data;
+    Header header;
+    EncodeFrameHeader(
+        FrameHeader{.type = type, .tag = message.tag, .payload_bytes = data.size(), .sealed = true},
+        header);
+    const uint64_t records = SealedRecords(data.size());
+    for (uint64_t record = 0; record < records; ++record) {
+      const size_t offset = record * kSealedRecordBytes;
+      const ConstByteSpan piece =
+          data.subspan(offset, std::min(kSealedRecordBytes, data.size() - offset));
+      const size_t bytes = (record == 0 ? header.size() : 0) + piece.size() + kSealTagBytes;
+      if (used + bytes > out.size()) BATON_RETURN_IF_ERROR(flush());
+      if (record == 0) {
+        std::memcpy(out.data() + used, header.data(), header.size());
+        used += header.size();
+      }
+      cipher.Begin(header);
+      cipher.Update(piece, out.data() + used);
+      used += piece.size();
+      BATON_ASSIGN_OR_RETURN(const AeadTag tag, cipher.Seal());
+      std::memcpy(out.data() + used, tag.data(), tag.size());
+      used += tag.size();
+    }
+  }
+  return flush();
+}
+
 }  // namespace
 
 std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::PreferredLocked(
@@ -144,11 +189,15 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
     }
     total += kFrameHeaderBytes + message.data.size();
   }
-  // Only data frames carry a checksum (frame.h).
-  const bool checksum = checksum_ && type == FrameType::kData;
-  if (checksum) total += kFrameChecksumBytes * messages.size();
   BATON_ASSIGN_OR_RETURN(std::shared_ptr<Conn> stream, AcquireStream(peer, tag, total, deadline));
   const int fd = stream->fd.get();
+  const bool sealed = stream->seal.has_value();
+  // Only data frames carry a checksum, and never sealed ones (frame.h).
+  const bool checksum = checksum_ && type == FrameType::kData && !sealed;
+  for (const OutMessage& message : messages) {
+    if (sealed) total += kSealTagBytes * SealedRecords(message.data.size());
+    if (checksum) total += kFrameChecksumBytes;
+  }
   bool closed = false;
   {
     absl::MutexLock lock(&mu_);
@@ -166,13 +215,20 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
   size_t written = 0;
   auto cancelled = [this, &tag] { return SendCancelled(tag.comm); };
   auto on_full = [this] { StopLingering(); };
-  const absl::Status status =
-      checksum ? WriteChecksummedFrames(fd, messages, deadline, cancelled, on_full, &written)
-               : WriteFrames(fd, type, messages, deadline, cancelled, on_full, &written);
+  absl::Status status;
+  if (sealed) {
+    status = WriteSealedFrames(fd, type, messages, *stream->seal, stream->sealed_out, deadline,
+                               cancelled, on_full, &written);
+  } else if (checksum) {
+    status = WriteChecksummedFrames(fd, messages, deadline, cancelled, on_full, &written);
+  } else {
+    status = WriteFrames(fd, type, messages, deadline, cancelled, on_full, &written);
+  }
   // A frame cut short leaves the stream unusable, and so does a socket error; a frame that was
-  // never started because the deadline passed or the communicator was aborted does not.
+  // never started because the deadline passed or the communicator was aborted does not, unless
+  // it was sealed already (the record numbers would be out of step).
   ReleaseStream(peer, stream,
-                status.ok() || (written == 0 &&
+                status.ok() || (written == 0 && !sealed &&
                                 (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status))));
   {
     absl::MutexLock lock(&mu_);
@@ -243,10 +299,10 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
     streams.push_back(stream);
   }
   ReapFinishedReaders();
-  absl::StatusOr<FileDescriptor> fd = ConnectAndIntroduce(peer, tag.comm, deadline);
+  absl::StatusOr<Introduced> introduced = ConnectAndIntroduce(peer, tag.comm, deadline);
   absl::MutexLock lock(&mu_);
-  if (fd.ok() && shutting_down_) fd = ShutDownError();  // too late to start a reader
-  if (!fd.ok()) {
+  if (introduced.ok() && shutting_down_) introduced = ShutDownError();  // too late for a reader
+  if (!introduced.ok()) {
     auto it = out_.find(peer);
     if (it != out_.end()) {
       std::erase(it->second, stream);
@@ -257,21 +313,25 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
     if (!blocking.ok()) return blocking;
     // A peer that took the whole deadline (to accept, or to answer the handshake) is a timeout
     // like any other; anything else means it cannot be reached.
-    const std::string message =
-        absl::StrCat("send to peer ", peer, " (", TagToString(tag), "): ", fd.status().message());
-    if (absl::IsDeadlineExceeded(fd.status())) return absl::DeadlineExceededError(message);
+    const std::string message = absl::StrCat("send to peer ", peer, " (", TagToString(tag),
+                                             "): ", introduced.status().message());
+    if (absl::IsDeadlineExceeded(introduced.status())) return absl::DeadlineExceededError(message);
     return absl::UnavailableError(message);
   }
-  stream->fd = *std::move(fd);
+  stream->fd = std::move(introduced->fd);
+  if (introduced->sealed.has_value()) {
+    stream->seal.emplace(std::move(introduced->sealed->seal));
+    stream->open.emplace(std::move(introduced->sealed->open));
+  }
   PrepareReadSide(*stream);
   stream->connecting = false;
   StartReaderLocked(stream);
   return stream;
 }
 
-absl::StatusOr<FileDescriptor> TcpEndpoint::ConnectAndIntroduce(const std::string& peer,
-                                                                uint64_t comm,
-                                                                absl::Time deadline) {
+absl::StatusOr<TcpEndpoint::Introduced> TcpEndpoint::ConnectAndIntroduce(const std::string& peer,
+                                                                         uint64_t comm,
+                                                                         absl::Time deadline) {
   auto cancelled = [this, comm] { return SendCancelled(comm); };
   // A peer that restarted at the same address has a new key: fetch it again, once.
   for (bool refresh = false;; refresh = true) {
@@ -282,10 +342,11 @@ absl::StatusOr<FileDescriptor> TcpEndpoint::ConnectAndIntroduce(const std::strin
       if (!issued.ok()) return Annotate(issued.status(), "getting the peer's handshake key");
       key = *issued;
     }
-    absl::Status introduced = Introduce(fd.get(), address_, peer, key, deadline, cancelled);
-    if (introduced.ok()) return fd;
-    if (!absl::IsPermissionDenied(introduced) || refresh || handshake_keys_ == nullptr) {
-      return Annotate(introduced, "handshake");
+    absl::StatusOr<std::optional<SealedStream>> sealed =
+        Introduce(fd.get(), address_, peer, key, seal_, deadline, cancelled);
+    if (sealed.ok()) return Introduced{std::move(fd), *std::move(sealed)};
+    if (!absl::IsPermissionDenied(sealed.status()) || refresh || handshake_keys_ == nullptr) {
+      return Annotate(sealed.status(), "handshake");
     }
   }
 }

@@ -73,9 +73,11 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
   absl::flat_hash_map<std::string, LinkStats> links = matcher_.RecvLinkStats();
   absl::flat_hash_map<std::string, uint64_t> retransmits;
   absl::flat_hash_map<std::string, uint64_t> checksum_failures;
+  absl::flat_hash_map<std::string, uint64_t> seal_failures;
   {
     absl::MutexLock lock(&mu_);
     checksum_failures = checksum_failures_;
+    seal_failures = seal_failures_;
     for (const auto& [peer, tx] : links_) {
       LinkStats& link = links[peer];
       link.peer = peer;
@@ -97,10 +99,13 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
   for (auto& [peer, link] : links) {
     // Every TCP link has the counters, 0 until something happened (the receive side reports
     // refused messages, for the links it has seen).
-    auto failures = checksum_failures.find(peer);
+    auto count = [&peer](const absl::flat_hash_map<std::string, uint64_t>& counts) {
+      auto it = counts.find(peer);
+      return it == counts.end() ? uint64_t{0} : it->second;
+    };
     link.counters.push_back(
-        LinkCounter{std::string(kChecksumFailuresCounter),
-                    failures == checksum_failures.end() ? 0 : failures->second});
+        LinkCounter{std::string(kChecksumFailuresCounter), count(checksum_failures)});
+    link.counters.push_back(LinkCounter{std::string(kSealFailuresCounter), count(seal_failures)});
     auto it = retransmits.find(peer);
     link.counters.push_back(
         LinkCounter{std::string(kRetransmitsCounter), it == retransmits.end() ? 0 : it->second});
@@ -146,17 +151,21 @@ void TcpEndpoint::CountError(const std::string& peer) {
   ++link.errors;
 }
 
-absl::Status TcpEndpoint::ChecksumMismatch(const std::string& peer, const Tag& tag) {
+absl::Status TcpEndpoint::IntegrityFailure(const std::string& peer, const Tag& tag, bool sealed) {
   {
     absl::MutexLock lock(&mu_);
     LinkStats& link = links_[peer];
     link.peer = peer;
     ++link.errors;
-    ++checksum_failures_[peer];
+    ++(sealed ? seal_failures_ : checksum_failures_)[peer];
   }
   absl::Status error =
-      absl::DataLossError(absl::StrCat("checksum mismatch on a message from peer ", peer, " (",
-                                       TagToString(tag), "): the link corrupted data"));
+      sealed
+          ? absl::DataLossError(
+                absl::StrCat("a sealed message from peer ", peer, " (", TagToString(tag),
+                             ") did not open: it was altered, dropped or replayed on the way"))
+          : absl::DataLossError(absl::StrCat("checksum mismatch on a message from peer ", peer,
+                                             " (", TagToString(tag), "): the link corrupted data"));
   spdlog::error("tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
                 error.ToString());
   return error;

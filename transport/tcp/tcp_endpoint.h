@@ -17,6 +17,7 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -34,6 +35,7 @@
 #include "transport/frame.h"
 #include "transport/receive_matcher.h"
 #include "transport/tcp/connection.h"
+#include "transport/tcp/handshake_io.h"
 #include "transport/tcp/socket.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
@@ -56,6 +58,7 @@ class TcpEndpoint final : public Endpoint {
         max_connections_per_peer_(2 * options.streams_per_peer +
                                   options.spare_connections_per_peer),
         checksum_(options.checksum),
+        seal_(options.seal),
         matcher_(options.max_unexpected_bytes_per_peer, kFrameHeaderBytes,
                  options.max_unexpected_bytes_total) {}
   ~TcpEndpoint() override;
@@ -114,8 +117,9 @@ class TcpEndpoint final : public Endpoint {
   void StartReaderLocked(const std::shared_ptr<Conn>& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads one connection until it ends; an accepted one first has to introduce its peer.
   void ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted);
-  // The accepted connection's handshake: the peer's address once it proved its key.
-  absl::StatusOr<std::string> AdmitPeer(int fd);
+  // The accepted connection's handshake: the peer's address once it proved its key, and the
+  // connection's ciphers if it is sealed.
+  absl::StatusOr<Admitted> AdmitPeer(int fd);
   // Counts a connection closed before it was admitted (and logs now and then).
   void NoteRefused(const std::string& why);
   // The reader thread's turn to read: waits while threads read for their receives (and
@@ -166,8 +170,13 @@ class TcpEndpoint final : public Endpoint {
   absl::StatusOr<std::shared_ptr<Conn>> AcquireStream(const std::string& peer, const Tag& tag,
                                                       size_t bytes, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<FileDescriptor> ConnectAndIntroduce(const std::string& peer, uint64_t comm,
-                                                     absl::Time deadline);
+  // A connection to `peer` that has passed the handshake, and its ciphers if it is sealed.
+  struct Introduced {
+    FileDescriptor fd;
+    std::optional<SealedStream> sealed;
+  };
+  absl::StatusOr<Introduced> ConnectAndIntroduce(const std::string& peer, uint64_t comm,
+                                                 absl::Time deadline);
   // Returns a stream after a Send; a broken one is dropped so that the next Send reconnects.
   void ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream, bool healthy)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -184,9 +193,10 @@ class TcpEndpoint final : public Endpoint {
   // write one (the peer might be waiting for us to read).
   void PongLoop();
   void CountError(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
-  // A message from `peer` failed its checksum: counts an error and a checksum failure, logs, and
-  // returns the error of its receive.
-  absl::Status ChecksumMismatch(const std::string& peer, const Tag& tag) ABSL_LOCKS_EXCLUDED(mu_);
+  // A message from `peer` failed its checksum, or a record of it did not open (`sealed`): counts
+  // an error and a checksum or seal failure, logs, and returns the error of its receive.
+  absl::Status IntegrityFailure(const std::string& peer, const Tag& tag, bool sealed)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const Listener listener_;
   const FileDescriptor wake_;  // eventfd that stops ListenLoop
@@ -199,6 +209,7 @@ class TcpEndpoint final : public Endpoint {
   const int max_pending_handshakes_;
   const int max_connections_per_peer_;
   const bool checksum_;  // TcpOptions::checksum
+  const bool seal_;      // TcpOptions::seal
   // Accepted connections still in their handshake, and those refused (no room, a failed
   // handshake, a peer over its connections): logged only now and then, since anyone can cause
   // them.
@@ -227,6 +238,8 @@ class TcpEndpoint final : public Endpoint {
   absl::flat_hash_map<std::string, uint64_t> lost_retransmits_ ABSL_GUARDED_BY(mu_);
   // Per peer: messages whose checksum did not match (kChecksumFailuresCounter).
   absl::flat_hash_map<std::string, uint64_t> checksum_failures_ ABSL_GUARDED_BY(mu_);
+  // Per peer: messages with a sealed record that did not open (kSealFailuresCounter).
+  absl::flat_hash_map<std::string, uint64_t> seal_failures_ ABSL_GUARDED_BY(mu_);
 
   // Round trips: pings in flight by identifier, with the time their pong arrived (InfinitePast
   // until then), and pings from peers still to be answered.

@@ -64,6 +64,14 @@ struct TcpOptions {
   // interoperate; every endpoint must be of a build that knows the flag. Costs one pass over each
   // payload on both sides (docs/bench/2026-12-02-checksum.md).
   bool checksum = false;
+  // Seal every connection this endpoint takes part in (frame.h, kFrameFlagSealed): payloads
+  // encrypted and authenticated with AES-256-GCM under keys that each connection's handshake
+  // derives from its handshake key, so that nobody on the network reads them or alters, drops,
+  // replays or inserts a frame without the receive failing. An endpoint that does not seal
+  // itself still seals a connection its peer asks to seal. Worth it only with handshake_keys
+  // (without, the keys follow from public values). Sealed frames carry no checksum (their tags
+  // are stronger). Every endpoint of a cluster must be of a build that knows sealing.
+  bool seal = false;
 };
 
 // Messages this large and larger take turns on the connections of TcpOptions::streams_per_peer.
@@ -71,20 +79,24 @@ inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 
 // Starts listening and returns the endpoint. Its address() is "<advertise host>:<bound port>".
 // Its LinkStats count each message's 40-byte frame header (frame.h) in the bytes (not a checksum
-// trailer), and carry two counters: kChecksumFailuresCounter, the messages from the peer whose
-// checksum did not match, and kRetransmitsCounter, the segments the kernel retransmitted on the
-// link's connections.
+// trailer or seal tags), and carry three counters: kChecksumFailuresCounter, the messages from
+// the peer whose checksum did not match, kSealFailuresCounter, those with a sealed record that
+// did not open, and kRetransmitsCounter, the segments the kernel retransmitted on the link's
+// connections.
 //
-// A message whose checksum does not match fails its receive with DataLoss naming the peer (a
+// A message whose checksum does not match, or a record of which does not open, fails its receive
+// with DataLoss naming the peer (a
 // receive posted later, if it arrived before its receive was posted), counts as an error, and
 // closes the connection it came on, whose stream can no longer be trusted; the peer's next send
-// connects afresh. A consumed receive (PostConsume) has been handed the pieces of such a message
-// before the check at its end: it fails all the same, and what its consumer did with them is the
-// caller's to discard, as for any failed receive.
+// connects afresh. A consumed receive (PostConsume) has been handed the pieces of a checksummed
+// message before the check at its end: it fails all the same, and what its consumer did with them
+// is the caller's to discard, as for any failed receive. A consumer gets a sealed message's
+// pieces only once they have opened.
 absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& options);
 
 inline constexpr std::string_view kTcpTransportName = "tcp";
 inline constexpr std::string_view kChecksumFailuresCounter = "checksum_failures";
+inline constexpr std::string_view kSealFailuresCounter = "seal_failures";
 inline constexpr std::string_view kRetransmitsCounter = "retransmits";
 
 // The TCP transport: Listen() is NewTcpEndpoint(options) (each call a new listener); it reaches

@@ -1,0 +1,111 @@
+#include "transport/tcp/payload_reader.h"
+
+#include <algorithm>
+#include <span>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "transport/crc32c.h"
+
+namespace baton::transport::tcp {
+namespace {
+
+// Checksummed payloads are read (and their CRC computed) this much at a time, so that each piece
+// is checked while it is still in the cache.
+constexpr size_t kChecksumPieceBytes = size_t{256} << 10;
+
+}  // namespace
+
+PayloadReader::PayloadReader(BufferedReader& in, const FrameHeader& header, RecordCipher* open)
+    : in_(in), header_(header), open_(open), left_(header.payload_bytes) {
+  if (header_.checksum) trailer_left_ = trailer_.size();
+  if (open_ != nullptr) EncodeFrameHeader(header_, associated_);
+}
+
+absl::Status PayloadReader::ReadFromSocket(ByteSpan into, absl::Time deadline,
+                                           const absl::FunctionRef<bool()>* cancelled,
+                                           size_t* read) {
+  return cancelled == nullptr ? in_.Read(into, deadline, read)
+                              : in_.Read(into, deadline, *cancelled, read);
+}
+
+absl::Status PayloadReader::Read(ByteSpan into, absl::Time deadline,
+                                 const absl::FunctionRef<bool()>* cancelled, size_t* read) {
+  into = into.first(std::min<uint64_t>(into.size(), left_));
+  if (open_ == nullptr) {
+    size_t done = 0;
+    absl::Status status;
+    while (status.ok() && done < into.size()) {
+      const ByteSpan piece =
+          into.subspan(done, header_.checksum ? std::min(kChecksumPieceBytes, into.size() - done)
+                                              : std::dynamic_extent);
+      size_t got = 0;
+      status = ReadFromSocket(piece, deadline, cancelled, &got);
+      if (header_.checksum) crc_ = Crc32c(crc_, piece.first(got));
+      done += got;
+    }
+    left_ -= done;
+    *read += done;
+    return status;
+  }
+  size_t done = 0;
+  while (true) {
+    if (tag_left_ > 0 && record_left_ == 0) {
+      BATON_RETURN_IF_ERROR(ReadTagAndOpen(deadline, cancelled));
+    }
+    if (done == into.size()) return absl::OkStatus();
+    if (tag_left_ == 0) {  // the next record
+      open_->Begin(associated_);
+      ++records_begun_;
+      record_left_ = static_cast<size_t>(std::min<uint64_t>(kSealedRecordBytes, left_));
+      tag_left_ = tag_.size();
+    }
+    const ByteSpan piece = into.subspan(done, std::min(record_left_, into.size() - done));
+    size_t got = 0;
+    const absl::Status status = ReadFromSocket(piece, deadline, cancelled, &got);
+    open_->Update(piece.first(got), piece.data());  // in place
+    done += got;
+    record_left_ -= got;
+    left_ -= got;
+    *read += got;
+    BATON_RETURN_IF_ERROR(status);
+  }
+}
+
+absl::Status PayloadReader::ReadTagAndOpen(absl::Time deadline,
+                                           const absl::FunctionRef<bool()>* cancelled) {
+  size_t got = 0;
+  const absl::Status status =
+      ReadFromSocket(ByteSpan(tag_).last(tag_left_), deadline, cancelled, &got);
+  tag_left_ -= got;
+  BATON_RETURN_IF_ERROR(status);
+  if (!open_->Open(tag_)) {
+    intact_ = false;
+    return absl::DataLossError(
+        absl::StrCat("sealed record ", open_->records() - 1, " of the connection did not open"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PayloadReader::Finish(absl::Time deadline,
+                                   const absl::FunctionRef<bool()>* cancelled) {
+  if (open_ != nullptr) {
+    if (records_begun_ == 0) {  // an empty payload's one record: its tag alone
+      open_->Begin(associated_);
+      ++records_begun_;
+      tag_left_ = tag_.size();
+    }
+    if (tag_left_ > 0) return ReadTagAndOpen(deadline, cancelled);
+    return absl::OkStatus();
+  }
+  if (trailer_left_ == 0) return absl::OkStatus();
+  size_t got = 0;
+  const absl::Status status =
+      ReadFromSocket(ByteSpan(trailer_).last(trailer_left_), deadline, cancelled, &got);
+  trailer_left_ -= got;
+  BATON_RETURN_IF_ERROR(status);
+  intact_ = DecodeFrameChecksum(trailer_) == crc_;
+  return absl::OkStatus();
+}
+
+}  // namespace baton::transport::tcp
