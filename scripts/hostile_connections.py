@@ -8,6 +8,7 @@ compares node-0's open descriptors, threads and resident memory with before, and
 all-reduce over the cluster (baton bench) to show that it still serves. Talks to loopback only.
 
   python3 scripts/hostile_connections.py [--build build] [--count 10000] [--rounds 4]
+      [--data-encryption]
 """
 import argparse
 import os
@@ -33,9 +34,11 @@ def proc_state(pid):
 
 
 def hello(address):
-    # transport/frame.h: magic "BTNF", version 2, type 2 (hello), flags 0, zero tag, length.
+    # transport/frame.h: magic "BTNF", version 2, type 2 (hello), flags 0 or 2 (asks for a sealed
+    # connection), zero tag, length.
     payload = os.urandom(16) + address.encode()
-    return struct.pack("<4sBBH QQII Q", b"BTNF", 2, 2, 0, 0, 0, 0, 0, len(payload)) + payload
+    flags = random.choice((0, 2))
+    return struct.pack("<4sBBH QQII Q", b"BTNF", 2, 2, flags, 0, 0, 0, 0, len(payload)) + payload
 
 
 def split(address):
@@ -73,11 +76,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--targets", default="data,peer,session",
                         help="which of data, peer, session to attack")
+    parser.add_argument("--data-encryption", action="store_true",
+                        help="run the daemons with data_encryption (sealed data connections)")
     args = parser.parse_args()
     baton = os.path.join(args.build, "bin", "baton")
     directory = tempfile.mkdtemp(prefix="baton-hostile-")
-    subprocess.run([baton, "local", "up", f"--dir={directory}", "--nodes=2"], check=True,
-                   stdout=subprocess.DEVNULL)
+    up = [baton, "local", "up", f"--dir={directory}", "--nodes=2"]
+    if args.data_encryption:
+        up.append("--daemon-args=--data-encryption=true")
+    subprocess.run(up, check=True, stdout=subprocess.DEVNULL)
     try:
         daemons = []
         with open(os.path.join(directory, "cluster.txt")) as cluster:
