@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 
-step() { printf '\n=== %s ===\n' "$*"; }
+step() { printf '\n=== %s (%s UTC) ===\n' "$*" "$(date -u +%H:%M:%S)"; }
 
 step "format check"
 bash scripts/format.sh --check
@@ -40,3 +40,4 @@ mapfile -t tsan_tests < <(cd build-tsan && ctest -N -L tsan | sed -n 's/^ *Test 
 cmake --build build-tsan -j "$(nproc)" --target "${tsan_tests[@]}"
 step "tests labelled tsan under TSan"
 (cd build-tsan && ctest --output-on-failure --timeout 900 -j 2 -L tsan)
+step "done"
