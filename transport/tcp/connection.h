@@ -73,11 +73,9 @@ struct Connection {
   FileDescriptor fd;
   std::string peer;   // known at once when we connect; from the hello when we accept
   bool ours = false;  // we connected (rather than accepted) it
-  // A sealed connection's ciphers (frame.h), set with fd: `seal` and `sealed_out` (where frames
-  // are sealed before they are written) belong to the Send that holds `busy`, `open` to the
-  // thread that holds `reading`.
+  // A sealed connection's ciphers (frame.h), set with fd: `seal` belongs to the Send that holds
+  // `busy`, `open` to the thread that holds `reading`.
   std::optional<RecordCipher> seal;
-  std::vector<std::byte> sealed_out;
   std::optional<RecordCipher> open;
   std::thread reader;
   // Guarded by mu_.

@@ -103,17 +103,18 @@ absl::Status WriteChecksummedFrames(int fd, std::span<const OutMessage> messages
   return flush();
 }
 
-// Frames on a sealed connection (frame.h): each payload sealed a record at a time into `out`
-// (the connection's sealed_out), which is written whenever the next record would not fit, so
-// that the kernel copies each record out of the cache that sealing it brought it into, and
-// small frames go out together. The connection must be dropped unless this succeeds: records
-// sealed but not sent would put the two ends' record numbers out of step.
+// Frames on a sealed connection (frame.h): each payload sealed a record at a time into a buffer
+// of the sending thread's, written whenever the next record would not fit, so that the kernel
+// copies each record out of the cache that sealing it brought it into, and small frames go out
+// together. (Per thread rather than per connection: a daemon has far more connections than
+// threads that send.) The connection must be dropped unless this succeeds: records sealed but
+// not sent would put the two ends' record numbers out of step.
 absl::Status WriteSealedFrames(int fd, FrameType type, std::span<const OutMessage> messages,
-                               RecordCipher& cipher, std::vector<std::byte>& out,
-                               absl::Time deadline, absl::FunctionRef<bool()> cancelled,
+                               RecordCipher& cipher, absl::Time deadline,
+                               absl::FunctionRef<bool()> cancelled,
                                absl::FunctionRef<void()> on_full, size_t* written) {
   // Room for the largest record with its frame's header.
-  if (out.empty()) out.resize(kFrameHeaderBytes + kSealedRecordBytes + kSealTagBytes);
+  thread_local std::vector<std::byte> out(kFrameHeaderBytes + kSealedRecordBytes + kSealTagBytes);
   size_t used = 0;
   auto flush = [&]() -> absl::Status {
     std::array<iovec, 1> iov{iovec{out.data(), used}};
@@ -217,8 +218,8 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
   auto on_full = [this] { StopLingering(); };
   absl::Status status;
   if (sealed) {
-    status = WriteSealedFrames(fd, type, messages, *stream->seal, stream->sealed_out, deadline,
-                               cancelled, on_full, &written);
+    status = WriteSealedFrames(fd, type, messages, *stream->seal, deadline, cancelled, on_full,
+                               &written);
   } else if (checksum) {
     status = WriteChecksummedFrames(fd, messages, deadline, cancelled, on_full, &written);
   } else {
