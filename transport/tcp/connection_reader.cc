@@ -198,7 +198,7 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
   if (delivery.discard()) {
     // Nobody wanted it, but a link that corrupts data (or someone who alters it) is an error all
     // the same.
-    const absl::Status status = verdict(drain());
+    absl::Status status = verdict(drain());
     matcher_.FinishDelivery(std::move(delivery), status);
     return status;
   }

@@ -99,13 +99,15 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
   for (auto& [peer, link] : links) {
     // Every TCP link has the counters, 0 until something happened (the receive side reports
     // refused messages, for the links it has seen).
-    auto count = [&peer](const absl::flat_hash_map<std::string, uint64_t>& counts) {
-      auto it = counts.find(peer);
+    auto count = [](const absl::flat_hash_map<std::string, uint64_t>& counts,
+                    const std::string& of) {
+      auto it = counts.find(of);
       return it == counts.end() ? uint64_t{0} : it->second;
     };
     link.counters.push_back(
-        LinkCounter{std::string(kChecksumFailuresCounter), count(checksum_failures)});
-    link.counters.push_back(LinkCounter{std::string(kSealFailuresCounter), count(seal_failures)});
+        LinkCounter{std::string(kChecksumFailuresCounter), count(checksum_failures, peer)});
+    link.counters.push_back(
+        LinkCounter{std::string(kSealFailuresCounter), count(seal_failures, peer)});
     auto it = retransmits.find(peer);
     link.counters.push_back(
         LinkCounter{std::string(kRetransmitsCounter), it == retransmits.end() ? 0 : it->second});
