@@ -64,25 +64,49 @@ size_t OpenFds(pid_t pid) {
   return count;
 }
 
-// Sums rank-dependent inputs over 2 ranks on 2 daemons, `rounds` times, checking every element.
-void AllReduceRounds(const TestCluster& cluster, int rounds) {
-  testing::RunRanks(cluster, NewCommId(cluster), 2, testing::BlockPlacement(2, 2),
-                    [&](int rank, Communicator& comm) {
-                      std::vector<float> data(4096);
-                      for (int round = 0; round < rounds; ++round) {
-                        for (size_t i = 0; i < data.size(); ++i) {
-                          data[i] = static_cast<float>(rank * 100 + round + i % 7);
-                        }
-                        ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(),
-                                                   DataType::kFloat32, ReduceOp::kSum)
-                                        .ok());
-                        for (size_t i = 0; i < data.size(); ++i) {
-                          ASSERT_EQ(data[i], static_cast<float>(100 + 2 * (round + i % 7)))
-                              << "round " << round << " element " << i;
-                        }
-                      }
-                      EXPECT_TRUE(comm.Destroy().ok());
-                    });
+// The data key `issuer` gives `as` (the test holding `as`'s certificate) for `as`'s data
+// address, over mutual TLS, as a daemon fetches it before it connects; nothing on failure.
+std::optional<transport::HandshakeKey> FetchDataKey(const client::LocalDaemon& issuer,
+                                                    const client::LocalDaemon& as) {
+  auto peer = testing::PeerStub(issuer, testing::IdentityOf(as));
+  grpc::ClientContext context;
+  v1::DataKeyRequest request;
+  request.set_address(as.data_address);
+  v1::DataKeyResponse response;
+  const grpc::Status fetched = peer->DataKey(&context, request, &response);
+  transport::HandshakeKey key;
+  if (!fetched.ok() || response.key().size() != key.size()) {
+    ADD_FAILURE() << "DataKey: " << fetched.error_message() << ", " << response.key().size()
+                  << " bytes";
+    return std::nullopt;
+  }
+  std::memcpy(key.data(), response.key().data(), key.size());
+  return key;
+}
+
+// Sums rank-dependent inputs of `elements` floats over `ranks` ranks, one on each of the first
+// `ranks` daemons, `rounds` times, checking every element.
+void AllReduceRounds(const TestCluster& cluster, int rounds, int ranks = 2,
+                     size_t elements = 4096) {
+  testing::RunRanks(
+      cluster, NewCommId(cluster), ranks, testing::BlockPlacement(ranks, ranks),
+      [&](int rank, Communicator& comm) {
+        std::vector<float> data(elements);
+        for (int round = 0; round < rounds; ++round) {
+          for (size_t i = 0; i < data.size(); ++i) {
+            data[i] = static_cast<float>(rank * 100 + round + i % 7);
+          }
+          ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                     ReduceOp::kSum)
+                          .ok());
+          const int rank_sum = ranks * (ranks - 1) / 2;
+          for (size_t i = 0; i < data.size(); ++i) {
+            ASSERT_EQ(data[i], static_cast<float>(100 * rank_sum + ranks * (round + i % 7)))
+                << "round " << round << " element " << i;
+          }
+        }
+        EXPECT_TRUE(comm.Destroy().ok());
+      });
 }
 
 // With mutual TLS, a data connection is believed only if it proves the key the receiving daemon
@@ -155,19 +179,11 @@ TEST(DataPlaneSecurityTest, ACertifiedDaemonOutsideTheCommunicatorIsRefused) {
           const uint64_t tag = status.communicators(0).comm_tag();
 
           // node-2's key for its own data address, and a connection that proves it.
-          auto peer = testing::PeerStub(victim, testing::IdentityOf(outsider));
-          grpc::ClientContext key_context;
-          v1::DataKeyRequest key_request;
-          key_request.set_address(outsider.data_address);
-          v1::DataKeyResponse key_response;
-          const grpc::Status fetched = peer->DataKey(&key_context, key_request, &key_response);
-          ASSERT_TRUE(fetched.ok()) << fetched.error_message();
-          transport::HandshakeKey key;
-          ASSERT_EQ(key_response.key().size(), key.size());
-          std::memcpy(key.data(), key_response.key().data(), key.size());
+          const std::optional<transport::HandshakeKey> key = FetchDataKey(victim, outsider);
+          ASSERT_TRUE(key.has_value());
           FileDescriptor fd = ConnectTo(victim.data_address);
           ASSERT_TRUE(transport::tcp::Introduce(
-                          fd.get(), outsider.data_address, victim.data_address, key,
+                          fd.get(), outsider.data_address, victim.data_address, *key,
                           /*seal=*/false, absl::Now() + absl::Seconds(10), [] { return false; })
                           .ok());
           // Frames of the communicator's next operations, as a member would send them.
@@ -234,24 +250,7 @@ TEST(DataPlaneSecurityTest, ConnectionsThatNeverIntroduceThemselvesLeaveNothingB
 TEST(DataPlaneSecurityTest, AnEncryptingClusterReducesRightOverSealedConnections) {
   TestCluster cluster(3, {"--data-encryption=true"});
   ASSERT_TRUE(cluster.ok());
-  constexpr int kRanks = 3;
-  testing::RunRanks(cluster, NewCommId(cluster), kRanks, testing::BlockPlacement(kRanks, 3),
-                    [&](int rank, Communicator& comm) {
-                      std::vector<float> data((size_t{1} << 20) + 5);  // 4 MiB: 16 records and more
-                      for (int round = 0; round < 3; ++round) {
-                        for (size_t i = 0; i < data.size(); ++i) {
-                          data[i] = static_cast<float>(rank * 100 + round + i % 7);
-                        }
-                        ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(),
-                                                   DataType::kFloat32, ReduceOp::kSum)
-                                        .ok());
-                        for (size_t i = 0; i < data.size(); ++i) {
-                          ASSERT_EQ(data[i], static_cast<float>(300 + 3 * (round + i % 7)))
-                              << "round " << round << " element " << i;
-                        }
-                      }
-                      EXPECT_TRUE(comm.Destroy().ok());
-                    });
+  AllReduceRounds(cluster, 3, /*ranks=*/3, /*elements=*/(size_t{1} << 20) + 5);  // 4 MiB
   for (const client::LocalDaemon& daemon : cluster.daemons()) {
     const std::string page = testing::HttpGet(daemon.metrics_address, "/metrics");
     for (const client::LocalDaemon& peer : cluster.daemons()) {
@@ -272,19 +271,11 @@ TEST(DataPlaneSecurityTest, AnEncryptingClusterReducesRightOverSealedConnections
   // seals every connection), and an unsealed frame on it closes it.
   const client::LocalDaemon& node0 = cluster.daemons()[0];
   const client::LocalDaemon& node2 = cluster.daemons()[2];
-  auto peer = testing::PeerStub(node0, testing::IdentityOf(node2));
-  grpc::ClientContext key_context;
-  v1::DataKeyRequest key_request;
-  key_request.set_address(node2.data_address);
-  v1::DataKeyResponse key_response;
-  const grpc::Status fetched = peer->DataKey(&key_context, key_request, &key_response);
-  ASSERT_TRUE(fetched.ok()) << fetched.error_message();
-  transport::HandshakeKey key;
-  ASSERT_EQ(key_response.key().size(), key.size());
-  std::memcpy(key.data(), key_response.key().data(), key.size());
+  const std::optional<transport::HandshakeKey> key = FetchDataKey(node0, node2);
+  ASSERT_TRUE(key.has_value());
   FileDescriptor fd = ConnectTo(node0.data_address);
   absl::StatusOr<std::optional<transport::tcp::SealedStream>> sealed = transport::tcp::Introduce(
-      fd.get(), node2.data_address, node0.data_address, key,
+      fd.get(), node2.data_address, node0.data_address, *key,
       /*seal=*/false, absl::Now() + absl::Seconds(10), [] { return false; });
   ASSERT_TRUE(sealed.ok()) << sealed.status();
   EXPECT_TRUE(sealed->has_value()) << "node-0 did not seal the connection";

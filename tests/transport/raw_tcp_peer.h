@@ -2,7 +2,9 @@
 
 // A peer under a TCP transport test's control: raw loopback sockets that speak the frame protocol
 // (transport/frame.h) and the handshake (transport/tcp/handshake_io.h) by hand, to play a
-// misbehaving, slow or corrupting peer. The endpoints they talk to have no handshake keys.
+// misbehaving, slow or corrupting peer. The endpoints they talk to have no handshake keys. Also
+// what the TCP tests share otherwise: stats, deadlines, payload patterns, and one message down
+// each receive path between two endpoints.
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -11,10 +13,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -139,6 +145,44 @@ inline std::string ReadString(int fd, size_t size) {
                        Deadline(absl::Seconds(10)), &read)
                   .ok());
   return text;
+}
+
+// `size` bytes of a pattern that differs with `seed`.
+inline std::vector<std::byte> Pattern(size_t size, uint64_t seed) {
+  std::vector<std::byte> bytes(size);
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<std::byte>((i * 131 + seed * 17) >> 3);
+  return bytes;
+}
+
+// Sends three messages of `size` bytes from `from` to `to`, one down each receive path: posted
+// before the message is sent; sent first, kept as an unexpected message and copied when the
+// receive comes; consumed a piece at a time. Their tags' seq are the next three of `*seq`. Checks
+// that each arrives whole.
+inline void ExpectEveryReceivePathDelivers(Endpoint& from, Endpoint& to, size_t size,
+                                           uint64_t* seq) {
+  const std::vector<std::byte> posted_data = Pattern(size, ++*seq);
+  std::vector<std::byte> posted_into(size);
+  std::unique_ptr<PostedRecv> posted =
+      to.PostRecv(from.address(), Tag{.seq = *seq}, posted_into, Deadline(), nullptr);
+  ASSERT_TRUE(from.Send(to.address(), Tag{.seq = *seq}, posted_data, Deadline()).ok());
+  ASSERT_TRUE(posted->Wait().ok());
+  EXPECT_TRUE(posted_into == posted_data);
+
+  const std::vector<std::byte> unexpected_data = Pattern(size, ++*seq);
+  ASSERT_TRUE(from.Send(to.address(), Tag{.seq = *seq}, unexpected_data, Deadline()).ok());
+  std::vector<std::byte> unexpected_into(size);
+  ASSERT_TRUE(to.Recv(from.address(), Tag{.seq = *seq}, unexpected_into, Deadline()).ok());
+  EXPECT_TRUE(unexpected_into == unexpected_data);
+
+  const std::vector<std::byte> consumed_data = Pattern(size, ++*seq);
+  std::vector<std::byte> consumed_into(size);
+  std::unique_ptr<PostedRecv> consumed = to.PostConsume(
+      from.address(), Tag{.seq = *seq}, size, Deadline(), [&](size_t offset, ConstByteSpan piece) {
+        std::copy(piece.begin(), piece.end(), consumed_into.data() + offset);
+      });
+  ASSERT_TRUE(from.Send(to.address(), Tag{.seq = *seq}, consumed_data, Deadline()).ok());
+  ASSERT_TRUE(consumed->Wait().ok());
+  EXPECT_TRUE(consumed_into == consumed_data);
 }
 
 // True once the endpoint has closed the raw connection (EOF or reset).

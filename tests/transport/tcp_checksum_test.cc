@@ -34,12 +34,6 @@ std::unique_ptr<Endpoint> NewEndpoint(bool checksum) {
   return endpoint.ok() ? *std::move(endpoint) : nullptr;
 }
 
-std::vector<std::byte> Pattern(size_t size, uint64_t seed) {
-  std::vector<std::byte> bytes(size);
-  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<std::byte>((i * 131 + seed * 17) >> 3);
-  return bytes;
-}
-
 // Sizes that take every way a payload is read: none, a few bytes, at most 64 KiB (read by the
 // thread waiting for it), and large ones of several 256 KiB pieces that end mid-piece (read by
 // the connection's reader thread).
@@ -58,32 +52,7 @@ TEST_P(TcpChecksumRoundTripTest, EveryReceivePathDeliversTheSentBytes) {
   uint64_t messages = 0;
   for (const size_t size : kSizes) {
     SCOPED_TRACE(absl::StrCat(size, " bytes"));
-    // Posted before the message is sent.
-    const std::vector<std::byte> posted_data = Pattern(size, ++seq);
-    std::vector<std::byte> posted_into(size);
-    std::unique_ptr<PostedRecv> posted =
-        b->PostRecv(a->address(), Tag{.seq = seq}, posted_into, Deadline(), nullptr);
-    ASSERT_TRUE(a->Send(b->address(), Tag{.seq = seq}, posted_data, Deadline()).ok());
-    ASSERT_TRUE(posted->Wait().ok());
-    EXPECT_TRUE(posted_into == posted_data);
-
-    // Sent before the receive is posted: kept as an unexpected message, then copied.
-    const std::vector<std::byte> unexpected_data = Pattern(size, ++seq);
-    ASSERT_TRUE(a->Send(b->address(), Tag{.seq = seq}, unexpected_data, Deadline()).ok());
-    std::vector<std::byte> unexpected_into(size);
-    ASSERT_TRUE(b->Recv(a->address(), Tag{.seq = seq}, unexpected_into, Deadline()).ok());
-    EXPECT_TRUE(unexpected_into == unexpected_data);
-
-    // Consumed a piece at a time.
-    const std::vector<std::byte> consumed_data = Pattern(size, ++seq);
-    std::vector<std::byte> consumed_into(size);
-    std::unique_ptr<PostedRecv> consumed = b->PostConsume(
-        a->address(), Tag{.seq = seq}, size, Deadline(), [&](size_t offset, ConstByteSpan piece) {
-          std::copy(piece.begin(), piece.end(), consumed_into.data() + offset);
-        });
-    ASSERT_TRUE(a->Send(b->address(), Tag{.seq = seq}, consumed_data, Deadline()).ok());
-    ASSERT_TRUE(consumed->Wait().ok());
-    EXPECT_TRUE(consumed_into == consumed_data);
+    ExpectEveryReceivePathDelivers(*a, *b, size, &seq);
     messages += 3;
   }
   // One SendAll of every size (more frames than fit on its stack), the first receive posted.

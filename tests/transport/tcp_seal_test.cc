@@ -40,12 +40,6 @@ std::unique_ptr<Endpoint> NewEndpoint(bool seal, bool checksum = false) {
   return endpoint.ok() ? *std::move(endpoint) : nullptr;
 }
 
-std::vector<std::byte> Pattern(size_t size, uint64_t seed) {
-  std::vector<std::byte> bytes(size);
-  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<std::byte>((i * 131 + seed * 17) >> 3);
-  return bytes;
-}
-
 // Every way a payload is read: none, a few bytes, at most 64 KiB (read by the thread waiting for
 // it), exactly one record, and several records ending mid-record (read by the reader thread).
 const std::vector<size_t> kSizes = {
@@ -65,36 +59,8 @@ TEST_P(TcpSealRoundTripTest, EveryReceivePathDeliversTheSentBytes) {
   uint64_t bytes = 0;
   for (const size_t size : kSizes) {
     SCOPED_TRACE(absl::StrCat(size, " bytes"));
-    const std::vector<std::byte> posted_data = Pattern(size, ++seq);
-    std::vector<std::byte> posted_into(size);
-    std::unique_ptr<PostedRecv> posted =
-        b->PostRecv(a->address(), Tag{.seq = seq}, posted_into, Deadline(), nullptr);
-    ASSERT_TRUE(a->Send(b->address(), Tag{.seq = seq}, posted_data, Deadline()).ok());
-    ASSERT_TRUE(posted->Wait().ok());
-    EXPECT_TRUE(posted_into == posted_data);
-
-    const std::vector<std::byte> unexpected_data = Pattern(size, ++seq);
-    ASSERT_TRUE(a->Send(b->address(), Tag{.seq = seq}, unexpected_data, Deadline()).ok());
-    std::vector<std::byte> unexpected_into(size);
-    ASSERT_TRUE(b->Recv(a->address(), Tag{.seq = seq}, unexpected_into, Deadline()).ok());
-    EXPECT_TRUE(unexpected_into == unexpected_data);
-
-    const std::vector<std::byte> consumed_data = Pattern(size, ++seq);
-    std::vector<std::byte> consumed_into(size);
-    std::unique_ptr<PostedRecv> consumed = b->PostConsume(
-        a->address(), Tag{.seq = seq}, size, Deadline(), [&](size_t offset, ConstByteSpan piece) {
-          std::copy(piece.begin(), piece.end(), consumed_into.data() + offset);
-        });
-    ASSERT_TRUE(a->Send(b->address(), Tag{.seq = seq}, consumed_data, Deadline()).ok());
-    ASSERT_TRUE(consumed->Wait().ok());
-    EXPECT_TRUE(consumed_into == consumed_data);
-
-    // And back, on the same connection.
-    const std::vector<std::byte> back = Pattern(size, ++seq);
-    ASSERT_TRUE(b->Send(a->address(), Tag{.seq = seq}, back, Deadline()).ok());
-    std::vector<std::byte> back_into(size);
-    ASSERT_TRUE(a->Recv(b->address(), Tag{.seq = seq}, back_into, Deadline()).ok());
-    EXPECT_TRUE(back_into == back);
+    ExpectEveryReceivePathDelivers(*a, *b, size, &seq);
+    ExpectEveryReceivePathDelivers(*b, *a, size, &seq);  // back, on the same connection
     messages += 3;
     bytes += 3 * (size + kFrameHeaderBytes);
   }
