@@ -38,14 +38,13 @@ Aes256Gcm& Aes256Gcm::operator=(Aes256Gcm&&) noexcept = default;
 Aes256Gcm::~Aes256Gcm() = default;
 
 void Aes256Gcm::Rekey(const AeadKey& key) {
-  if (EVP_CipherInit_ex(context_->ctx, nullptr, nullptr, Bytes(key.data()), nullptr, -1) != 1) {
-    failed_ = true;
-  }
+  key_failed_ =
+      EVP_CipherInit_ex(context_->ctx, nullptr, nullptr, Bytes(key.data()), nullptr, -1) != 1;
 }
 
 void Aes256Gcm::Begin(const AeadNonce& nonce, std::span<const std::byte> associated) {
-  failed_ =
-      EVP_CipherInit_ex(context_->ctx, nullptr, nullptr, nullptr, Bytes(nonce.data()), -1) != 1;
+  failed_ = key_failed_ || EVP_CipherInit_ex(context_->ctx, nullptr, nullptr, nullptr,
+                                             Bytes(nonce.data()), -1) != 1;
   int length = 0;
   if (!associated.empty() &&
       EVP_CipherUpdate(context_->ctx, nullptr, &length, Bytes(associated.data()),

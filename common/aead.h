@@ -52,7 +52,8 @@ class Aes256Gcm {
 
   std::unique_ptr<Context> context_;
   Mode mode_;
-  bool failed_ = false;  // a libcrypto call failed since Begin
+  bool key_failed_ = false;  // the last Rekey failed: every message fails until the next works
+  bool failed_ = false;      // a libcrypto call failed since Begin
 };
 
 }  // namespace baton

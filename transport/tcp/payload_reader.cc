@@ -6,15 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "transport/crc32c.h"
+#include "transport/tcp/connection.h"
 
 namespace baton::transport::tcp {
-namespace {
-
-// Checksummed payloads are read (and their CRC computed) this much at a time, so that each piece
-// is checked while it is still in the cache.
-constexpr size_t kChecksumPieceBytes = size_t{256} << 10;
-
-}  // namespace
 
 PayloadReader::PayloadReader(BufferedReader& in, const FrameHeader& header, RecordCipher* open)
     : in_(in), header_(header), open_(open), left_(header.payload_bytes) {
@@ -36,9 +30,9 @@ absl::Status PayloadReader::Read(ByteSpan into, absl::Time deadline,
     size_t done = 0;
     absl::Status status;
     while (status.ok() && done < into.size()) {
-      const ByteSpan piece =
-          into.subspan(done, header_.checksum ? std::min(kChecksumPieceBytes, into.size() - done)
-                                              : std::dynamic_extent);
+      // A checksummed payload a piece at a time, so that each is checked while in the cache.
+      const ByteSpan piece = into.subspan(
+          done, header_.checksum ? std::min(kPieceBytes, into.size() - done) : std::dynamic_extent);
       size_t got = 0;
       status = ReadFromSocket(piece, deadline, cancelled, &got);
       if (header_.checksum) crc_ = Crc32c(crc_, piece.first(got));
