@@ -65,12 +65,14 @@ OperationRunner::OperationRunner(Layout layout, uint64_t comm, transport::Endpoi
 }
 
 absl::StatusOr<std::string> OperationRunner::Run(uint64_t seq, std::span<const LocalPart> parts,
-                                                 OpStats& stats, std::string& algorithm_name) {
+                                                 OpStats& stats, std::string& algorithm_name,
+                                                 absl::Time deadline) {
+  deadline = std::min(deadline, absl::Now() + options_.op_timeout);
   const bool across = layout_.daemon_count() > 1;
   // Before anything that could end this operation early here, so that every daemon exchanges.
   if (options_.learn_algorithms && across && seq > 0 && seq % kMeasurementExchangeEvery == 0) {
     PhaseTimer timer(&stats.transport);
-    BATON_RETURN_IF_ERROR(ExchangeMeasurements(seq));
+    BATON_RETURN_IF_ERROR(ExchangeMeasurements(seq, deadline));
   }
   const OpSpec& first = *parts.front().spec;
   const std::vector<int>& local = layout_.local_ranks();
@@ -81,26 +83,25 @@ absl::StatusOr<std::string> OperationRunner::Run(uint64_t seq, std::span<const L
           first.Describe(), ", rank ", local[i], " called ", parts[i].spec->Describe()));
     }
   }
-  if (!across) return RunSchedule(seq, parts, endpoint_, stats, algorithm_name);
+  if (!across) return RunSchedule(seq, parts, deadline, endpoint_, stats, algorithm_name);
   // The signature rides with the operation's first message to the next daemon when that comes
   // before the operation waits for anything; else it goes alone.
   transport::PiggybackEndpoint piggyback(endpoint_);
   PeerCheck check;
   {
     PhaseTimer timer(&stats.transport);
-    BATON_RETURN_IF_ERROR(StartPeerCheck(seq, first, piggyback, check));
+    BATON_RETURN_IF_ERROR(StartPeerCheck(seq, deadline, first, piggyback, check));
   }
-  absl::StatusOr<std::string> result = RunSchedule(seq, parts, &piggyback, stats, algorithm_name);
+  absl::StatusOr<std::string> result =
+      RunSchedule(seq, parts, deadline, &piggyback, stats, algorithm_name);
   PhaseTimer timer(&stats.transport);
   BATON_RETURN_IF_ERROR(FinishPeerCheck(seq, piggyback, check, result.status()));
   return result;
 }
 
-absl::StatusOr<std::string> OperationRunner::RunSchedule(uint64_t seq,
-                                                         std::span<const LocalPart> parts,
-                                                         transport::Endpoint* endpoint,
-                                                         OpStats& stats,
-                                                         std::string& algorithm_name) {
+absl::StatusOr<std::string> OperationRunner::RunSchedule(
+    uint64_t seq, std::span<const LocalPart> parts, absl::Time deadline,
+    transport::Endpoint* endpoint, OpStats& stats, std::string& algorithm_name) {
   const OpSpec& spec = *parts.front().spec;
   const bool across = layout_.daemon_count() > 1;
   TimingEndpoint timed(endpoint, &stats);
@@ -109,7 +110,7 @@ absl::StatusOr<std::string> OperationRunner::RunSchedule(uint64_t seq,
   schedule.ctx.stats = &stats;
   schedule.ctx.comm = comm_;
   schedule.ctx.seq = seq;
-  schedule.ctx.deadline = absl::Now() + options_.op_timeout;
+  schedule.ctx.deadline = deadline;
   schedule.ctx.chunk_bytes = options_.chunk_bytes;
   schedule.layout = &layout_;
   schedule.spec = &spec;
@@ -162,7 +163,7 @@ Algorithm OperationRunner::ChooseAlgorithm(const OpSpec& spec) {
   return chosen;
 }
 
-absl::Status OperationRunner::ExchangeMeasurements(uint64_t seq) {
+absl::Status OperationRunner::ExchangeMeasurements(uint64_t seq, absl::Time deadline) {
   std::vector<int64_t> counters;
   {
     absl::MutexLock lock(&measured_mu_);
@@ -173,7 +174,7 @@ absl::Status OperationRunner::ExchangeMeasurements(uint64_t seq) {
   ctx.comm = comm_;
   ctx.seq = seq;
   ctx.first_step = kMeasurementStep;
-  ctx.deadline = absl::Now() + options_.op_timeout;
+  ctx.deadline = deadline;
   ctx.chunk_bytes = options_.chunk_bytes;
   absl::Status status = DoublingAllReduce(ctx, layout_.DaemonParticipants(), counters.data(),
                                           counters.size(), DataType::kInt64, ReduceOp::kSum);
@@ -206,7 +207,7 @@ std::vector<AlgorithmCost> OperationRunner::Predict(Collective collective, size_
   return costs;
 }
 
-absl::Status OperationRunner::StartPeerCheck(uint64_t seq, const OpSpec& mine,
+absl::Status OperationRunner::StartPeerCheck(uint64_t seq, absl::Time deadline, const OpSpec& mine,
                                              transport::PiggybackEndpoint& piggyback,
                                              PeerCheck& check) const {
   // Each daemon tells the next one on the check's cycle (SignatureCheckNeighbours) what its ranks
@@ -219,7 +220,6 @@ absl::Status OperationRunner::StartPeerCheck(uint64_t seq, const OpSpec& mine,
   const LayoutDaemon& next = layout_.daemons[check_neighbours_.next];
   const LayoutDaemon& prev = layout_.daemons[check_neighbours_.prev];
   const transport::Tag tag{comm_, seq, kSignatureStep, 0};
-  const absl::Time deadline = absl::Now() + options_.op_timeout;
   check.own = Signature::Of(mine);
   auto arrived = [this, seq, &mine, &prev, &check] {
     if (!(check.own == check.theirs)) {

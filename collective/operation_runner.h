@@ -62,8 +62,11 @@ class OperationRunner {
   // Runs operation `seq` of the local ranks' `parts` (by local index). Returns the algorithm
   // that ran ("local" with a single daemon) and sets `algorithm_name` as soon as it is chosen, so
   // that a failure reports it too. FailedPrecondition when ranks called different operations.
+  // The operation fails at `deadline` (the earliest of its ranks' call deadlines) or after
+  // options.op_timeout, whichever comes first.
   absl::StatusOr<std::string> Run(uint64_t seq, std::span<const LocalPart> parts, OpStats& stats,
-                                  std::string& algorithm_name);
+                                  std::string& algorithm_name,
+                                  absl::Time deadline = absl::InfiniteFuture());
 
   // The tuner's prediction for `collective` on `bytes` across the daemons, cheapest first; empty
   // with a single daemon.
@@ -72,13 +75,13 @@ class OperationRunner {
  private:
   struct PeerCheck;
   absl::StatusOr<std::string> RunSchedule(uint64_t seq, std::span<const LocalPart> parts,
-                                          transport::Endpoint* endpoint, OpStats& stats,
-                                          std::string& algorithm_name);
+                                          absl::Time deadline, transport::Endpoint* endpoint,
+                                          OpStats& stats, std::string& algorithm_name);
   Algorithm ChooseAlgorithm(const OpSpec& spec);
   // Every kMeasurementExchangeEvery-th operation, before it runs, the daemons sum the all_reduce
   // times each measured since the last exchange and add them to the table every choice reads.
   static constexpr uint64_t kMeasurementExchangeEvery = 64;
-  absl::Status ExchangeMeasurements(uint64_t seq);
+  absl::Status ExchangeMeasurements(uint64_t seq, absl::Time deadline);
   // The operation's signature exchange with the check neighbours, overlapped with the operation:
   // StartPeerCheck posts the receive of the previous daemon's signature and gives this daemon's
   // to `piggyback`, which sends it with the operation's first message to the next daemon, or
@@ -86,7 +89,7 @@ class OperationRunner {
   // it is given), makes sure it went, waits for the previous one's and returns
   // FailedPrecondition describing both sides if they differ. A disagreement also aborts the
   // communicator's transport the moment it arrives, so a running operation stops.
-  absl::Status StartPeerCheck(uint64_t seq, const OpSpec& mine,
+  absl::Status StartPeerCheck(uint64_t seq, absl::Time deadline, const OpSpec& mine,
                               transport::PiggybackEndpoint& piggyback, PeerCheck& check) const;
   absl::Status FinishPeerCheck(uint64_t seq, transport::PiggybackEndpoint& piggyback,
                                PeerCheck& check, const absl::Status& outcome) const;

@@ -138,6 +138,7 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
   Slot& slot = slots_[seq];
   if (slot.parts.empty()) slot.parts.resize(local_ranks_.size());
   slot.parts[index] = std::move(request);
+  slot.deadline = std::min(slot.deadline, deadline);
   ++slot.arrived;
   // The last local rank to arrive runs the operation itself when nothing is ahead of it: handing
   // it to the executor thread would cost two thread wake-ups, which dominate small operations.
@@ -278,7 +279,7 @@ void Communicator::RunNext() {
   const absl::Time start = absl::Now();
   collective::OpStats stats;
   std::string algorithm;
-  absl::StatusOr<std::string> result = runner_.Run(seq, parts, stats, algorithm);
+  absl::StatusOr<std::string> result = runner_.Run(seq, parts, stats, algorithm, slot.deadline);
   if (options_.observer != nullptr) {
     options_.observer->OnOperation(
         OpRecord{requests.front().spec.collective, algorithm, absl::Now() - start, result.ok(),

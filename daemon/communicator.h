@@ -141,6 +141,7 @@ class Communicator {
     bool done = false;
     absl::Status result;
     std::string algorithm;
+    absl::Time deadline = absl::InfiniteFuture();  // the earliest of the parts' call deadlines
   };
 
   absl::Status CheckAttachedLocked(int index, int rank, uint64_t session_id) const

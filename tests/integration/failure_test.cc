@@ -204,6 +204,34 @@ TEST(FailureTest, ARankThatExitsWithoutDestroyFailsItsPeersInsteadOfHangingThem)
   EXPECT_LT(took, absl::Seconds(10)) << "well before the 30 s operation timeout";
 }
 
+// A call's own timeout bounds the operation on the daemon, not only the daemon's op_timeout: a
+// rank waiting for a peer that never submits fails at its 2 s deadline, naming the peer's node,
+// although the daemons would wait 60 s.
+TEST(FailureTest, ACallsTimeoutBoundsTheOperationAndNamesTheNodeItWaitedFor) {
+  TestCluster cluster(2, {"--op-timeout=60s"});
+  ASSERT_TRUE(cluster.ok());
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  std::unique_ptr<Client> late_client = MustConnect(cluster.daemons()[1].socket);
+  std::thread late_join([&] {
+    auto comm = late_client->Join(id, 2, 1, std::chrono::seconds(30));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+  });
+  std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
+  auto comm = client->Join(id, 2, 0, std::chrono::seconds(30));
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  late_join.join();
+  float value = 1;
+  const absl::Time start = absl::Now();
+  const Status status = (*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
+                                           CallOptions(std::chrono::seconds(2)));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), "node-1")) << status;
+  EXPECT_GE(took, absl::Milliseconds(1900));
+  EXPECT_LT(took, absl::Seconds(8)) << "the call's 2 s, not the daemon's 60 s (nor 2 s + the "
+                                       "client's 10 s grace)";
+}
+
 }  // namespace
 }  // namespace baton
 
