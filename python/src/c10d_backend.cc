@@ -1,0 +1,753 @@
+#include "python/src/c10d_backend.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <numeric>
+#include <utility>
+
+namespace baton::torch_backend {
+namespace {
+
+constexpr char kCommIdKey[] = "baton/comm_id";
+constexpr char kCommIdErrorPrefix[] = "error:";
+
+[[noreturn]] void ThrowBackendError(const std::string& message) {
+  C10_THROW_ERROR(DistBackendError, message);
+}
+
+// Baton's element type for a tensor's scalar type (complex: of its real parts).
+baton_dtype_t TypeOf(at::ScalarType type) {
+  switch (type) {
+    case at::kChar:
+      return BATON_INT8;
+    case at::kByte:
+    case at::kBool:
+      return BATON_UINT8;
+    case at::kInt:
+      return BATON_INT32;
+    case at::kUInt32:
+      return BATON_UINT32;
+    case at::kLong:
+      return BATON_INT64;
+    case at::kUInt64:
+      return BATON_UINT64;
+    case at::kHalf:
+    case at::kComplexHalf:
+      return BATON_FLOAT16;
+    case at::kBFloat16:
+      return BATON_BFLOAT16;
+    case at::kFloat:
+    case at::kComplexFloat:
+      return BATON_FLOAT32;
+    case at::kDouble:
+    case at::kComplexDouble:
+      return BATON_FLOAT64;
+    case at::kFloat8_e4m3fn:
+      return BATON_FP8_E4M3;
+    case at::kFloat8_e5m2:
+      return BATON_FP8_E5M2;
+    default:
+      TORCH_CHECK_TYPE(false, "baton: tensors of type ", type,
+                       " are not supported (Baton has int8, uint8, int32, uint32, int64, uint64, "
+                       "float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2; bool "
+                       "and complex map onto those)");
+  }
+}
+
+// Baton's reduce operator for `op` on tensors of `type`. bool: SUM is a logical or, PRODUCT a
+// logical and (ProcessGroupNCCL's choice); complex: only the sums are elementwise on the real
+// parts.
+baton_reduce_op_t OpOf(const c10d::ReduceOp& op, at::ScalarType type) {
+  const bool is_bool = type == at::kBool;
+  const bool is_complex = at::isComplexType(type);
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return is_bool ? BATON_MAX : BATON_SUM;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK_VALUE(!is_bool, "baton: AVG of bool tensors is not defined");
+      return BATON_AVG;
+    case c10d::ReduceOp::PRODUCT:
+      TORCH_CHECK_VALUE(!is_complex, "baton: PRODUCT of complex tensors is not supported");
+      return is_bool ? BATON_MIN : BATON_PROD;
+    case c10d::ReduceOp::MIN:
+      TORCH_CHECK_VALUE(!is_complex, "baton: MIN of complex tensors is not defined");
+      return BATON_MIN;
+    case c10d::ReduceOp::MAX:
+      TORCH_CHECK_VALUE(!is_complex, "baton: MAX of complex tensors is not defined");
+      return BATON_MAX;
+    default:
+      TORCH_CHECK_VALUE(false, "baton: reduce op ", op.op_,
+                        " is not supported (SUM, AVG, PRODUCT, MIN and MAX are; BAND, BOR, "
+                        "BXOR and PREMUL_SUM are not)");
+  }
+}
+
+void CheckTensor(const at::Tensor& t, const char* op) {
+  TORCH_CHECK_VALUE(t.defined(), "baton ", op, ": undefined tensor");
+  TORCH_CHECK_VALUE(t.device().is_cpu(), "baton ", op, ": got a tensor on ", t.device(),
+                    ", but this build of the baton backend moves CPU tensors only (the GPU data "
+                    "path, device buffers shared with the daemon, does not exist yet); copy it "
+                    "to the CPU first");
+  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "baton ", op,
+                    ": only dense (strided) tensors "
+                    "are supported, not ",
+                    t.layout());
+}
+
+const at::Tensor& Single(const std::vector<at::Tensor>& tensors, const char* op) {
+  TORCH_CHECK_VALUE(tensors.size() == 1, "baton ", op, ": expects one tensor per call, got ",
+                    tensors.size());
+  CheckTensor(tensors[0], op);
+  return tensors[0];
+}
+
+// Baton's view of a contiguous tensor: its first byte, element count and type.
+struct Elements {
+  void* data;
+  size_t count;
+  baton_dtype_t type;
+};
+
+Elements ElementsOf(const at::Tensor& t) {
+  const size_t per = at::isComplexType(t.scalar_type()) ? 2 : 1;
+  return {t.data_ptr(), static_cast<size_t>(t.numel()) * per, TypeOf(t.scalar_type())};
+}
+
+std::string Describe(const char* op, const at::Tensor& t) {
+  return c10::str(op, " of ", t.numel(), " ", t.scalar_type());
+}
+
+// Runs a C API call blocking (its request has completed) or asynchronously.
+template <typename Sync, typename Async, typename... Args>
+std::shared_ptr<baton::Request> Invoke(bool blocking, Sync sync, Async async, baton_comm_t* comm,
+                                       const baton_call_options_t& options, Args... args) {
+  if (blocking) {
+    return std::make_shared<baton::Request>(baton::Status::FromC(sync(comm, args..., &options)));
+  }
+  baton_request_t* request = nullptr;
+  const baton_code_t code = async(comm, args..., &options, &request);
+  if (code != BATON_OK) return std::make_shared<baton::Request>(baton::Status::FromC(code));
+  return std::make_shared<baton::Request>(request);
+}
+
+std::vector<size_t> Displacements(const std::vector<size_t>& counts) {
+  std::vector<size_t> displs(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
+  return displs;
+}
+
+// Element counts per rank of an all_to_all_single side: equal blocks when `splits` is empty,
+// else splits[i] rows of the tensor's first dimension.
+std::vector<size_t> SplitCounts(const at::Tensor& t, const std::vector<int64_t>& splits, int size,
+                                const char* side) {
+  const size_t per = at::isComplexType(t.scalar_type()) ? 2 : 1;
+  std::vector<size_t> counts(size);
+  if (splits.empty()) {
+    TORCH_CHECK_VALUE(t.numel() % size == 0, "baton all_to_all_single: the ", side, " tensor's ",
+                      t.numel(), " elements do not split evenly over ", size, " ranks");
+    std::fill(counts.begin(), counts.end(), per * static_cast<size_t>(t.numel() / size));
+    return counts;
+  }
+  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == size,
+                    "baton all_to_all_single: ", splits.size(), " ", side, " split sizes for ",
+                    size, " ranks");
+  TORCH_CHECK_VALUE(t.dim() > 0,
+                    "baton all_to_all_single: split sizes need a tensor with a "
+                    "first dimension");
+  const int64_t row = t.size(0) == 0 ? 0 : t.numel() / t.size(0);
+  int64_t rows = 0;
+  for (int i = 0; i < size; ++i) {
+    TORCH_CHECK_VALUE(splits[i] >= 0, "baton all_to_all_single: negative split size");
+    rows += splits[i];
+    counts[i] = per * static_cast<size_t>(splits[i] * row);
+  }
+  TORCH_CHECK_VALUE(rows == t.size(0), "baton all_to_all_single: the ", side,
+                    " split sizes add up to ", rows, " rows, but the tensor has ", t.size(0));
+  return counts;
+}
+
+}  // namespace
+
+// One torch call made ready for Baton: the contiguous tensors Baton reads and writes, and the
+// copies back into the caller's tensors that run once the operations succeeded.
+struct BatonBackend::Launch {
+  Launch(c10d::OpType type, std::string what, std::chrono::milliseconds timeout, bool async)
+      : type(type), what(std::move(what)), timeout(timeout), async(async) {}
+
+  // A tensor Baton reads: itself when contiguous, else a contiguous copy.
+  at::Tensor In(const at::Tensor& t) {
+    if (t.is_contiguous()) return t;
+    at::Tensor dense = t.contiguous();
+    keep.push_back(dense);
+    return dense;
+  }
+  // A tensor Baton writes (and reads, when `read`): itself when contiguous, else a contiguous
+  // copy that is copied back into `t` on success.
+  at::Tensor Out(const at::Tensor& t, bool read) {
+    if (t.is_contiguous()) return t;
+    at::Tensor dense = read ? t.contiguous() : at::empty_like(t, at::MemoryFormat::Contiguous);
+    keep.push_back(dense);
+    copy_back.emplace_back([t, dense]() mutable { t.copy_(dense); });
+    return dense;
+  }
+  // A staging tensor Baton fills; `then` moves it into the caller's tensors on success.
+  void Staged(const at::Tensor& staging, std::function<void()> then) {
+    keep.push_back(staging);
+    copy_back.push_back(std::move(then));
+  }
+
+  c10d::OpType type;
+  std::string what;
+  std::chrono::milliseconds timeout;
+  bool async;
+  std::vector<at::Tensor> outputs;
+  std::vector<at::Tensor> keep;
+  std::vector<std::function<void()>> copy_back;
+};
+
+BatonBackend::BatonBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                           std::chrono::milliseconds timeout, baton_client_t* client)
+    : c10d::Backend(rank, size),
+      timeout_(timeout),
+      watcher_(std::make_shared<CompletionWatcher>()) {
+  TORCH_CHECK_VALUE(client != nullptr, "baton: no client (connect to the daemon first)");
+  if (rank == 0) {
+    char id[BATON_COMM_ID_MAX];
+    const baton::Status created =
+        baton::Status::FromC(baton_client_create_comm_id(client, id, sizeof id));
+    // The other ranks wait for this key: on failure they get the reason instead of a timeout.
+    const std::string value =
+        created.ok() ? std::string(id) : kCommIdErrorPrefix + created.ToString();
+    store->set(kCommIdKey, std::vector<uint8_t>(value.begin(), value.end()));
+    if (!created.ok()) {
+      ThrowBackendError(
+          c10::str("baton: rank 0 could not create a communicator through its "
+                   "daemon (",
+                   baton_client_node_name(client), "): ", created.ToString()));
+    }
+  }
+  const std::vector<uint8_t> published = store->get(kCommIdKey);
+  comm_id_.assign(published.begin(), published.end());
+  if (comm_id_.rfind(kCommIdErrorPrefix, 0) == 0) {
+    ThrowBackendError(c10::str("baton: rank 0 could not create the communicator: ",
+                               comm_id_.substr(sizeof kCommIdErrorPrefix - 1)));
+  }
+  baton_comm_t* comm = nullptr;
+  const baton::Status joined = baton::Status::FromC(baton_client_join(
+      client, comm_id_.c_str(), size, rank, static_cast<int64_t>(timeout.count()), &comm));
+  if (!joined.ok()) {
+    ThrowBackendError(
+        c10::str("baton: rank ", rank, " of ", size,
+                 " could not join the process group's communicator: ", joined.ToString()));
+  }
+  comm_ = std::make_unique<baton::Communicator>(comm);
+}
+
+BatonBackend::~BatonBackend() {
+  watcher_.reset();  // lets the watched works finish; each has a deadline
+  if (coalescing_) baton::GroupEnd();
+}
+
+c10d::ErrorType BatonBackend::getError() {
+  return abort_reason_.empty() ? c10d::ErrorType::SUCCESS : c10d::ErrorType::COMM_ERROR;
+}
+
+void BatonBackend::abort() {
+  abort_reason_ = c10::str("torch.distributed aborted the process group on rank ", getRank());
+  comm_->Abort(abort_reason_);
+}
+
+void BatonBackend::shutdown() { comm_->Destroy(); }
+
+int64_t BatonBackend::operations(const std::string& collective) const {
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  auto it = counts_.find(collective);
+  return it == counts_.end() ? 0 : it->second;
+}
+
+void BatonBackend::Count(const std::string& collective, int64_t n) {
+  std::lock_guard<std::mutex> lock(counts_mu_);
+  counts_[collective] += n;
+}
+
+std::chrono::milliseconds BatonBackend::TimeoutOf(std::chrono::milliseconds requested) const {
+  return requested == c10d::kUnsetTimeout || requested.count() <= 0 ? timeout_ : requested;
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::Run(Launch launch, const Submit& submit) {
+  baton_call_options_t options;
+  baton_call_options_init(&options);
+  options.timeout_ms = static_cast<int64_t>(launch.timeout.count());
+  // Inside a coalescing block the operations are queued in the thread's group, so they are
+  // submitted as requests that complete when endCoalescing ends the group.
+  const bool blocking = !launch.async && !coalescing_;
+  std::vector<std::shared_ptr<baton::Request>> requests =
+      submit(comm_->handle(), options, blocking);
+  std::function<void()> finish;
+  if (!launch.copy_back.empty()) {
+    finish = [copies = std::move(launch.copy_back)]() {
+      for (const auto& copy : copies) copy();
+    };
+  }
+  auto work = c10::make_intrusive<BatonWork>(getRank(), launch.type, std::move(launch.what),
+                                             std::move(requests), std::move(launch.outputs),
+                                             std::move(finish), std::move(launch.keep), watcher_);
+  if (blocking) work->Poll(std::nullopt);  // already complete: runs the copies back now
+  if (coalescing_) coalesced_.push_back(work);
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                       const c10d::BroadcastOptions& opts) {
+  const at::Tensor& t = Single(tensors, "broadcast");
+  Launch launch(c10d::OpType::BROADCAST, Describe("broadcast", t), TimeoutOf(opts.timeout),
+                opts.asyncOp);
+  const at::Tensor buf = launch.Out(t, /*read=*/true);
+  launch.outputs = {t};
+  const Elements e = ElementsOf(buf);
+  const int root = static_cast<int>(opts.rootRank);
+  Count("broadcast");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_broadcast, baton_broadcast_async, comm, o,
+                              static_cast<const void*>(e.data), e.data, e.count, e.type, root)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::AllreduceOptions& opts) {
+  const at::Tensor& t = Single(tensors, "all_reduce");
+  TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "baton: sparse all_reduce is not supported");
+  const baton_reduce_op_t op = OpOf(opts.reduceOp, t.scalar_type());
+  Launch launch(c10d::OpType::ALLREDUCE, Describe("all_reduce", t), TimeoutOf(opts.timeout),
+                opts.asyncOp);
+  const at::Tensor buf = launch.Out(t, /*read=*/true);
+  launch.outputs = {t};
+  const Elements e = ElementsOf(buf);
+  Count("all_reduce");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_all_reduce, baton_all_reduce_async, comm, o,
+                              static_cast<const void*>(e.data), e.data, e.count, e.type, op)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  TORCH_CHECK_VALUE(!tensors.empty(), "baton all_reduce_coalesced: no tensors");
+  for (const at::Tensor& t : tensors) {
+    CheckTensor(t, "all_reduce_coalesced");
+    TORCH_CHECK_VALUE(t.scalar_type() == tensors[0].scalar_type(),
+                      "baton all_reduce_coalesced: tensors of different types (",
+                      tensors[0].scalar_type(), ", ", t.scalar_type(), ")");
+  }
+  const baton_reduce_op_t op = OpOf(opts.reduceOp, tensors[0].scalar_type());
+  // One operation over the tensors laid end to end, as ProcessGroupGloo does.
+  std::vector<at::Tensor> flat_views;
+  flat_views.reserve(tensors.size());
+  for (const at::Tensor& t : tensors) flat_views.push_back(t.reshape({-1}));
+  at::Tensor flat = at::cat(flat_views);
+  Launch launch(c10d::OpType::ALLREDUCE_COALESCED, Describe("all_reduce_coalesced", flat),
+                TimeoutOf(opts.timeout), opts.asyncOp);
+  launch.outputs = tensors;
+  launch.Staged(flat, [flat, tensors]() mutable {
+    int64_t offset = 0;
+    for (at::Tensor& t : tensors) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  });
+  const Elements e = ElementsOf(flat);
+  Count("all_reduce");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_all_reduce, baton_all_reduce_async, comm, o,
+                              static_cast<const void*>(e.data), e.data, e.count, e.type, op)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                    const c10d::ReduceOptions& opts) {
+  const at::Tensor& t = Single(tensors, "reduce");
+  const baton_reduce_op_t op = OpOf(opts.reduceOp, t.scalar_type());
+  Launch launch(c10d::OpType::REDUCE, Describe("reduce", t), TimeoutOf(opts.timeout), opts.asyncOp);
+  const at::Tensor buf = launch.Out(t, /*read=*/true);
+  launch.outputs = {t};
+  const Elements e = ElementsOf(buf);
+  const int root = static_cast<int>(opts.rootRank);
+  Count("reduce");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_reduce, baton_reduce_async, comm, o,
+                              static_cast<const void*>(e.data), e.data, e.count, e.type, op, root)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                             const c10d::AllgatherOptions& opts) {
+  CheckTensor(output, "all_gather_into_tensor");
+  CheckTensor(input, "all_gather_into_tensor");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "baton all_gather_into_tensor: output type ", output.scalar_type(),
+                   " differs from input type ", input.scalar_type());
+  TORCH_CHECK_VALUE(output.numel() == input.numel() * getSize(),
+                    "baton all_gather_into_tensor: output has ", output.numel(),
+                    " elements, expected ", input.numel(), " x ", getSize(), " ranks");
+  Launch launch(c10d::OpType::_ALLGATHER_BASE, Describe("all_gather", input),
+                TimeoutOf(opts.timeout), opts.asyncOp);
+  const Elements in = ElementsOf(launch.In(input));
+  const Elements out = ElementsOf(launch.Out(output, /*read=*/false));
+  launch.outputs = {output};
+  Count("all_gather");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_all_gather, baton_all_gather_async, comm, o,
+                              static_cast<const void*>(in.data), out.data, in.count, in.type)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const at::Tensor& input = Single(inputs, "all_gather");
+  TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                    "baton all_gather: expects one list of ", getSize(), " output tensors");
+  for (const at::Tensor& t : outputs[0]) {
+    CheckTensor(t, "all_gather");
+    TORCH_CHECK_VALUE(t.numel() == input.numel() && t.scalar_type() == input.scalar_type(),
+                      "baton all_gather: every output tensor must have the input's ", input.numel(),
+                      " elements of ", input.scalar_type());
+  }
+  Launch launch(c10d::OpType::ALLGATHER, Describe("all_gather", input), TimeoutOf(opts.timeout),
+                opts.asyncOp);
+  const Elements in = ElementsOf(launch.In(input));
+  at::Tensor flat = at::empty({getSize() * input.numel()}, input.options());
+  std::vector<at::Tensor> targets = outputs[0];
+  launch.outputs = targets;
+  launch.Staged(flat, [flat, targets]() mutable {
+    for (size_t i = 0; i < targets.size(); ++i) {
+      targets[i].copy_(
+          flat.narrow(0, i * targets[i].numel(), targets[i].numel()).view(targets[i].sizes()));
+    }
+  });
+  const Elements out = ElementsOf(flat);
+  Count("all_gather");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_all_gather, baton_all_gather_async, comm, o,
+                              static_cast<const void*>(in.data), out.data, in.count, in.type)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(), "baton all_gather_coalesced: ", outputs.size(),
+                    " output lists for ", inputs.size(), " inputs");
+  startCoalescing();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    std::vector<std::vector<at::Tensor>> out = {outputs[i]};
+    std::vector<at::Tensor> in = {inputs[i]};
+    allgather(out, in, opts);
+  }
+  return endCoalescing();
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
+                    "baton all_gather_into_tensor_coalesced: ", outputs.size(), " outputs for ",
+                    inputs.size(), " inputs");
+  const bool outer = !coalescing_;
+  if (outer) startCoalescing();
+  for (size_t i = 0; i < inputs.size(); ++i) _allgather_base(outputs[i], inputs[i], opts);
+  if (outer) return endCoalescing();
+  return coalesced_.back();
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                    std::vector<at::Tensor>& inputs,
+                                                    const c10d::GatherOptions& opts) {
+  const at::Tensor& input = Single(inputs, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool is_root = root == getRank();
+  if (is_root) {
+    TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
+                      "baton gather: the root expects one list of ", getSize(), " output tensors");
+    for (const at::Tensor& t : outputs[0]) {
+      CheckTensor(t, "gather");
+      TORCH_CHECK_VALUE(t.numel() == input.numel() && t.scalar_type() == input.scalar_type(),
+                        "baton gather: every output tensor must have the input's ", input.numel(),
+                        " elements of ", input.scalar_type());
+    }
+  } else {
+    TORCH_CHECK_VALUE(outputs.empty() || outputs[0].empty(),
+                      "baton gather: only the root takes output tensors");
+  }
+  Launch launch(c10d::OpType::GATHER, Describe("gather", input), TimeoutOf(opts.timeout),
+                opts.asyncOp);
+  const Elements in = ElementsOf(launch.In(input));
+  void* out = nullptr;
+  if (is_root) {
+    at::Tensor flat = at::empty({getSize() * input.numel()}, input.options());
+    std::vector<at::Tensor> targets = outputs[0];
+    launch.outputs = targets;
+    launch.Staged(flat, [flat, targets]() mutable {
+      for (size_t i = 0; i < targets.size(); ++i) {
+        targets[i].copy_(
+            flat.narrow(0, i * targets[i].numel(), targets[i].numel()).view(targets[i].sizes()));
+      }
+    });
+    out = flat.data_ptr();
+  }
+  Count("gather");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_gather, baton_gather_async, comm, o,
+                              static_cast<const void*>(in.data), out, in.count, in.type, root)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::scatter(std::vector<at::Tensor>& outputs,
+                                                     std::vector<std::vector<at::Tensor>>& inputs,
+                                                     const c10d::ScatterOptions& opts) {
+  const at::Tensor& output = Single(outputs, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  const bool is_root = root == getRank();
+  Launch launch(c10d::OpType::SCATTER, Describe("scatter", output), TimeoutOf(opts.timeout),
+                opts.asyncOp);
+  const void* in = nullptr;
+  if (is_root) {
+    TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                      "baton scatter: the root expects one list of ", getSize(), " input tensors");
+    std::vector<at::Tensor> pieces;
+    for (const at::Tensor& t : inputs[0]) {
+      CheckTensor(t, "scatter");
+      TORCH_CHECK_VALUE(t.numel() == output.numel() && t.scalar_type() == output.scalar_type(),
+                        "baton scatter: every input tensor must have the output's ", output.numel(),
+                        " elements of ", output.scalar_type());
+      pieces.push_back(t.reshape({-1}));
+    }
+    at::Tensor flat = at::cat(pieces);
+    launch.keep.push_back(flat);
+    in = flat.data_ptr();
+  } else {
+    TORCH_CHECK_VALUE(inputs.empty() || inputs[0].empty(),
+                      "baton scatter: only the root takes input tensors");
+  }
+  const Elements out = ElementsOf(launch.Out(output, /*read=*/false));
+  launch.outputs = {output};
+  Count("scatter");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_scatter, baton_scatter_async, comm, o, in, out.data,
+                              out.count, out.type, root)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  CheckTensor(output, "reduce_scatter_tensor");
+  CheckTensor(input, "reduce_scatter_tensor");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "baton reduce_scatter_tensor: output type ", output.scalar_type(),
+                   " differs from input type ", input.scalar_type());
+  TORCH_CHECK_VALUE(input.numel() == output.numel() * getSize(),
+                    "baton reduce_scatter_tensor: input has ", input.numel(),
+                    " elements, expected ", output.numel(), " x ", getSize(), " ranks");
+  const baton_reduce_op_t op = OpOf(opts.reduceOp, output.scalar_type());
+  Launch launch(c10d::OpType::_REDUCE_SCATTER_BASE, Describe("reduce_scatter", output),
+                TimeoutOf(opts.timeout), opts.asyncOp);
+  const Elements in = ElementsOf(launch.In(input));
+  const Elements out = ElementsOf(launch.Out(output, /*read=*/false));
+  launch.outputs = {output};
+  Count("reduce_scatter");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_reduce_scatter, baton_reduce_scatter_async, comm, o,
+                              static_cast<const void*>(in.data), out.data, out.count, out.type,
+                              op)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  at::Tensor output = Single(outputs, "reduce_scatter");
+  TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
+                    "baton reduce_scatter: expects one list of ", getSize(), " input tensors");
+  std::vector<at::Tensor> pieces;
+  for (const at::Tensor& t : inputs[0]) {
+    CheckTensor(t, "reduce_scatter");
+    TORCH_CHECK_VALUE(t.numel() == output.numel() && t.scalar_type() == output.scalar_type(),
+                      "baton reduce_scatter: every input tensor must have the output's ",
+                      output.numel(), " elements of ", output.scalar_type());
+    pieces.push_back(t.reshape({-1}));
+  }
+  at::Tensor flat = at::cat(pieces);
+  return _reduce_scatter_base(output, flat, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  TORCH_CHECK_VALUE(outputs.size() == inputs.size(),
+                    "baton reduce_scatter_tensor_coalesced: ", outputs.size(), " outputs for ",
+                    inputs.size(), " inputs");
+  const bool outer = !coalescing_;
+  if (outer) startCoalescing();
+  for (size_t i = 0; i < inputs.size(); ++i) _reduce_scatter_base(outputs[i], inputs[i], opts);
+  if (outer) return endCoalescing();
+  return coalesced_.back();
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                           std::vector<int64_t>& output_split_sizes,
+                                                           std::vector<int64_t>& input_split_sizes,
+                                                           const c10d::AllToAllOptions& opts) {
+  CheckTensor(output, "all_to_all_single");
+  CheckTensor(input, "all_to_all_single");
+  TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
+                   "baton all_to_all_single: output type ", output.scalar_type(),
+                   " differs from input type ", input.scalar_type());
+  Launch launch(c10d::OpType::ALLTOALL_BASE, Describe("all_to_all", input), TimeoutOf(opts.timeout),
+                opts.asyncOp);
+  const Elements in = ElementsOf(launch.In(input));
+  const Elements out = ElementsOf(launch.Out(output, /*read=*/false));
+  launch.outputs = {output};
+  Count("all_to_all");
+  if (output_split_sizes.empty() && input_split_sizes.empty()) {
+    TORCH_CHECK_VALUE(input.numel() == output.numel() && input.numel() % getSize() == 0,
+                      "baton all_to_all_single: input and output need the same number of "
+                      "elements, divisible by ",
+                      getSize(), " ranks (got ", input.numel(), " and ", output.numel(), ")");
+    return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+      return std::vector{Invoke(b, baton_all_to_all, baton_all_to_all_async, comm, o,
+                                static_cast<const void*>(in.data), out.data, in.count / getSize(),
+                                in.type)};
+    });
+  }
+  const std::vector<size_t> send_counts = SplitCounts(input, input_split_sizes, getSize(), "input");
+  const std::vector<size_t> recv_counts =
+      SplitCounts(output, output_split_sizes, getSize(), "output");
+  const std::vector<size_t> send_displs = Displacements(send_counts);
+  const std::vector<size_t> recv_displs = Displacements(recv_counts);
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_all_to_all_v, baton_all_to_all_v_async, comm, o,
+                              static_cast<const void*>(in.data), send_counts.data(),
+                              send_displs.data(), out.data, recv_counts.data(), recv_displs.data(),
+                              send_counts.size(), in.type)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                      std::vector<at::Tensor>& inputs,
+                                                      const c10d::AllToAllOptions& opts) {
+  TORCH_CHECK_VALUE(
+      static_cast<int>(outputs.size()) == getSize() && static_cast<int>(inputs.size()) == getSize(),
+      "baton all_to_all: expects ", getSize(), " input and output tensors, got ", inputs.size(),
+      " and ", outputs.size());
+  const at::ScalarType type = inputs[0].scalar_type();
+  std::vector<at::Tensor> pieces;
+  std::vector<size_t> send_counts;
+  std::vector<size_t> recv_counts;
+  const size_t per = at::isComplexType(type) ? 2 : 1;
+  int64_t out_elements = 0;
+  for (int i = 0; i < getSize(); ++i) {
+    CheckTensor(inputs[i], "all_to_all");
+    CheckTensor(outputs[i], "all_to_all");
+    TORCH_CHECK_TYPE(inputs[i].scalar_type() == type && outputs[i].scalar_type() == type,
+                     "baton all_to_all: every tensor must be of type ", type);
+    pieces.push_back(inputs[i].reshape({-1}));
+    send_counts.push_back(per * static_cast<size_t>(inputs[i].numel()));
+    recv_counts.push_back(per * static_cast<size_t>(outputs[i].numel()));
+    out_elements += outputs[i].numel();
+  }
+  at::Tensor in_flat = at::cat(pieces);
+  at::Tensor out_flat = at::empty({out_elements}, outputs[0].options());
+  Launch launch(c10d::OpType::ALLTOALL, Describe("all_to_all", in_flat), TimeoutOf(opts.timeout),
+                opts.asyncOp);
+  launch.keep.push_back(in_flat);
+  launch.outputs = outputs;
+  launch.Staged(out_flat, [out_flat, targets = outputs]() mutable {
+    int64_t offset = 0;
+    for (at::Tensor& t : targets) {
+      t.copy_(out_flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  });
+  const std::vector<size_t> send_displs = Displacements(send_counts);
+  const std::vector<size_t> recv_displs = Displacements(recv_counts);
+  const Elements in = ElementsOf(in_flat);
+  void* out = out_flat.data_ptr();
+  Count("all_to_all");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_all_to_all_v, baton_all_to_all_v_async, comm, o,
+                              static_cast<const void*>(in.data), send_counts.data(),
+                              send_displs.data(), out, recv_counts.data(), recv_displs.data(),
+                              send_counts.size(), in.type)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::send(std::vector<at::Tensor>& tensors, int dst_rank,
+                                                  int tag) {
+  const at::Tensor& t = Single(tensors, "send");
+  Launch launch(c10d::OpType::SEND, c10::str(Describe("send", t), " to rank ", dst_rank), timeout_,
+                /*async=*/true);
+  const Elements e = ElementsOf(launch.In(t));
+  Count("send");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_send, baton_send_async, comm, o,
+                              static_cast<const void*>(e.data), e.count, e.type, dst_rank)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::recv(std::vector<at::Tensor>& tensors, int src_rank,
+                                                  int tag) {
+  const at::Tensor& t = Single(tensors, "recv");
+  Launch launch(c10d::OpType::RECV, c10::str(Describe("recv", t), " from rank ", src_rank),
+                timeout_, /*async=*/true);
+  const Elements e = ElementsOf(launch.Out(t, /*read=*/false));
+  launch.outputs = {t};
+  Count("recv");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{
+        Invoke(b, baton_recv, baton_recv_async, comm, o, e.data, e.count, e.type, src_rank)};
+  });
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                           int tag) {
+  TORCH_CHECK_VALUE(false,
+                    "baton: recv without a source rank is not supported (Baton matches "
+                    "each message to the receive of its sender): pass src");
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::barrier(const c10d::BarrierOptions& opts) {
+  Launch launch(c10d::OpType::BARRIER, "barrier", TimeoutOf(opts.timeout), opts.asyncOp);
+  Count("barrier");
+  return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
+    return std::vector{Invoke(b, baton_barrier, baton_barrier_async, comm, o)};
+  });
+}
+
+void BatonBackend::startCoalescing() {
+  TORCH_CHECK_VALUE(!coalescing_, "baton: startCoalescing twice without endCoalescing");
+  const baton::Status started = baton::GroupStart();
+  if (!started.ok())
+    ThrowBackendError(c10::str("baton: could not start a group: ", started.ToString()));
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> BatonBackend::endCoalescing() {
+  TORCH_CHECK_VALUE(coalescing_, "baton: endCoalescing without startCoalescing");
+  coalescing_ = false;
+  // Submits the group (sends first) and waits for it; the works' requests have then completed.
+  const baton::Status ended = baton::GroupEnd();
+  std::vector<at::Tensor> outputs;
+  for (const auto& work : coalesced_) {
+    work->Poll(std::nullopt);
+    for (const at::Tensor& t : work->result()) outputs.push_back(t);
+  }
+  auto status = ended;
+  coalesced_.clear();
+  return BatonWork::Completed(getRank(), c10d::OpType::COALESCED,
+                              c10::str("coalesced group of operations"), status,
+                              std::move(outputs));
+}
+
+}  // namespace baton::torch_backend
