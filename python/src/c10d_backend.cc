@@ -421,9 +421,10 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allgather(
   std::vector<at::Tensor> targets = outputs[0];
   launch.outputs = targets;
   launch.Staged(flat, [flat, targets]() mutable {
-    for (size_t i = 0; i < targets.size(); ++i) {
-      targets[i].copy_(
-          flat.narrow(0, i * targets[i].numel(), targets[i].numel()).view(targets[i].sizes()));
+    int64_t offset = 0;
+    for (at::Tensor& t : targets) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
     }
   });
   const Elements out = ElementsOf(flat);
@@ -489,9 +490,10 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::gather(std::vector<std::vector<at::
     std::vector<at::Tensor> targets = outputs[0];
     launch.outputs = targets;
     launch.Staged(flat, [flat, targets]() mutable {
-      for (size_t i = 0; i < targets.size(); ++i) {
-        targets[i].copy_(
-            flat.narrow(0, i * targets[i].numel(), targets[i].numel()).view(targets[i].sizes()));
+      int64_t offset = 0;
+      for (at::Tensor& t : targets) {
+        t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+        offset += t.numel();
       }
     });
     out = flat.data_ptr();
@@ -743,11 +745,9 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::endCoalescing() {
     work->Poll(std::nullopt);
     for (const at::Tensor& t : work->result()) outputs.push_back(t);
   }
-  auto status = ended;
   coalesced_.clear();
   return BatonWork::Completed(getRank(), c10d::OpType::COALESCED,
-                              c10::str("coalesced group of operations"), status,
-                              std::move(outputs));
+                              c10::str("coalesced group of operations"), ended, std::move(outputs));
 }
 
 }  // namespace baton::torch_backend

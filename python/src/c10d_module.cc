@@ -20,8 +20,10 @@ PYBIND11_MODULE(_c10d, m) {
   py::class_<BatonBackend, c10d::Backend, c10::intrusive_ptr<BatonBackend>>(m, "BatonBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, std::uintptr_t client) {
-             return c10::make_intrusive<BatonBackend>(store, rank, size, timeout,
-                                                      reinterpret_cast<baton_client_t*>(client));
+             // The handle crosses Python as an integer (baton.Client.handle).
+             // NOLINTNEXTLINE(performance-no-int-to-ptr)
+             auto* handle = reinterpret_cast<baton_client_t*>(client);
+             return c10::make_intrusive<BatonBackend>(store, rank, size, timeout, handle);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::arg("client"), py::call_guard<py::gil_scoped_release>(),
