@@ -160,7 +160,7 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
   if (plan == nullptr && !stopped_.ok()) {
     pending.ranks.erase(rank);
     const absl::Status reason = stopped_;
-    if (pending.waiting == 0) pending_.erase(it);
+    if (pending.waiting == 0) pending_.erase(secret);
     return reason;
   }
   if (plan == nullptr) {
@@ -185,7 +185,9 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
                      unnamed > 0 ? absl::StrCat(" and ", unnamed, " more") : "", "] of ",
                      world_size, " to join the communicator"));
   }
-  if (pending.waiting == 0) pending_.erase(it);
+  // By key: `it` may be stale, since other secrets were added while the lock was released
+  // (the map's nodes, and so `pending`, stay put when it rehashes; its iterators do not).
+  if (pending.waiting == 0) pending_.erase(secret);
   return *plan;
 }
 

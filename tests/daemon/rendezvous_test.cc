@@ -44,6 +44,38 @@ TEST(RendezvousTest, AllRanksGetTheSamePlanGroupedByDaemonInRankOrder) {
   }
 }
 
+// Secrets created while ranks wait (other process groups forming at the same time) grow the
+// table under them; the last rank out must still remove exactly its own entry. Before the fix,
+// the waiters erased through an iterator taken before they waited, which a rehash made stale,
+// and batond crashed (a general protection fault destroying another entry) when torch made two
+// groups back to back.
+TEST(RendezvousTest, JoinsCompleteWhileOtherSecretsAreCreated) {
+  Rendezvous rendezvous;
+  for (int round = 0; round < 20; ++round) {
+    const std::string secret = rendezvous.CreateSecret();
+    absl::StatusOr<Plan> first = absl::UnknownError("not run");
+    std::thread waiter(
+        [&] { first = rendezvous.Join(secret, 2, 0, Daemon(0), absl::Now() + absl::Seconds(30)); });
+    while (rendezvous.Arrived(secret) != 1) std::this_thread::yield();
+    std::vector<std::string> others;
+    for (int i = 0; i < 200; ++i) others.push_back(rendezvous.CreateSecret());  // rehashes
+    const absl::StatusOr<Plan> second =
+        rendezvous.Join(secret, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30));
+    waiter.join();
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_TRUE(second.ok()) << second.status();
+    EXPECT_EQ(rendezvous.Arrived(secret), 0);
+    for (const std::string& other : others) EXPECT_EQ(rendezvous.Arrived(other), 0);
+    // The others are still joinable: nothing but the formed secret was removed.
+    const std::string& last = others.back();
+    std::thread a([&] {
+      EXPECT_TRUE(rendezvous.Join(last, 2, 0, Daemon(0), absl::Now() + absl::Seconds(30)).ok());
+    });
+    EXPECT_TRUE(rendezvous.Join(last, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30)).ok());
+    a.join();
+  }
+}
+
 TEST(RendezvousTest, MissingRanksAreNamedAtTheDeadline) {
   Rendezvous rendezvous;
   const std::string secret = rendezvous.CreateSecret();
