@@ -41,10 +41,14 @@ def _create_backend(store: Any, rank: int, size: int, timeout: Any) -> Any:
 
 
 def register() -> None:
-    """Registers the ``baton`` backend with torch.distributed (for CPU tensors). Idempotent."""
+    """Registers the ``baton`` backend with torch.distributed. Idempotent.
+
+    It is registered for CPU and CUDA tensors: CUDA tensors reach the backend, which refuses
+    them with an error that names the missing GPU data path, instead of torch's "no backend
+    for device type cuda"."""
     if BACKEND in dist.Backend.backend_list:
         return
-    dist.Backend.register_backend(BACKEND, _create_backend, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND, _create_backend, devices=["cpu", "cuda"])
 
 
 def _autoload() -> None:
