@@ -16,11 +16,11 @@
 #include "baton/v1/baton.grpc.pb.h"
 #include "client/cli/bench.h"
 #include "client/lib/absl_interop.h"
+#include "client/lib/daemon_status.h"
 #include "client/local_cluster.h"
 #include "collective/registry.h"
 #include "common/options.h"
 #include "common/version.h"
-#include "google/protobuf/util/json_util.h"
 #include "grpcpp/grpcpp.h"
 #include "topology/discovery.h"
 #include "topology/graph_json.h"
@@ -300,33 +300,9 @@ int Bench(int argc, char** argv, bool worker) {
 
 // The daemon's GetStatus answer; with `probe_links`, after a fresh round of link probes.
 absl::StatusOr<baton::v1::DaemonStatus> FetchStatus(const std::string& socket, bool probe_links) {
-  auto channel = grpc::CreateChannel("unix://" + socket, grpc::InsecureChannelCredentials());
-  auto stub = baton::v1::Client::NewStub(channel);
-  grpc::ClientContext context;
   // A probe round takes at most a few seconds per unreachable peer.
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(probe_links ? 60 : 5));
-  baton::v1::GetStatusRequest request;
-  request.set_probe_links(probe_links);
-  baton::v1::DaemonStatus status;
-  grpc::Status rpc = stub->GetStatus(&context, request, &status);
-  if (!rpc.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach batond at ", socket, ": ", rpc.error_message()));
-  }
-  return status;
-}
-
-absl::StatusOr<std::string> ToJson(const google::protobuf::Message& message) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions print;
-  print.add_whitespace = true;
-  print.always_print_primitive_fields = true;
-  print.preserve_proto_field_names = true;
-  if (!google::protobuf::util::MessageToJsonString(message, &text, print).ok()) {
-    return absl::InternalError("cannot render JSON");
-  }
-  return text;
+  return baton::core::FetchDaemonStatus(socket, probe_links,
+                                        probe_links ? absl::Seconds(60) : absl::Seconds(5));
 }
 
 std::string PeerLabel(const baton::v1::LinkStatus& link) {
@@ -362,7 +338,7 @@ int Status(int argc, char** argv) {
   if (!fetched.ok()) return Fail("status", fetched.status());
   const baton::v1::DaemonStatus& status = *fetched;
   if (json) {
-    absl::StatusOr<std::string> text = ToJson(status);
+    absl::StatusOr<std::string> text = baton::core::ToJson(status);
     if (!text.ok()) return Fail("status", text.status());
     std::printf("%s", text->c_str());
     return 0;
@@ -418,7 +394,7 @@ int Links(int argc, char** argv) {
     baton::v1::DaemonStatus links;
     links.set_node_name(fetched->node_name());
     *links.mutable_links() = fetched->links();
-    absl::StatusOr<std::string> text = ToJson(links);
+    absl::StatusOr<std::string> text = baton::core::ToJson(links);
     if (!text.ok()) return Fail("links", text.status());
     std::printf("%s", text->c_str());
     return 0;

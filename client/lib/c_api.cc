@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "baton/baton.h"
 #include "client/lib/client_core.h"
+#include "client/lib/daemon_status.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
 
@@ -63,6 +64,7 @@ constexpr int kAlgorithms = BATON_ALGORITHM_HALVING_DOUBLING + 1;
 constexpr absl::Duration kDefaultConnectTimeout = absl::Seconds(10);
 constexpr absl::Duration kDefaultJoinTimeout = absl::Seconds(60);
 constexpr absl::Duration kDefaultCallTimeout = absl::Minutes(10);
+constexpr absl::Duration kDefaultStatusTimeout = absl::Seconds(5);
 
 thread_local std::string last_error;
 thread_local std::string socket_path;
@@ -402,6 +404,25 @@ baton_code_t baton_client_alloc(baton_client_t* client, size_t bytes, void** dat
 baton_code_t baton_client_free(baton_client_t* client, void* data) {
   if (client == nullptr) return Invalid("client is null");
   return Finish(client->impl->Free(data));
+}
+
+baton_code_t baton_daemon_status_json(const char* socket_path, int64_t timeout_ms, char* json,
+                                      size_t json_size, size_t* needed) {
+  if (json == nullptr && json_size > 0) return Invalid("json is null but json_size is not 0");
+  const std::string target = socket_path != nullptr && *socket_path != '\0'
+                                 ? std::string(socket_path)
+                                 : core::Client::DefaultSocketPath();
+  absl::StatusOr<baton::v1::DaemonStatus> status = core::FetchDaemonStatus(
+      target, /*probe_links=*/false, Millis(timeout_ms, kDefaultStatusTimeout));
+  if (!status.ok()) return Finish(status.status());
+  absl::StatusOr<std::string> text = core::ToJson(*status);
+  if (!text.ok()) return Finish(text.status());
+  if (needed != nullptr) *needed = text->size() + 1;
+  if (json == nullptr) {
+    return Finish(absl::OutOfRangeError(
+        absl::StrCat("the status JSON needs ", text->size() + 1, " bytes; the buffer has 0")));
+  }
+  return CopyOut(*text, json, json_size, "the status JSON");
 }
 
 int baton_comm_rank(const baton_comm_t* comm) { return comm != nullptr ? comm->impl->rank() : -1; }

@@ -803,5 +803,114 @@ TEST(CApiCluster, ACommunicatorOutlivesItsClientButItsCallsFail) {
   baton_comm_destroy(comm);  // frees the handle whatever leaving returns
 }
 
+// ---- Daemon status ----------------------------------------------------------------------
+
+// The integer after `"key": ` in a status document (the first such key), or -1.
+int64_t JsonInteger(const std::string& json, const std::string& key) {
+  const std::string field = "\"" + key + "\": ";
+  const size_t at = json.find(field);
+  if (at == std::string::npos) return -1;
+  size_t begin = at + field.size();
+  if (json[begin] == '"') ++begin;  // 64-bit integers are strings
+  return std::strtoll(json.c_str() + begin, nullptr, 10);
+}
+
+// The daemon's status as baton_daemon_status_json writes it, asking for the size first.
+std::string StatusJson(const char* socket) {
+  size_t needed = 0;
+  const baton_code_t code = baton_daemon_status_json(socket, 5000, nullptr, 0, &needed);
+  EXPECT_TRUE(FailsWith(code, BATON_OUT_OF_RANGE, "needs"));
+  std::vector<char> json(needed + 1024);  // room for a status grown since
+  EXPECT_TRUE(Succeeds(baton_daemon_status_json(socket, 5000, json.data(), json.size(), &needed)));
+  EXPECT_EQ(needed, std::strlen(json.data()) + 1);
+  return json.data();
+}
+
+TEST(CApiCluster, DaemonStatusJsonShowsTheDaemonItsSessionsAndCommunicators) {
+  ASSERT_TRUE(cluster != nullptr && cluster->ok());
+  const client::LocalDaemon& daemon = cluster->daemons()[1];
+  const std::string before = StatusJson(daemon.socket.c_str());
+  ASSERT_EQ(before.front(), '{') << before;
+  EXPECT_NE(before.find("\"node_name\": \"" + daemon.node_name + "\""), std::string::npos)
+      << before;
+  EXPECT_NE(before.find("\"peer_address\": \"" + daemon.peer_address + "\""), std::string::npos)
+      << before;
+  EXPECT_EQ(JsonInteger(before, "pid"), daemon.pid) << before;
+  const int64_t sessions = JsonInteger(before, "sessions");
+  EXPECT_GE(sessions, 0) << before;
+
+  // A client's session and a communicator joined through it show; asking opens no session.
+  baton_client_t* client = Connect(1);
+  ASSERT_NE(client, nullptr);
+  char id[BATON_COMM_ID_MAX];
+  ASSERT_TRUE(Succeeds(baton_client_create_comm_id(client, id, sizeof id)));
+  baton_comm_t* comm = nullptr;
+  ASSERT_TRUE(Succeeds(baton_client_join(client, id, 1, 0, kJoinMs, &comm)));
+  int64_t value = 7;
+  ASSERT_TRUE(Succeeds(baton_all_reduce(comm, &value, &value, 1, BATON_INT64, BATON_SUM, nullptr)));
+  const std::string during = StatusJson(daemon.socket.c_str());
+  EXPECT_EQ(JsonInteger(during, "sessions"), sessions + 1) << during;
+  EXPECT_NE(during.find("\"world_size\": 1"), std::string::npos) << during;
+  EXPECT_NE(during.find("\"state\": \"active\""), std::string::npos) << during;
+  EXPECT_GE(JsonInteger(during, "ops_completed"), 1) << during;
+  EXPECT_GE(JsonInteger(during, "uptime_ms"), JsonInteger(before, "uptime_ms")) << during;
+
+  // Exactly `needed` bytes suffice (unless the status grew in between); one fewer never does.
+  size_t needed = 0;
+  baton_code_t code = BATON_OUT_OF_RANGE;
+  std::vector<char> exact;
+  for (int attempt = 0; attempt < 3 && code == BATON_OUT_OF_RANGE; ++attempt) {
+    ASSERT_EQ(baton_daemon_status_json(daemon.socket.c_str(), 5000, nullptr, 0, &needed),
+              BATON_OUT_OF_RANGE);
+    exact.assign(needed, 'x');
+    code =
+        baton_daemon_status_json(daemon.socket.c_str(), 5000, exact.data(), exact.size(), &needed);
+  }
+  EXPECT_TRUE(Succeeds(code));
+  EXPECT_EQ(std::strlen(exact.data()) + 1, exact.size());
+  std::vector<char> short_by_one(needed - 1);
+  EXPECT_TRUE(FailsWith(baton_daemon_status_json(daemon.socket.c_str(), 5000, short_by_one.data(),
+                                                 short_by_one.size(), nullptr),
+                        BATON_OUT_OF_RANGE, "needs"));
+  EXPECT_TRUE(Fails(baton_daemon_status_json(daemon.socket.c_str(), 5000, nullptr, 16, &needed),
+                    BATON_INVALID_ARGUMENT));
+
+  baton_comm_destroy(comm);
+  baton_client_close(client);
+}
+
+TEST(CApiCluster, DaemonStatusJsonAsksTheDefaultSocketWhenGivenNone) {
+  ASSERT_TRUE(cluster != nullptr && cluster->ok());
+  const char* saved = getenv("BATON_SOCKET");
+  const std::string restore = saved != nullptr ? saved : "";
+  setenv("BATON_SOCKET", cluster->socket(0).c_str(), 1);
+  for (const char* socket : {static_cast<const char*>(nullptr), ""}) {
+    const std::string json = StatusJson(socket);
+    EXPECT_NE(json.find("\"node_name\": \"" + cluster->daemons()[0].node_name + "\""),
+              std::string::npos)
+        << json;
+  }
+  if (saved != nullptr) {
+    setenv("BATON_SOCKET", restore.c_str(), 1);
+  } else {
+    unsetenv("BATON_SOCKET");
+  }
+}
+
+TEST(CApi, DaemonStatusJsonWhereNothingListensIsUnavailableWithinItsTimeout) {
+  DeadSocket dead;
+  for (const std::string& path : {dead.path(), dead.missing()}) {
+    SCOPED_TRACE(path);
+    char json[64] = "untouched";
+    size_t needed = 12345;
+    const Clock::time_point start = Clock::now();
+    EXPECT_TRUE(FailsWith(baton_daemon_status_json(path.c_str(), 500, json, sizeof json, &needed),
+                          BATON_UNAVAILABLE, path));
+    EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(500 + 2000));
+    EXPECT_STREQ(json, "untouched");
+    EXPECT_EQ(needed, 12345u) << "set only with an answer";
+  }
+}
+
 }  // namespace
 }  // namespace baton::testing

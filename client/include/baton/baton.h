@@ -193,6 +193,27 @@ BATON_API baton_code_t baton_client_alloc(baton_client_t* client, size_t bytes, 
 /* BATON_INVALID_ARGUMENT if `data` did not come from baton_client_alloc on this client. */
 BATON_API baton_code_t baton_client_free(baton_client_t* client, void* data);
 
+/* ---- Daemon status ---------------------------------------------------------------------- */
+
+/* The status of the daemon listening on `socket_path` (NULL or "": the default path) as JSON: the
+ * document `baton status --json` prints. An object with the daemon's node_name, version, pid,
+ * uptime_ms, peer/data/metrics addresses, the number of sessions, its communicators (comm_tag,
+ * world_size, local_ranks, daemon_count, ops_completed, state) and its links to peer daemons
+ * (bytes, errors, probes, peer_up, ...): the fields of DaemonStatus in proto/baton/v1/baton.proto
+ * under their proto names, every field present, 64-bit integers as strings (protobuf's JSON
+ * mapping). Fields may be added in later versions.
+ *
+ * Asks the daemon over its API without opening a session (so it needs no client, and is not
+ * counted among the sessions), waiting up to `timeout_ms` (<= 0: 5 seconds); BATON_UNAVAILABLE,
+ * naming the socket, if no daemon answers.
+ *
+ * Writes the document, NUL terminated, into `json` (`json_size` bytes) and its size with the NUL
+ * into *needed (if `needed` is not NULL). BATON_OUT_OF_RANGE, with *needed set, if `json_size` is
+ * too small; `json` may be NULL when `json_size` is 0. Each call asks the daemon anew, so a second
+ * call with *needed bytes may find the status grown: call again with more. */
+BATON_API baton_code_t baton_daemon_status_json(const char* socket_path, int64_t timeout_ms,
+                                                char* json, size_t json_size, size_t* needed);
+
 /* ---- Communicator ----------------------------------------------------------------------- */
 
 BATON_API int baton_comm_rank(const baton_comm_t* comm);
