@@ -408,18 +408,24 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     }
     const size_t send_staged = send_bytes > 0 && !send_ref ? send_bytes : 0;
     const bool recv_staged = recv_bytes > 0 && !recv_ref;
+    // An elementwise operation in place (torch's all_reduce) stages once: the daemon reads and
+    // writes one staged region, as it would the caller's buffer, which halves the staging
+    // memory the call touches.
+    const bool stage_in_place = send_staged > 0 && recv_staged && call.send == call.recv &&
+                                send_bytes == recv_bytes && ElementwiseInPlace(call.spec);
+    const size_t recv_at = stage_in_place ? 0 : send_staged;
     if (send_staged > 0 || recv_staged) {
-      if (recv_staged && recv_bytes > SIZE_MAX - send_staged) {
+      if (recv_staged && recv_bytes > SIZE_MAX - recv_at) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "cannot stage ", send_staged, " + ", recv_bytes, " bytes (more than memory holds)"));
       }
-      BATON_RETURN_IF_ERROR(EnsureStaging(send_staged + (recv_staged ? recv_bytes : 0)));
+      BATON_RETURN_IF_ERROR(EnsureStaging(recv_staged ? recv_at + recv_bytes : send_staged));
       auto* staging = static_cast<std::byte*>(staging_);
       if (send_staged > 0) {
         std::memcpy(staging, call.send, send_bytes);
         send_ref = session_->Find(staging, send_bytes);
       }
-      if (recv_staged) recv_ref = session_->Find(staging + send_staged, recv_bytes);
+      if (recv_staged) recv_ref = session_->Find(staging + recv_at, recv_bytes);
     }
     // The channel's page holds the counts of all_to_all_v for worlds up to kMaxVectorRanks;
     // larger ones go through gRPC (in order: this rank has one operation in flight at a time).
@@ -434,9 +440,17 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       }
       return ran.status();
     }
-    if (recv_staged) CopyOutStaged(call, static_cast<std::byte*>(staging_) + send_staged);
+    if (recv_staged) CopyOutStaged(call, static_cast<std::byte*>(staging_) + recv_at);
     last_algorithm_ = *std::move(ran);
     return absl::OkStatus();
+  }
+
+  // Whether element i of the output depends on element i of the inputs only, so that the daemon
+  // may write the output over this rank's input.
+  static bool ElementwiseInPlace(const collective::OpSpec& spec) {
+    return spec.collective == collective::Collective::kAllReduce ||
+           spec.collective == collective::Collective::kBroadcast ||
+           spec.collective == collective::Collective::kReduce;
   }
 
   // Copies a staged output to the user's buffer: all of it, or for all_to_all_v only the blocks
