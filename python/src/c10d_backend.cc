@@ -118,6 +118,15 @@ std::string Describe(const char* op, const at::Tensor& t) {
   return c10::str(op, " of ", t.numel(), " ", t.scalar_type());
 }
 
+// Copies consecutive pieces of `flat` into `targets`, each as many elements as it holds.
+void Unflatten(const at::Tensor& flat, std::vector<at::Tensor>& targets) {
+  int64_t offset = 0;
+  for (at::Tensor& t : targets) {
+    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
 // Runs a C API call blocking (its request has completed) or asynchronously.
 template <typename Sync, typename Async, typename... Args>
 std::shared_ptr<baton::Request> Invoke(bool blocking, Sync sync, Async async, baton_comm_t* comm,
@@ -349,13 +358,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allreduce_coalesced(
   Launch launch(c10d::OpType::ALLREDUCE_COALESCED, Describe("all_reduce_coalesced", flat),
                 TimeoutOf(opts.timeout), opts.asyncOp);
   launch.outputs = tensors;
-  launch.Staged(flat, [flat, tensors]() mutable {
-    int64_t offset = 0;
-    for (at::Tensor& t : tensors) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
-    }
-  });
+  launch.Staged(flat, [flat, tensors]() mutable { Unflatten(flat, tensors); });
   const Elements e = ElementsOf(flat);
   Count("all_reduce");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
@@ -420,13 +423,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allgather(
   at::Tensor flat = at::empty({getSize() * input.numel()}, input.options());
   std::vector<at::Tensor> targets = outputs[0];
   launch.outputs = targets;
-  launch.Staged(flat, [flat, targets]() mutable {
-    int64_t offset = 0;
-    for (at::Tensor& t : targets) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
-    }
-  });
+  launch.Staged(flat, [flat, targets]() mutable { Unflatten(flat, targets); });
   const Elements out = ElementsOf(flat);
   Count("all_gather");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
@@ -489,13 +486,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::gather(std::vector<std::vector<at::
     at::Tensor flat = at::empty({getSize() * input.numel()}, input.options());
     std::vector<at::Tensor> targets = outputs[0];
     launch.outputs = targets;
-    launch.Staged(flat, [flat, targets]() mutable {
-      int64_t offset = 0;
-      for (at::Tensor& t : targets) {
-        t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-        offset += t.numel();
-      }
-    });
+    launch.Staged(flat, [flat, targets]() mutable { Unflatten(flat, targets); });
     out = flat.data_ptr();
   }
   Count("gather");
@@ -664,13 +655,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall(std::vector<at::Tensor>& o
                 opts.asyncOp);
   launch.keep.push_back(in_flat);
   launch.outputs = outputs;
-  launch.Staged(out_flat, [out_flat, targets = outputs]() mutable {
-    int64_t offset = 0;
-    for (at::Tensor& t : targets) {
-      t.copy_(out_flat.narrow(0, offset, t.numel()).view(t.sizes()));
-      offset += t.numel();
-    }
-  });
+  launch.Staged(out_flat,
+                [out_flat, targets = outputs]() mutable { Unflatten(out_flat, targets); });
   const std::vector<size_t> send_displs = Displacements(send_counts);
   const std::vector<size_t> recv_displs = Displacements(recv_counts);
   const Elements in = ElementsOf(in_flat);
