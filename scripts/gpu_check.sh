@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# The one prepared check for a machine with one NVIDIA H200 (the device tool's `nvidia-h200`).
+# That machine has nvcc, CMake, ninja and PyTorch but none of our -dev packages (gRPC, protobuf,
+# absl, spdlog, ...) and no internet, so nothing is built there: the binaries and every shared
+# library they need travel from here.
+#
+# Step 1, here (the build machine, after a normal build into build/):
+#     bash scripts/gpu_check.sh bundle            # -> .gpu-bundle/ (git-ignored via .git/info/exclude)
+#   Copies build/bin/batond and the tests cuda_device_test, cuda_kernels_test, device_test and
+#   host_fake_test (debug info stripped) into the bundle, their non-system shared libraries into
+#   .gpu-bundle/lib, writes .gpu-bundle/MANIFEST (commit, date, glibc, compiled-in BATOND_PATH)
+#   and prints the bundle's size, which must stay under 64 MiB (the tool's carry limit, which the
+#   working tree shares).
+#
+# Step 2, the device tool's `run` call:
+#     carry: [".gpu-bundle"]
+#     command: bash scripts/gpu_check.sh run .gpu-bundle
+#     timeout_s: 400
+#   Prints date -u, the MANIFEST and nvidia-smi's name/driver/memory, then runs, each under
+#   `timeout 120` with LD_LIBRARY_PATH=.gpu-bundle/lib:
+#     cuda_device_test   with BATON_REQUIRE_GPU=1 (a missing GPU or driver is a failure, not a skip)
+#     cuda_kernels_test  with BATON_REQUIRE_GPU=1
+#     host_fake_test
+#     device_test        (the fake device through real daemons; it sets BATON_DEVICE=fake itself
+#                         and starts batond from its compiled-in BATOND_PATH, which run mode
+#                         provides by linking the bundled batond there and at build/bin/batond)
+#   Each test's log goes to $OUT/<name>.log (else DIR/logs/<name>.log); the end prints one line per
+#   test, PASS / FAIL (rc N) / SKIP, and the script exits non-zero if any failed.
+#   Run here (no GPU), `run` prints "no nvidia-smi", the CUDA tests skip and it exits 0:
+#     bash scripts/gpu_check.sh bundle /tmp/gb && OUT=/tmp/gbout bash scripts/gpu_check.sh run /tmp/gb
+#
+# Not yet in this script:
+#   - PyTorch CUDA tensors through the c10d backend (python/, torch 2.11 at /opt/torch/.venv there);
+#   - reduce-kernel bandwidth against a plain cudaMemcpy of the same bytes;
+#   - stream-to-stream latency (event record on one stream to wait released on another).
+
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 bundle [DIR]   # here: pack binaries + libraries into DIR (default .gpu-bundle)" >&2
+  echo "       $0 run [DIR]      # on the GPU machine: run the GPU tests from DIR" >&2
+  exit 2
+}
+
+[[ $# -ge 1 ]] || usage
+MODE=$1
+DIR=${2:-.gpu-bundle}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+TESTS=(cuda_device_test cuda_kernels_test host_fake_test device_test)
+LIMIT_BYTES=$((64 * 1024 * 1024))
+
+# A library from ldd that every machine already has (glibc, the C++ runtime, the loader).
+is_system_lib() {
+  case "$(basename "$1")" in
+    libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libutil.so.* | \
+      libresolv.so.* | libanl.so.* | libnsl.so.* | libmvec.so.* | ld-linux*.so.* | \
+      libstdc++.so.* | libgcc_s.so.* | linux-vdso.so.* | libcuda.so.* | libnvidia-*.so.*)
+      return 0 ;;
+  esac
+  return 1
+}
+
+os_name() {
+  sed -n 's/^PRETTY_NAME="\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' /etc/os-release 2>/dev/null || echo unknown
+}
+
+find_binary() {
+  local name=$1 path
+  if [[ $name == batond && -x build/bin/batond ]]; then
+    echo build/bin/batond
+    return
+  fi
+  path=$(find build -name "$name" -type f -perm -u+x 2>/dev/null | head -n 1)
+  [[ -n $path ]] || return 1
+  echo "$path"
+}
+
+bundle() {
+  [[ -d build ]] || { echo "error: no build/ tree here; build first (scripts/build.sh)" >&2; exit 1; }
+
+  local missing=()
+  for name in batond "${TESTS[@]}"; do
+    find_binary "$name" >/dev/null || missing+=("$name")
+  done
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "building missing targets: ${missing[*]}"
+    cmake --build build --target "${missing[@]}"
+  fi
+
+  # Ignore the default bundle folder locally (not in .gitignore: other people edit that).
+  local exclude
+  exclude=$(git rev-parse --git-path info/exclude)
+  mkdir -p "$(dirname "$exclude")"
+  if ! grep -qxF '/.gpu-bundle/' "$exclude" 2>/dev/null; then
+    echo '/.gpu-bundle/' >>"$exclude"
+    echo "added /.gpu-bundle/ to $exclude"
+  fi
+
+  rm -rf "$DIR"
+  mkdir -p "$DIR/lib"
+
+  local name src
+  for name in batond "${TESTS[@]}"; do
+    src=$(find_binary "$name")
+    cp "$src" "$DIR/$name"
+    strip --strip-debug "$DIR/$name"
+    chmod +x "$DIR/$name"
+    printf '  %-18s <- %s\n' "$name" "$src"
+  done
+
+  # Every non-system shared library any of them needs, resolved here by ldd (transitively).
+  local lib
+  while read -r lib; do
+    if is_system_lib "$lib"; then continue; fi
+    cp -L "$lib" "$DIR/lib/$(basename "$lib")"
+    strip --strip-debug "$DIR/lib/$(basename "$lib")" 2>/dev/null || true
+  done < <(for name in batond "${TESTS[@]}"; do
+             ldd "$DIR/$name" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
+           done | sort -u)
+  for name in batond "${TESTS[@]}"; do
+    if ldd "$DIR/$name" | grep -q 'not found'; then
+      echo "error: $name has unresolved libraries here:" >&2
+      ldd "$DIR/$name" | grep 'not found' >&2
+      exit 1
+    fi
+  done
+
+  local batond_path
+  batond_path=$(strings "$DIR/device_test" | grep -m 1 '/bin/batond$' || true)
+  {
+    echo "commit: $(git rev-parse HEAD)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (+ uncommitted changes)')"
+    echo "bundled: $(date -u '+%Y-%m-%dT%H:%M:%SZ')"
+    echo "built on: $(os_name), $(ldd --version | head -n 1)"
+    echo "batond_path: ${batond_path:-unknown}"
+    echo "binaries: batond ${TESTS[*]}"
+    echo "libraries: $(find "$DIR/lib" -type f | wc -l)"
+  } >"$DIR/MANIFEST"
+
+  local bytes
+  bytes=$(du -sb "$DIR" | cut -f1)
+  echo "bundle $DIR: $(find "$DIR/lib" -type f | wc -l) libraries, $((bytes / 1024 / 1024)) MiB ($bytes bytes)"
+  du -sh "$DIR"/* | sort -h | tail -n 6 | sed 's/^/  /'
+  if ((bytes >= LIMIT_BYTES)); then
+    echo "error: bundle is over 64 MiB; it cannot be carried" >&2
+    exit 1
+  fi
+  echo "next: device run with carry [\"$DIR\"], command 'bash scripts/gpu_check.sh run $DIR', timeout_s 400"
+}
+
+# Puts batond where device_test looks for it: build/bin/batond and the absolute path compiled in.
+place_batond() {
+  local target
+  local -a targets=(build/bin/batond)
+  target=$(sed -n 's/^batond_path: //p' "$DIR/MANIFEST" 2>/dev/null || true)
+  [[ -n $target && $target != unknown ]] && targets+=("$target")
+  for target in "${targets[@]}"; do
+    if [[ -x $target ]]; then
+      echo "batond: $target already there, left as is"
+      continue
+    fi
+    mkdir -p "$(dirname "$target")"
+    ln -sf "$(cd "$DIR" && pwd)/batond" "$target"
+    echo "batond: linked $target -> $DIR/batond"
+  done
+}
+
+run_tests() {
+  [[ -d $DIR ]] || { echo "error: no bundle at $DIR (carry it, or run '$0 bundle $DIR' first)" >&2; exit 1; }
+  local logs=${OUT:-$DIR/logs}
+  mkdir -p "$logs"
+  local start=$SECONDS
+
+  echo "== date -u: $(date -u)"
+  echo "== MANIFEST"
+  cat "$DIR/MANIFEST" 2>/dev/null || echo "(no MANIFEST in $DIR)"
+  echo "== GPU"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "nvidia-smi failed (rc $?)"
+  else
+    echo "no nvidia-smi"
+  fi
+  echo "== here: $(os_name), $(ldd --version | head -n 1)"
+
+  place_batond
+
+  local libdir
+  libdir=$(cd "$DIR/lib" && pwd)
+  local -a summary=()
+  local failed=0 name rc log passed skipped
+  for name in "${TESTS[@]}"; do
+    log=$logs/$name.log
+    echo "== $name (log: $log)"
+    local -a env=(LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+    case $name in
+      cuda_device_test | cuda_kernels_test) env+=(BATON_REQUIRE_GPU=1) ;;
+    esac
+    # Without a GPU the CUDA tests must skip rather than fail: drop the requirement where there
+    # is no driver to require.
+    if ! command -v nvidia-smi >/dev/null 2>&1; then
+      env=("${env[0]}")
+    fi
+    set +e
+    env "${env[@]}" timeout 120 "$DIR/$name" --gtest_color=no >"$log" 2>&1
+    rc=$?
+    set -e
+    tail -n 4 "$log" | sed 's/^/  /'
+    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    if ((rc != 0)); then
+      failed=1
+      if ((rc == 124)); then
+        summary+=("FAIL $name (rc $rc: timed out after 120 s)")
+      else
+        summary+=("FAIL $name (rc $rc)")
+      fi
+    elif [[ ${skipped:-0} != 0 ]]; then
+      # Any skip is reported as SKIP: on the H200 a skipped CUDA test means it checked nothing.
+      summary+=("SKIP $name ($skipped skipped, ${passed:-0} passed)")
+    else
+      summary+=("PASS $name")
+    fi
+  done
+
+  echo "== summary ($((SECONDS - start)) s)"
+  printf '%s\n' "${summary[@]}"
+  return "$failed"
+}
+
+case $MODE in
+  bundle) bundle ;;
+  run) run_tests ;;
+  *) usage ;;
+esac
