@@ -66,7 +66,7 @@ OperationRunner::OperationRunner(Layout layout, uint64_t comm, transport::Endpoi
 
 absl::StatusOr<std::string> OperationRunner::Run(uint64_t seq, std::span<const LocalPart> parts,
                                                  OpStats& stats, std::string& algorithm_name,
-                                                 absl::Time deadline) {
+                                                 absl::Time deadline, const DeviceAccess* device) {
   deadline = std::min(deadline, absl::Now() + options_.op_timeout);
   const bool across = layout_.daemon_count() > 1;
   // Before anything that could end this operation early here, so that every daemon exchanges.
@@ -83,7 +83,7 @@ absl::StatusOr<std::string> OperationRunner::Run(uint64_t seq, std::span<const L
           first.Describe(), ", rank ", local[i], " called ", parts[i].spec->Describe()));
     }
   }
-  if (!across) return RunSchedule(seq, parts, deadline, endpoint_, stats, algorithm_name);
+  if (!across) return RunOn(seq, parts, deadline, endpoint_, stats, algorithm_name, device);
   // The signature rides with the operation's first message to the next daemon when that comes
   // before the operation waits for anything; else it goes alone.
   transport::PiggybackEndpoint piggyback(endpoint_);
@@ -93,15 +93,53 @@ absl::StatusOr<std::string> OperationRunner::Run(uint64_t seq, std::span<const L
     BATON_RETURN_IF_ERROR(StartPeerCheck(seq, deadline, first, piggyback, check));
   }
   absl::StatusOr<std::string> result =
-      RunSchedule(seq, parts, deadline, &piggyback, stats, algorithm_name);
+      RunOn(seq, parts, deadline, &piggyback, stats, algorithm_name, device);
   PhaseTimer timer(&stats.transport);
   BATON_RETURN_IF_ERROR(FinishPeerCheck(seq, piggyback, check, result.status()));
   return result;
 }
 
+absl::StatusOr<std::string> OperationRunner::RunOn(uint64_t seq, std::span<const LocalPart> parts,
+                                                   absl::Time deadline,
+                                                   transport::Endpoint* endpoint, OpStats& stats,
+                                                   std::string& algorithm_name,
+                                                   const DeviceAccess* device) {
+  if (device == nullptr) {
+    return RunSchedule(seq, parts, deadline, endpoint, stats, algorithm_name, &HostKernels());
+  }
+  absl::StatusOr<std::string> result;
+  if (layout_.daemon_count() == 1 && RunsOnDevice(parts.front().spec->collective)) {
+    result = RunSchedule(seq, parts, deadline, endpoint, stats, algorithm_name, device->kernels);
+  } else {
+    bool ran = false;
+    absl::Status staged =
+        RunStaged(parts, layout_, *device, [&](std::span<const LocalPart> host_parts) {
+          ran = true;
+          result = RunSchedule(seq, host_parts, deadline, endpoint, stats, algorithm_name,
+                               &HostKernels());
+          return result.status();
+        });
+    // A copy's failure (before or after the schedule) is the operation's.
+    if (!staged.ok() && (!ran || result.ok())) {
+      result = absl::Status(
+          staged.code(),
+          absl::StrCat("operation ", seq, " ", parts.front().spec->Describe(), " failed on node ",
+                       node_name(), " staging device memory: ", staged.message()));
+    }
+  }
+  // The kernels return nothing: a device error surfaces here.
+  if (absl::Status kernels = device->kernels_error(); result.ok() && !kernels.ok()) {
+    result = absl::Status(kernels.code(),
+                          absl::StrCat("operation ", seq, " ", parts.front().spec->Describe(),
+                                       " failed on node ", node_name(), ": ", kernels.message()));
+  }
+  return result;
+}
+
 absl::StatusOr<std::string> OperationRunner::RunSchedule(
     uint64_t seq, std::span<const LocalPart> parts, absl::Time deadline,
-    transport::Endpoint* endpoint, OpStats& stats, std::string& algorithm_name) {
+    transport::Endpoint* endpoint, OpStats& stats, std::string& algorithm_name,
+    const Kernels* kernels) {
   const OpSpec& spec = *parts.front().spec;
   const bool across = layout_.daemon_count() > 1;
   TimingEndpoint timed(endpoint, &stats);
@@ -112,6 +150,7 @@ absl::StatusOr<std::string> OperationRunner::RunSchedule(
   schedule.ctx.seq = seq;
   schedule.ctx.deadline = deadline;
   schedule.ctx.chunk_bytes = options_.chunk_bytes;
+  schedule.ctx.kernels = kernels;
   schedule.layout = &layout_;
   schedule.spec = &spec;
   schedule.parts = parts;

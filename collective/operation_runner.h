@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "collective/device_staging.h"
 #include "collective/layout.h"
 #include "collective/op_stats.h"
 #include "collective/schedule.h"
@@ -63,10 +64,12 @@ class OperationRunner {
   // that ran ("local" with a single daemon) and sets `algorithm_name` as soon as it is chosen, so
   // that a failure reports it too. FailedPrecondition when ranks called different operations.
   // The operation fails at `deadline` (the earliest of its ranks' call deadlines) or after
-  // options.op_timeout, whichever comes first.
+  // options.op_timeout, whichever comes first. With `device`, the parts' buffers are device
+  // memory that the device's kernels reach (collective/device_staging.h says where it runs).
   absl::StatusOr<std::string> Run(uint64_t seq, std::span<const LocalPart> parts, OpStats& stats,
                                   std::string& algorithm_name,
-                                  absl::Time deadline = absl::InfiniteFuture());
+                                  absl::Time deadline = absl::InfiniteFuture(),
+                                  const DeviceAccess* device = nullptr);
 
   // The tuner's prediction for `collective` on `bytes` across the daemons, cheapest first; empty
   // with a single daemon.
@@ -76,7 +79,13 @@ class OperationRunner {
   struct PeerCheck;
   absl::StatusOr<std::string> RunSchedule(uint64_t seq, std::span<const LocalPart> parts,
                                           absl::Time deadline, transport::Endpoint* endpoint,
-                                          OpStats& stats, std::string& algorithm_name);
+                                          OpStats& stats, std::string& algorithm_name,
+                                          const Kernels* kernels);
+  // Run's work once the local parts agree: on the device, staged, or on the host.
+  absl::StatusOr<std::string> RunOn(uint64_t seq, std::span<const LocalPart> parts,
+                                    absl::Time deadline, transport::Endpoint* endpoint,
+                                    OpStats& stats, std::string& algorithm_name,
+                                    const DeviceAccess* device);
   Algorithm ChooseAlgorithm(const OpSpec& spec);
   // Every kMeasurementExchangeEvery-th operation, before it runs, the daemons sum the all_reduce
   // times each measured since the last exchange and add them to the table every choice reads.

@@ -11,7 +11,13 @@
 //    call may use the session.
 // 2. kRegister with a memfd attached (SCM_RIGHTS) maps `size` bytes of it: it must be sealed
 //    against shrinking (common/shared_memory.h). The reply carries the buffer id.
-// 3. kRelease forgets buffer `buffer_id`.
+// 3. kRegisterDevice maps GPU memory the process exported (device/device.h ExportedMemory): a
+//    VMM allocation with one descriptor per segment attached, or a legacy CUDA IPC handle with
+//    none. The reply carries its buffer id, used like any other.
+// 4. kRegisterEvents opens `event_count` interprocess events of the process (the slots a rank's
+//    stream-ordered operations record into; descriptors attached only for the host fake). The
+//    reply carries the event set's id (in buffer_id).
+// 5. kRelease forgets buffer or event set `buffer_id`.
 // The session lasts as long as the connection: when the process exits or closes it, the daemon
 // tears down everything the session owned.
 
@@ -21,9 +27,40 @@
 namespace baton::session {
 
 inline constexpr uint32_t kMagic = 0x53544242;  // "BBTS"
-inline constexpr uint32_t kVersion = 1;
+// 2: device memory and events.
+inline constexpr uint32_t kVersion = 2;
 
-enum class RequestType : uint32_t { kOpen = 1, kRegister = 2, kRelease = 3 };
+enum class RequestType : uint32_t {
+  kOpen = 1,
+  kRegister = 2,
+  kRelease = 3,
+  kRegisterDevice = 4,
+  kRegisterEvents = 5,
+};
+
+// The most segments of one device registration, and events of one event set.
+inline constexpr uint32_t kMaxDeviceSegments = 16;
+inline constexpr uint32_t kMaxEvents = 8;
+inline constexpr size_t kHandleBytes = 64;
+
+// kRegisterDevice: device/device.h ExportedMemory, field for field.
+struct DeviceMemory {
+  uint32_t share_kind = 0;  // device::ShareKind
+  uint32_t segment_count = 0;
+  uint8_t device_uuid[16] = {};
+  uint64_t base = 0;
+  uint64_t size = 0;
+  uint64_t driver_buffer_id = 0;
+  uint64_t segment_sizes[kMaxDeviceSegments] = {};
+  uint8_t ipc_handle[kHandleBytes] = {};
+};
+
+// kRegisterEvents: the events' handles; descriptors attached in order when `with_fds` is 1.
+struct EventSet {
+  uint32_t event_count = 0;
+  uint32_t with_fds = 0;
+  uint8_t handles[kMaxEvents][kHandleBytes] = {};
+};
 
 struct Request {
   uint32_t magic = kMagic;
@@ -33,6 +70,8 @@ struct Request {
   uint64_t size = 0;          // kRegister: bytes to map
   uint64_t buffer_id = 0;     // kRelease
   char client_name[64] = {};  // kOpen: free text for logs, NUL-terminated
+  DeviceMemory device;        // kRegisterDevice
+  EventSet events;            // kRegisterEvents
 };
 
 struct Reply {

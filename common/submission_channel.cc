@@ -96,4 +96,11 @@ absl::Status ReadResult(const OpResult& result, std::string* algorithm) {
       std::string(copy.message, std::min<size_t>(copy.message_length, sizeof(copy.message))));
 }
 
+void ReleaseStream(std::atomic<uint32_t>& stream_done, uint32_t value) {
+  uint32_t seen = stream_done.load(std::memory_order_acquire);
+  while (static_cast<int32_t>(value - seen) > 0 &&
+         !stream_done.compare_exchange_weak(seen, value, std::memory_order_acq_rel)) {
+  }
+}
+
 }  // namespace baton::channel

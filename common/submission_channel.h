@@ -31,7 +31,17 @@ namespace baton::channel {
 
 inline constexpr uint32_t kMagic = 0x4E435442;  // "BTCN"
 // 2: `peer` in the descriptor, and the per-peer counts of all_to_all_v in the page's tail.
-inline constexpr uint32_t kVersion = 2;
+// 3: stream-ordered operations (device memory): the descriptor's stream fields, `stream_done`.
+inline constexpr uint32_t kVersion = 3;
+
+// Stream-ordered operations (OpDescriptor::stream_value != 0): the rank recorded interprocess
+// event `event_slot` of its event set `event_set` (session_protocol.h kRegisterEvents) on its
+// stream before it submitted, and its stream waits until `stream_done` reaches `stream_value`
+// before it runs the work enqueued after the operation. The daemon waits for the event before it
+// touches the buffers, and stores `stream_value` into `stream_done` once the operation is over,
+// whatever its outcome, before it publishes the result: a stream never waits forever on a
+// daemon that answered. When the daemon does not answer (it died, or the channel broke), the
+// client stores the value itself.
 
 // One operation, as the client API describes it. Enumerations are collective/ values; the
 // reader validates them.
@@ -48,6 +58,9 @@ struct OpDescriptor {
   uint64_t recv_buffer = 0;
   uint64_t recv_offset = 0;
   int64_t timeout_ms = 0;  // zero or less: the daemon's default
+  uint64_t event_set = 0;  // stream-ordered: the session's event set
+  uint32_t event_slot = 0;
+  uint32_t stream_value = 0;  // 0: not stream-ordered
 };
 
 // Most ranks whose all_to_all_v counts fit the page; larger worlds submit all_to_all_v through
@@ -80,11 +93,12 @@ struct OpResult {
 struct Layout {
   uint32_t magic = 0;
   uint32_t version = 0;
-  alignas(64) std::atomic<uint32_t> submitted{0};  // bumped by the client
-  std::atomic<uint32_t> daemon_sleeping{0};        // the daemon blocks on `submitted`
-  alignas(64) std::atomic<uint32_t> completed{0};  // set by the daemon
-  std::atomic<uint32_t> client_sleeping{0};        // the client blocks on `completed`
-  std::atomic<uint32_t> closed{0};                 // the daemon no longer serves this channel
+  alignas(64) std::atomic<uint32_t> submitted{0};    // bumped by the client
+  std::atomic<uint32_t> daemon_sleeping{0};          // the daemon blocks on `submitted`
+  alignas(64) std::atomic<uint32_t> completed{0};    // set by the daemon
+  std::atomic<uint32_t> client_sleeping{0};          // the client blocks on `completed`
+  std::atomic<uint32_t> closed{0};                   // the daemon no longer serves this channel
+  alignas(64) std::atomic<uint32_t> stream_done{0};  // the last stream-ordered value done
   alignas(64) OpDescriptor op;
   alignas(64) OpResult result;
   alignas(64) VectorTail vectors;  // all_to_all_v only
@@ -111,6 +125,9 @@ void Publish(std::atomic<uint32_t>& word, uint32_t value, const std::atomic<uint
 
 // Wakes whoever blocks on `word` (after a flag it checks, such as `closed`, changed).
 void Wake(std::atomic<uint32_t>& word);
+
+// Stores `value` into `stream_done` unless it holds a later one (values count up and may wrap).
+void ReleaseStream(std::atomic<uint32_t>& stream_done, uint32_t value);
 
 // Writes a status and algorithm name into `result`, truncating the message to fit.
 void WriteResult(OpResult& result, const absl::Status& status, const std::string& algorithm);

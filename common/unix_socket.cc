@@ -70,19 +70,29 @@ absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd) {
 }
 
 absl::Status SendPacket(int fd, const void* data, size_t bytes, int pass_fd) {
+  if (pass_fd < 0) return SendPacketWithFds(fd, data, bytes, {});
+  return SendPacketWithFds(fd, data, bytes, std::span<const int>(&pass_fd, 1));
+}
+
+absl::Status SendPacketWithFds(int fd, const void* data, size_t bytes,
+                               std::span<const int> pass_fds) {
+  if (pass_fds.size() > kMaxPassedFds) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("at most ", kMaxPassedFds, " descriptors go in one session message"));
+  }
   iovec iov{const_cast<void*>(data), bytes};
   msghdr message{};
   message.msg_iov = &iov;
   message.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  if (pass_fd >= 0) {
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxPassedFds * sizeof(int))] = {};
+  if (!pass_fds.empty()) {
     message.msg_control = control;
-    message.msg_controllen = sizeof(control);
+    message.msg_controllen = CMSG_SPACE(pass_fds.size() * sizeof(int));
     cmsghdr* header = CMSG_FIRSTHDR(&message);
     header->cmsg_level = SOL_SOCKET;
     header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(header), &pass_fd, sizeof(int));
+    header->cmsg_len = CMSG_LEN(pass_fds.size() * sizeof(int));
+    std::memcpy(CMSG_DATA(header), pass_fds.data(), pass_fds.size() * sizeof(int));
   }
   while (true) {
     const ssize_t sent = sendmsg(fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -99,6 +109,15 @@ absl::Status SendPacket(int fd, const void* data, size_t bytes, int pass_fd) {
 absl::StatusOr<size_t> RecvPacket(int fd, void* data, size_t capacity, int* received_fd,
                                   absl::Time deadline) {
   *received_fd = -1;
+  std::vector<int> fds;
+  absl::StatusOr<size_t> got = RecvPacketWithFds(fd, data, capacity, 1, &fds, deadline);
+  if (got.ok() && !fds.empty()) *received_fd = fds.front();
+  return got;
+}
+
+absl::StatusOr<size_t> RecvPacketWithFds(int fd, void* data, size_t capacity, size_t max_fds,
+                                         std::vector<int>* received_fds, absl::Time deadline) {
+  received_fds->clear();
   if (deadline != absl::InfiniteFuture()) {
     pollfd poller{fd, POLLIN, 0};
     while (true) {
@@ -113,9 +132,9 @@ absl::StatusOr<size_t> RecvPacket(int fd, void* data, size_t capacity, int* rece
   msghdr message{};
   message.msg_iov = &iov;
   message.msg_iovlen = 1;
-  // Room for a few descriptors, so that extra ones are received (and closed) rather than left
-  // half-delivered.
-  alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))] = {};
+  // Room for more descriptors than allowed, so that extra ones are received (and closed) rather
+  // than left half-delivered.
+  alignas(cmsghdr) char control[CMSG_SPACE((kMaxPassedFds + 4) * sizeof(int))] = {};
   message.msg_control = control;
   message.msg_controllen = sizeof(control);
   ssize_t got;
@@ -126,7 +145,6 @@ absl::StatusOr<size_t> RecvPacket(int fd, void* data, size_t capacity, int* rece
     if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::UnavailableError("nothing to read");
     return BATON_ERRNO_STATUS("recvmsg on a session socket");
   }
-  int passed = 0;
   for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
        header = CMSG_NXTHDR(&message, header)) {
     if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) continue;
@@ -134,20 +152,18 @@ absl::StatusOr<size_t> RecvPacket(int fd, void* data, size_t capacity, int* rece
     for (size_t i = 0; i < count; ++i) {
       int passed_fd;
       std::memcpy(&passed_fd, CMSG_DATA(header) + i * sizeof(int), sizeof(int));
-      if (passed++ == 0) {
-        *received_fd = passed_fd;
-      } else {
-        close(passed_fd);
-      }
+      received_fds->push_back(passed_fd);
     }
   }
   const bool truncated = (message.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
-  if (truncated || passed > 1) {
-    if (*received_fd >= 0) close(*received_fd);
-    *received_fd = -1;
+  if (truncated || received_fds->size() > max_fds) {
+    const size_t passed = received_fds->size();
+    for (int passed_fd : *received_fds) close(passed_fd);
+    received_fds->clear();
     return absl::InvalidArgumentError(truncated
                                           ? "a session message longer than its kind allows"
-                                          : "a session message with more than one descriptor");
+                                          : absl::StrCat("a session message with ", passed,
+                                                         " descriptors (at most ", max_fds, ")"));
   }
   return static_cast<size_t>(got);
 }

@@ -7,7 +7,9 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -32,6 +34,13 @@ absl::StatusOr<PeerCredentials> PeerCredentialsOf(int fd);
 // is full gets Unavailable (a peer that does not read its replies is not waited for).
 absl::Status SendPacket(int fd, const void* data, size_t bytes, int pass_fd = -1);
 
+// The most descriptors one message carries.
+inline constexpr size_t kMaxPassedFds = 32;
+
+// Sends one message with the descriptors `pass_fds` (at most kMaxPassedFds) attached.
+absl::Status SendPacketWithFds(int fd, const void* data, size_t bytes,
+                               std::span<const int> pass_fds);
+
 // Receives one message into `data` (at most `capacity` bytes; a longer one is an error, as is
 // more than one passed descriptor). A passed descriptor is stored in `*received_fd`, else -1
 // (the caller owns it). Returns the message's length, 0 when the peer has closed. Waits at most
@@ -39,5 +48,11 @@ absl::Status SendPacket(int fd, const void* data, size_t bytes, int pass_fd = -1
 // to read (Unavailable).
 absl::StatusOr<size_t> RecvPacket(int fd, void* data, size_t capacity, int* received_fd,
                                   absl::Time deadline = absl::InfiniteFuture());
+
+// The same, accepting up to `max_fds` (<= kMaxPassedFds) descriptors, stored in order in
+// `received_fds` (the caller owns them). More than `max_fds` is an error, and closes them all.
+absl::StatusOr<size_t> RecvPacketWithFds(int fd, void* data, size_t capacity, size_t max_fds,
+                                         std::vector<int>* received_fds,
+                                         absl::Time deadline = absl::InfiniteFuture());
 
 }  // namespace baton

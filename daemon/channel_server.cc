@@ -3,6 +3,7 @@
 #include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/session_protocol.h"
 #include "common/spin.h"
 #include "common/thread_name.h"
 #include "spdlog/spdlog.h"
@@ -28,6 +29,13 @@ absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor
   call.recv_offset = op.recv_offset;
   call.deadline =
       absl::Now() + (op.timeout_ms > 0 ? absl::Milliseconds(op.timeout_ms) : kDefaultTimeout);
+  if (op.stream_value != 0) {
+    if (op.event_slot >= session::kMaxEvents) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("event slot ", op.event_slot, " is out of range"));
+    }
+    call.stream = StreamOrder{op.event_set, op.event_slot};
+  }
   return call;
 }
 
@@ -97,6 +105,9 @@ void ChannelServer::Serve(uint32_t seen) {
       algorithm = call.status();
     }
     channel::WriteResult(page_->result, algorithm.status(), algorithm.ok() ? *algorithm : "");
+    // The rank's stream moves on once the operation is over, whatever its outcome; the client
+    // reads the outcome from the result (its asynchronous error).
+    if (op.stream_value != 0) channel::ReleaseStream(page_->stream_done, op.stream_value);
     channel::Publish(page_->completed, seen, page_->client_sleeping);
   }
   // Whatever the client submits from now on fails at once instead of waiting for its deadline.

@@ -14,6 +14,13 @@
 
 namespace baton::daemon {
 
+// A stream-ordered operation's event: slot `slot` of the session's event set `event_set`, which
+// the rank recorded on its stream after the work the operation must follow.
+struct StreamOrder {
+  uint64_t event_set = 0;
+  uint32_t slot = 0;
+};
+
 struct CollectiveCall {
   uint64_t session_id = 0;
   uint64_t comm_tag = 0;
@@ -25,6 +32,7 @@ struct CollectiveCall {
   uint64_t recv_buffer = 0;
   uint64_t recv_offset = 0;
   absl::Time deadline = absl::InfiniteFuture();
+  std::optional<StreamOrder> stream;  // set for stream-ordered operations
 };
 
 }  // namespace baton::daemon

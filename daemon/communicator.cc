@@ -1,6 +1,7 @@
 #include "daemon/communicator.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -195,11 +196,16 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
   const size_t bytes = spec.count * collective::DataTypeSize(spec.type);
   const absl::Time until = std::min(deadline, absl::Now() + options_.op_timeout);
   const absl::Time start = absl::Now();
-  const absl::Status status =
-      spec.collective == collective::Collective::kSend
-          ? point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(request.send, bytes),
-                                 until)
-          : point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(request.recv, bytes), until);
+  absl::Status status;
+  if (request.device == nullptr) {
+    status = spec.collective == collective::Collective::kSend
+                 ? point_to_point_.Send(rank, spec.peer,
+                                        transport::ConstByteSpan(request.send, bytes), until)
+                 : point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(request.recv, bytes),
+                                        until);
+  } else {
+    status = RunPointToPointStaged(rank, request, bytes, until);
+  }
   if (options_.observer != nullptr) {
     options_.observer->OnOperation(OpRecord{spec.collective, "direct", absl::Now() - start,
                                             status.ok(), absl::Now() - start,
@@ -222,6 +228,20 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
   }
   if (options_.completed_total != nullptr) options_.completed_total->fetch_add(1);
   return std::string("direct");
+}
+
+absl::Status Communicator::RunPointToPointStaged(int rank, const OpRequest& request, size_t bytes,
+                                                 absl::Time until) {
+  const collective::OpSpec& spec = request.spec;
+  auto staged = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  if (spec.collective == collective::Collective::kSend) {
+    BATON_RETURN_IF_ERROR(request.device->copy(staged.get(), request.send, bytes));
+    return point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(staged.get(), bytes),
+                                until);
+  }
+  BATON_RETURN_IF_ERROR(
+      point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(staged.get(), bytes), until));
+  return request.device->copy(request.recv, staged.get(), bytes);
 }
 
 absl::Status Communicator::Explain(const absl::Status& failure, absl::Time started) {
@@ -279,7 +299,10 @@ void Communicator::RunNext() {
   const absl::Time start = absl::Now();
   collective::OpStats stats;
   std::string algorithm;
-  absl::StatusOr<std::string> result = runner_.Run(seq, parts, stats, algorithm, slot.deadline);
+  absl::StatusOr<std::string> result = MemoryOf(seq, requests);
+  if (result.ok()) {
+    result = runner_.Run(seq, parts, stats, algorithm, slot.deadline, requests.front().device);
+  }
   if (options_.observer != nullptr) {
     options_.observer->OnOperation(
         OpRecord{requests.front().spec.collective, algorithm, absl::Now() - start, result.ok(),
@@ -301,6 +324,25 @@ void Communicator::RunNext() {
   }
   ++next_to_run_;
   if (slot.collected == slot.arrived) slots_.erase(seq);
+}
+
+absl::StatusOr<std::string> Communicator::MemoryOf(uint64_t seq,
+                                                   const std::vector<OpRequest>& requests) const {
+  for (size_t i = 1; i < requests.size(); ++i) {
+    if ((requests[i].device == nullptr) != (requests.front().device == nullptr)) {
+      const auto kind = [](const OpRequest& r) { return r.device == nullptr ? "host" : "device"; };
+      return absl::FailedPreconditionError(
+          absl::StrCat("ranks passed buffers in different memory to operation ", seq, ": rank ",
+                       local_ranks_[0], " ", kind(requests.front()), " memory, rank ",
+                       local_ranks_[i], " ", kind(requests[i]), " memory"));
+    }
+    if (requests[i].device != requests.front().device) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "ranks passed memory of different GPUs to operation ", seq, " (ranks ", local_ranks_[0],
+          " and ", local_ranks_[i], "); one operation's local buffers must share a GPU"));
+    }
+  }
+  return std::string();
 }
 
 std::vector<collective::AlgorithmCost> Communicator::Predict(collective::Collective kind,

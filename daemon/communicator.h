@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collective/algorithm.h"
+#include "collective/device_staging.h"
 #include "collective/op_spec.h"
 #include "collective/operation_runner.h"
 #include "collective/point_to_point.h"
@@ -36,12 +37,14 @@ namespace baton::daemon {
 
 // One local rank's part of an operation: its call and its buffers, sized as OpSpec::SendElements
 // and RecvElements say (a buffer the operation does not use on this rank may be null). `pins`
-// keep the buffers mapped until it completes.
+// keep the buffers mapped until it completes. `device` is set when the buffers are device memory
+// (every local rank of one operation must agree).
 struct OpRequest {
   collective::OpSpec spec;
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
   std::vector<std::shared_ptr<void>> pins;
+  const collective::DeviceAccess* device = nullptr;
 };
 
 // What an operation cost, reported once it completes (successfully or not).
@@ -147,6 +150,12 @@ class Communicator {
   absl::Status CheckAttachedLocked(int index, int rank, uint64_t session_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A send or recv: it runs at once in the caller's thread, outside the collective sequence.
+  // A send or receive of device memory, through host memory.
+  absl::Status RunPointToPointStaged(int rank, const OpRequest& request, size_t bytes,
+                                     absl::Time until);
+  // OK (an empty string) when every local rank passed the same kind of memory to operation
+  // `seq`; else FailedPrecondition naming two ranks that differ.
+  absl::StatusOr<std::string> MemoryOf(uint64_t seq, const std::vector<OpRequest>& requests) const;
   absl::StatusOr<std::string> RunPointToPoint(int rank, const OpRequest& request,
                                               absl::Time deadline);
   // `failure` of an operation begun at `started`, explained (options.explain_failure); the

@@ -33,6 +33,9 @@ void RegisterOptions(OptionSet& options, Config& config) {
   options.AddString("topology_file", &config.topology_file,
                     "recorded topology (NCCL XML, hwloc XML, nvidia-smi topo -m, or JSON) to use "
                     "instead of discovering this node, like NCCL_TOPO_FILE");
+  options.AddString("device", &config.device,
+                    "GPU support: auto (CUDA when this node has a driver and a GPU), cuda (fail "
+                    "without one), none, or fake (host memory posing as device memory, for tests)");
   options.AddDuration("probe_interval", &config.probe_interval,
                       "time between link probe rounds to peer daemons (0 disables probing)");
   options.AddInt("probe_bytes", &config.probe_bytes,

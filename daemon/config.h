@@ -26,6 +26,9 @@ struct Config {
   std::string log_level = "info";
   std::string ready_file;     // written with the bound addresses once serving
   std::string topology_file;  // a recorded topology to use instead of discovering this node
+  // The GPU implementation: "auto" (CUDA when a driver and GPU are there), "cuda", "none", or
+  // "fake" (memfd-backed host memory posing as device memory, for tests).
+  std::string device = "auto";
   absl::Duration probe_interval = absl::Seconds(10);  // zero: no background link probes
   int64_t probe_bytes = int64_t{1} << 20;             // payload of a bandwidth probe
   std::string probe_peers;  // comma-separated peer API addresses to probe even without a job

@@ -29,6 +29,7 @@
 #include "daemon/peer_service.h"
 #include "daemon/session_server.h"
 #include "daemon/systemd_notify.h"
+#include "device/device.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "spdlog/spdlog.h"
@@ -165,6 +166,13 @@ class DaemonImpl final : public Daemon {
                 absl::StrSplit(config_.locality, ',', absl::SkipWhitespace())};
     self.transports = std::move(advertised);
     BATON_ASSIGN_OR_RETURN(NodeTopology topology, LoadTopology());
+    absl::StatusOr<std::unique_ptr<device::Device>> device = device::OpenDevice(config_.device);
+    if (!device.ok()) return Annotate(device.status(), "device");
+    if (*device != nullptr) {
+      spdlog::info("GPU device: {}", (*device)->Describe());
+    } else {
+      spdlog::info("no GPU device (device={}): host memory only", config_.device);
+    }
     metrics_ = Metrics::Create(self.node_name, kBatonVersion);
     Node::TransportSelector select = [this, self_info = self.ToPeerInfo()](const Member& peer) {
       std::vector<transport::Transport*> transports;
@@ -173,8 +181,9 @@ class DaemonImpl final : public Daemon {
       }
       return endpoint_->Select(transports, self_info, peer.ToPeerInfo(), peer.data_address);
     };
-    node_ = std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get(),
-                                   std::move(topology), peer_credentials_, std::move(select));
+    node_ =
+        std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get(), std::move(topology),
+                               peer_credentials_, std::move(select), std::move(*device));
     metrics_->SetNode(node_.get());
     if (data_keys_ != nullptr) {
       data_keys_->Bind(

@@ -67,7 +67,8 @@ absl::Status CheckWorld(int world_size, int rank, int64_t max_world_size) {
 }
 
 Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
-           NodeTopology topology, const PeerTlsCredentials& credentials, TransportSelector select)
+           NodeTopology topology, const PeerTlsCredentials& credentials, TransportSelector select,
+           std::unique_ptr<device::Device> device)
     : config_(config),
       self_(std::move(self)),
       endpoint_(endpoint),
@@ -77,9 +78,11 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
       rendezvous_(
           [this](Plan& plan) { FinishPlan(plan); },
           Rendezvous::Limits{config.comm_id_ttl, static_cast<size_t>(config.max_pending_comm_ids)}),
+      device_(std::move(device)),
       sessions_(SessionLimits{static_cast<int>(config.max_sessions),
                               static_cast<int>(config.max_sessions_per_uid),
-                              static_cast<int>(config.max_buffers_per_session)}),
+                              static_cast<int>(config.max_buffers_per_session)},
+                device_.get()),
       peers_(credentials),
       directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
                  config.peer_linger),
@@ -430,13 +433,32 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   BATON_RETURN_IF_ERROR(spec.Validate(world, call.rank));
 
   const uint64_t element = collective::DataTypeSize(spec.type);
+  int device_ordinal = -1;  // of the device memory seen so far
+  bool host_memory = false;
+  auto use = [&](const BufferRegion& region, transport::MemoryKind& kind) -> absl::Status {
+    kind = region.memory;
+    request.pins.push_back(region.pin);
+    if (region.memory == transport::MemoryKind::kHost) {
+      host_memory = true;
+    } else if (device_ordinal >= 0 && device_ordinal != region.device_ordinal) {
+      return absl::InvalidArgumentError("send and recv are device memory of different GPUs");
+    } else {
+      device_ordinal = region.device_ordinal;
+    }
+    if (host_memory && device_ordinal >= 0) {
+      return absl::InvalidArgumentError(
+          "one of send and recv is host memory and the other device memory; pass both in the "
+          "same kind of memory");
+    }
+    return absl::OkStatus();
+  };
   if (const uint64_t send_count = spec.SendElements(world, call.rank); send_count > 0) {
     BATON_ASSIGN_OR_RETURN(BufferRegion send,
                            sessions_.Resolve(call.session_id, call.send_buffer, call.send_offset,
                                              send_count * element));
     BATON_RETURN_IF_ERROR(CheckElementOffset("send", call.send_offset, spec.type));
     request.send = send.data;
-    request.pins.push_back(send.pin);
+    BATON_RETURN_IF_ERROR(use(send, spec.send_memory));
   }
   if (const uint64_t recv_count = spec.RecvElements(world, call.rank); recv_count > 0) {
     BATON_ASSIGN_OR_RETURN(BufferRegion recv,
@@ -444,9 +466,71 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
                                              recv_count * element));
     BATON_RETURN_IF_ERROR(CheckElementOffset("recv", call.recv_offset, spec.type));
     request.recv = recv.data;
-    request.pins.push_back(recv.pin);
+    BATON_RETURN_IF_ERROR(use(recv, spec.recv_memory));
+  }
+  if (device_ordinal >= 0) {
+    BATON_ASSIGN_OR_RETURN(request.device, DeviceAccessFor(device_ordinal));
+  }
+  if (call.stream) {
+    BATON_ASSIGN_OR_RETURN(std::shared_ptr<EventSet> events,
+                           sessions_.Events(call.session_id, call.stream->event_set));
+    if (call.stream->slot >= events->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "event slot ", call.stream->slot, " is outside event set ", call.stream->event_set));
+    }
+    // The rank's stream reaches the operation when the event is done: only then are its
+    // inputs written. A missed deadline fails this call only (nothing was submitted).
+    BATON_RETURN_IF_ERROR(WaitForEvent(*(*events)[call.stream->slot], call.deadline, call.rank));
   }
   return comm->Submit(call.rank, call.session_id, std::move(request), call.deadline);
+}
+
+absl::Status Node::WaitForEvent(device::Event& event, absl::Time deadline, int rank) {
+  // Polled, never waited for on the device: a stream wait on an event that never completes
+  // would hold the daemon's stream, and a timeout must name the rank.
+  absl::Duration pause = absl::Microseconds(2);
+  const absl::Time spin_until = absl::Now() + absl::Microseconds(50);
+  while (true) {
+    BATON_ASSIGN_OR_RETURN(const bool done, event.Query());
+    if (done) return absl::OkStatus();
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("rank ", rank,
+                       "'s stream did not reach the operation before the deadline (the work "
+                       "enqueued before it on the stream did not finish)"));
+    }
+    if (now < spin_until) {
+      std::this_thread::yield();
+      continue;
+    }
+    absl::SleepFor(std::min(pause, deadline - now));
+    pause = std::min(pause * 2, absl::Milliseconds(1));
+  }
+}
+
+absl::StatusOr<const collective::DeviceAccess*> Node::DeviceAccessFor(int ordinal) {
+  if (device_ == nullptr) {
+    return absl::FailedPreconditionError("this node's batond has no GPU device");
+  }
+  absl::MutexLock lock(&device_ops_mu_);
+  std::unique_ptr<DeviceOps>& ops = device_ops_[ordinal];
+  if (ops == nullptr) {
+    absl::StatusOr<std::unique_ptr<device::DeviceKernels>> kernels = device_->NewKernels(ordinal);
+    if (!kernels.ok()) {
+      device_ops_.erase(ordinal);
+      return kernels.status();
+    }
+    ops = std::make_unique<DeviceOps>();
+    ops->kernels = std::move(*kernels);
+    ops->access.kernels = ops->kernels.get();
+    ops->access.kernels_error = [kernels = ops->kernels.get()] { return kernels->last_error(); };
+    ops->access.copy = [device = device_.get()](void* dst, const void* src, size_t bytes) {
+      BATON_RETURN_IF_ERROR(device->CopyAsync(dst, src, bytes, nullptr));
+      return device->Synchronize(nullptr);
+    };
+  }
+  return &ops->access;
 }
 
 absl::Status Node::OpenChannel(uint64_t session_id, uint64_t comm_tag, int rank,
@@ -458,10 +542,13 @@ absl::Status Node::OpenChannel(uint64_t session_id, uint64_t comm_tag, int rank,
   BATON_RETURN_IF_ERROR(comm->CheckAttached(rank, session_id));
   BATON_ASSIGN_OR_RETURN(BufferRegion page,
                          sessions_.Resolve(session_id, buffer_id, 0, channel::kChannelBytes));
+  if (page.host == nullptr) {
+    return absl::InvalidArgumentError("a submission channel must be host shared memory");
+  }
   BATON_ASSIGN_OR_RETURN(
       std::unique_ptr<ChannelServer> server,
       ChannelServer::Open(
-          std::move(page.pin), session_id, comm_tag, rank,
+          std::move(page.host), session_id, comm_tag, rank,
           [this](const CollectiveCall& call) { return RunCollective(call); }, config_.submit_spin));
   CloseChannels([&](const ChannelServer& c) {
     return c.session_id() == session_id && c.comm_tag() == comm_tag && c.rank() == rank;

@@ -26,6 +26,7 @@
 #include "daemon/rendezvous.h"
 #include "daemon/session_registry.h"
 #include "daemon/stall_watch.h"
+#include "device/device.h"
 #include "topology/graph.h"
 #include "transport/handshake.h"
 #include "transport/transport.h"
@@ -78,9 +79,13 @@ class Node {
   // `select` (may be empty: every peer on `endpoint` as it is) runs for every other daemon of a
   // communicator's plan before the communicator forms; its error fails the join.
   // `credentials` are those of the peer API, which the node dials other daemons with.
+  // `device` (null: this node has no GPU) maps the sessions' device memory and runs the
+  // kernels of operations on it.
   Node(const Config& config, Member self, transport::Endpoint* endpoint, OpObserver* observer,
        NodeTopology topology, const PeerTlsCredentials& credentials,
-       TransportSelector select = nullptr);
+       TransportSelector select = nullptr, std::unique_ptr<device::Device> device = nullptr);
+  // The node's GPU device, or null.
+  device::Device* device() const { return device_.get(); }
 
   const NodeTopology& topology() const { return topology_; }
 
@@ -187,7 +192,19 @@ class Node {
   OpObserver* const observer_;
   const NodeTopology topology_;
   Rendezvous rendezvous_;
+  const std::unique_ptr<device::Device> device_;  // before sessions_, which maps through it
   SessionRegistry sessions_;
+  // How operations reach each GPU's memory (kernels and copies), made on first use.
+  struct DeviceOps {
+    std::unique_ptr<device::DeviceKernels> kernels;
+    collective::DeviceAccess access;
+  };
+  absl::Mutex device_ops_mu_;
+  absl::flat_hash_map<int, std::unique_ptr<DeviceOps>> device_ops_ ABSL_GUARDED_BY(device_ops_mu_);
+  absl::StatusOr<const collective::DeviceAccess*> DeviceAccessFor(int ordinal);
+  // Waits until `event` (recorded by rank `rank`'s stream) is done; DeadlineExceeded naming the
+  // rank at `deadline`.
+  static absl::Status WaitForEvent(device::Event& event, absl::Time deadline, int rank);
   PeerClient peers_;
   std::atomic<uint64_t> collectives_completed_{0};
   PeerDirectory directory_;

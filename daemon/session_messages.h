@@ -9,8 +9,10 @@
 #include <span>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "device/device.h"
 
 namespace baton::daemon {
 
@@ -27,16 +29,29 @@ struct SessionRegister {
 struct SessionRelease {
   uint64_t buffer_id = 0;
 };
-using SessionRequest = std::variant<SessionOpen, SessionRegister, SessionRelease>;
+// kRegisterDevice: the export, without its descriptors (the caller attaches the ones that came,
+// `passed_fds` of them, which the decoder checked against the segment count).
+struct SessionRegisterDevice {
+  device::ExportedMemory memory;
+};
+// kRegisterEvents: the handles, without descriptors (as above).
+struct SessionRegisterEvents {
+  std::vector<device::EventHandle> events;
+  bool with_fds = false;
+};
+using SessionRequest = std::variant<SessionOpen, SessionRegister, SessionRelease,
+                                    SessionRegisterDevice, SessionRegisterEvents>;
 
 // Decodes `datagram`, which arrived with `passed_fds` descriptors on a connection that has a
 // session already (`has_session`) or not. Every error is a reason to close the connection after
 // replying with it: InvalidArgument for anything but one whole session::Request of this magic and
-// version, a type the protocol does not define, or more than one descriptor; FailedPrecondition
-// for kOpen on a connection with a session, and for any other request on one without. A
-// descriptor that comes with a request other than kRegister is not an error (the caller closes
-// it); a kRegister without one is for the caller to refuse.
+// version, a type the protocol does not define, more descriptors than the request takes (one
+// for the others; kRegisterDevice: exactly one per VMM segment, none for a legacy handle;
+// kRegisterEvents: one per event or none), a share kind, segment count, event count or size
+// out of range; FailedPrecondition for kOpen on a connection with a session, and for any other
+// request on one without. A descriptor that comes with kOpen or kRelease is not an error (the
+// caller closes it); a kRegister without one is for the caller to refuse.
 absl::StatusOr<SessionRequest> DecodeSessionRequest(std::span<const std::byte> datagram,
-                                                    int passed_fds, bool has_session);
+                                                    size_t passed_fds, bool has_session);
 
 }  // namespace baton::daemon

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/secure_random.h"
+#include "common/status_macros.h"
 
 namespace baton::daemon {
 namespace {
@@ -60,36 +61,97 @@ absl::Status SessionRegistry::Authenticate(uint64_t session_id, const std::strin
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> SessionRegistry::RegisterBuffer(uint64_t session_id, int fd,
-                                                         uint64_t size) {
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = sessions_.find(session_id);
-    if (it == sessions_.end()) return UnknownSession(session_id);
-    if (static_cast<int>(it->second.buffers.size()) >= limits_.max_buffers_per_session) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("session ", session_id, " has ", it->second.buffers.size(),
-                       " buffers, its limit (max_buffers_per_session)"));
-    }
+absl::Status SessionRegistry::CheckRoom(uint64_t session_id) const {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return UnknownSession(session_id);
+  if (static_cast<int>(it->second.buffers.size()) >= limits_.max_buffers_per_session) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("session ", session_id, " has ", it->second.buffers.size(),
+                     " buffers, its limit (max_buffers_per_session)"));
   }
-  // Map outside the lock: it is a system call and the memory is the client's.
-  absl::StatusOr<std::unique_ptr<SharedMemory>> memory = SharedMemory::Map(fd, size);
-  if (!memory.ok()) return memory.status();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::Add(uint64_t session_id, Buffer buffer) {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return UnknownSession(session_id);
   const uint64_t id = next_buffer_id_++;
-  it->second.buffers[id] = std::move(*memory);
+  it->second.buffers[id] = std::move(buffer);
   return id;
 }
 
-absl::Status SessionRegistry::ReleaseBuffer(uint64_t session_id, uint64_t buffer_id) {
+absl::StatusOr<uint64_t> SessionRegistry::RegisterBuffer(uint64_t session_id, int fd,
+                                                         uint64_t size) {
+  {
+    absl::MutexLock lock(&mu_);
+    BATON_RETURN_IF_ERROR(CheckRoom(session_id));
+  }
+  // Map outside the lock: it is a system call and the memory is the client's.
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemory> memory, SharedMemory::Map(fd, size));
+  return Add(session_id, Buffer{std::move(memory), nullptr, nullptr});
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::RegisterDeviceBuffer(uint64_t session_id,
+                                                               device::ExportedMemory memory) {
+  {
+    absl::MutexLock lock(&mu_);
+    BATON_RETURN_IF_ERROR(CheckRoom(session_id));
+  }
+  if (device_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this node's batond has no GPU device, so it cannot map device memory (batond --device)");
+  }
+  // Importing maps the memory (driver calls): outside the lock.
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<device::Mapping> mapping,
+                         device_->Import(std::move(memory)));
+  return Add(session_id, Buffer{nullptr, std::move(mapping), nullptr});
+}
+
+absl::StatusOr<uint64_t> SessionRegistry::RegisterEvents(uint64_t session_id,
+                                                         std::vector<device::EventHandle> handles) {
+  {
+    absl::MutexLock lock(&mu_);
+    BATON_RETURN_IF_ERROR(CheckRoom(session_id));
+  }
+  if (device_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this node's batond has no GPU device, so it cannot order operations with a stream "
+        "(batond --device)");
+  }
+  auto events = std::make_shared<EventSet>();
+  for (device::EventHandle& handle : handles) {
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event,
+                           device_->OpenIpcEvent(std::move(handle)));
+    events->push_back(std::move(event));
+  }
+  return Add(session_id, Buffer{nullptr, nullptr, std::move(events)});
+}
+
+absl::StatusOr<std::shared_ptr<EventSet>> SessionRegistry::Events(uint64_t session_id,
+                                                                  uint64_t set_id) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return UnknownSession(session_id);
-  if (it->second.buffers.erase(buffer_id) == 0) {
+  auto set = it->second.buffers.find(set_id);
+  if (set == it->second.buffers.end() || set->second.events == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(set_id, " is not an event set of session ", session_id));
+  }
+  return set->second.events;
+}
+
+absl::Status SessionRegistry::ReleaseBuffer(uint64_t session_id, uint64_t buffer_id) {
+  Buffer released;  // unmapped after the lock is dropped
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return UnknownSession(session_id);
+  auto buffer = it->second.buffers.find(buffer_id);
+  if (buffer == it->second.buffers.end()) {
     return absl::NotFoundError(absl::StrCat("unknown buffer ", buffer_id));
   }
+  released = std::move(buffer->second);
+  it->second.buffers.erase(buffer);
   return absl::OkStatus();
 }
 
@@ -99,16 +161,22 @@ absl::StatusOr<BufferRegion> SessionRegistry::Resolve(uint64_t session_id, uint6
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return UnknownSession(session_id);
   auto buffer = it->second.buffers.find(buffer_id);
-  if (buffer == it->second.buffers.end()) {
+  if (buffer == it->second.buffers.end() || buffer->second.events != nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("buffer ", buffer_id, " is not registered"));
   }
-  const uint64_t size = buffer->second->size();
+  const Buffer& found = buffer->second;
+  const uint64_t size = found.host != nullptr ? found.host->size() : found.device->size();
   if (offset > size || bytes > size - offset) {
     return absl::InvalidArgumentError(absl::StrCat("range [", offset, ", ", offset, "+", bytes,
                                                    ") is outside buffer ", buffer_id, " of ", size,
                                                    " bytes"));
   }
-  return BufferRegion{buffer->second, static_cast<std::byte*>(buffer->second->data()) + offset};
+  if (found.host != nullptr) {
+    return BufferRegion{found.host, static_cast<std::byte*>(found.host->data()) + offset,
+                        transport::MemoryKind::kHost, -1, found.host};
+  }
+  return BufferRegion{found.device, static_cast<std::byte*>(found.device->data()) + offset,
+                      transport::MemoryKind::kDevice, found.device->ordinal(), nullptr};
 }
 
 }  // namespace baton::daemon

@@ -19,14 +19,22 @@
 #include "absl/synchronization/mutex.h"
 #include "common/shared_memory.h"
 #include "common/unix_socket.h"
+#include "device/device.h"
+#include "transport/memory.h"
 
 namespace baton::daemon {
 
 // A resolved region of a registered buffer; `pin` keeps the mapping alive.
 struct BufferRegion {
-  std::shared_ptr<SharedMemory> pin;
+  std::shared_ptr<void> pin;
   std::byte* data = nullptr;
+  transport::MemoryKind memory = transport::MemoryKind::kHost;
+  int device_ordinal = -1;             // device memory: the device that holds it
+  std::shared_ptr<SharedMemory> host;  // host memory: the shared memory itself
 };
+
+// A session's interprocess events (the slots of its stream-ordered operations).
+using EventSet = std::vector<std::unique_ptr<device::Event>>;
 
 struct SessionLimits {
   int max_sessions = 4096;             // on this daemon
@@ -36,7 +44,10 @@ struct SessionLimits {
 
 class SessionRegistry {
  public:
-  explicit SessionRegistry(SessionLimits limits = {}) : limits_(limits) {}
+  // `device` (may be null: no GPU here) maps the sessions' device memory and events; it must
+  // outlive the registry.
+  explicit SessionRegistry(SessionLimits limits = {}, device::Device* device = nullptr)
+      : limits_(limits), device_(device) {}
 
   struct Grant {
     uint64_t id = 0;
@@ -57,6 +68,17 @@ class SessionRegistry {
   // session. InvalidArgument for memory that is not sealed or is too small; ResourceExhausted
   // past the per-session limit.
   absl::StatusOr<uint64_t> RegisterBuffer(uint64_t session_id, int fd, uint64_t size);
+  // Maps device memory the session's process exported, as a buffer of the session (counted
+  // against the same limit). FailedPrecondition when this daemon has no device; the device's
+  // errors (InvalidArgument for an export that does not describe its memory) otherwise.
+  absl::StatusOr<uint64_t> RegisterDeviceBuffer(uint64_t session_id, device::ExportedMemory memory);
+  // Opens the session's interprocess events as one set; its id shares the buffers' numbering
+  // (and their limit) and ReleaseBuffer releases it.
+  absl::StatusOr<uint64_t> RegisterEvents(uint64_t session_id,
+                                          std::vector<device::EventHandle> handles);
+  // The event set `set_id` of the session: NotFound for an unknown session, InvalidArgument for
+  // an id that is not one of its event sets.
+  absl::StatusOr<std::shared_ptr<EventSet>> Events(uint64_t session_id, uint64_t set_id) const;
   absl::Status ReleaseBuffer(uint64_t session_id, uint64_t buffer_id);
 
   // The address of bytes [offset, offset + bytes) of a buffer. NotFound for an unknown session;
@@ -65,14 +87,24 @@ class SessionRegistry {
                                        uint64_t bytes) const;
 
  private:
+  struct Buffer {
+    std::shared_ptr<SharedMemory> host;       // host memory, or
+    std::shared_ptr<device::Mapping> device;  // device memory, or
+    std::shared_ptr<EventSet> events;         // an event set
+  };
   struct Session {
     baton::PeerCredentials peer;
     std::string client_name;
     std::string token;
-    absl::flat_hash_map<uint64_t, std::shared_ptr<SharedMemory>> buffers;
+    absl::flat_hash_map<uint64_t, Buffer> buffers;
   };
+  // Checks that the session exists and has room for one more buffer.
+  absl::Status CheckRoom(uint64_t session_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `buffer` to the session, if it still exists.
+  absl::StatusOr<uint64_t> Add(uint64_t session_id, Buffer buffer) ABSL_LOCKS_EXCLUDED(mu_);
 
   const SessionLimits limits_;
+  device::Device* const device_;
   mutable absl::Mutex mu_;
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_buffer_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -31,21 +31,6 @@ void CopyField(char (&field)[N], absl::string_view text) {
   field[n] = '\0';
 }
 
-// A received descriptor, closed unless taken.
-class OwnedFd {
- public:
-  explicit OwnedFd(int fd) : fd_(fd) {}
-  ~OwnedFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  OwnedFd(const OwnedFd&) = delete;
-  OwnedFd& operator=(const OwnedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 struct SessionServer::Connection {
@@ -222,9 +207,11 @@ void SessionServer::Serve() {
 
 bool SessionServer::Handle(Connection& connection) {
   session::Request received;
-  int passed = -1;
-  absl::StatusOr<size_t> got = RecvPacket(connection.fd, &received, sizeof(received), &passed);
-  OwnedFd passed_fd(passed);
+  std::vector<int> passed;
+  absl::StatusOr<size_t> got = RecvPacketWithFds(connection.fd, &received, sizeof(received),
+                                                 session::kMaxDeviceSegments, &passed);
+  std::vector<device::UniqueFd> passed_fds;  // closed unless taken
+  for (int fd : passed) passed_fds.emplace_back(fd);
   if (!got.ok()) return absl::IsUnavailable(got.status());  // nothing to read after all
   if (*got == 0) return false;                              // closed
   session::Reply reply;
@@ -235,7 +222,7 @@ bool SessionServer::Handle(Connection& connection) {
   };
   absl::StatusOr<SessionRequest> request =
       DecodeSessionRequest(std::span(reinterpret_cast<const std::byte*>(&received), *got),
-                           passed_fd.get() >= 0 ? 1 : 0, connection.session_id != 0);
+                           passed_fds.size(), connection.session_id != 0);
   if (!request.ok()) {
     answer(request.status());
     return false;
@@ -270,8 +257,26 @@ bool SessionServer::Handle(Connection& connection) {
     if (!registration->has_memfd) {
       return answer(absl::InvalidArgumentError("a registration needs its memfd attached"));
     }
+    absl::StatusOr<uint64_t> id = sessions_->RegisterBuffer(
+        connection.session_id, passed_fds.front().get(), registration->size);
+    if (!id.ok()) return answer(id.status());
+    reply.buffer_id = *id;
+    return answer(absl::OkStatus());
+  }
+  if (auto* registration = std::get_if<SessionRegisterDevice>(&*request)) {
+    registration->memory.segment_fds = std::move(passed_fds);
     absl::StatusOr<uint64_t> id =
-        sessions_->RegisterBuffer(connection.session_id, passed_fd.get(), registration->size);
+        sessions_->RegisterDeviceBuffer(connection.session_id, std::move(registration->memory));
+    if (!id.ok()) return answer(id.status());
+    reply.buffer_id = *id;
+    return answer(absl::OkStatus());
+  }
+  if (auto* registration = std::get_if<SessionRegisterEvents>(&*request)) {
+    for (size_t i = 0; i < passed_fds.size(); ++i) {
+      registration->events[i].fd = std::move(passed_fds[i]);
+    }
+    absl::StatusOr<uint64_t> id =
+        sessions_->RegisterEvents(connection.session_id, std::move(registration->events));
     if (!id.ok()) return answer(id.status());
     reply.buffer_id = *id;
     return answer(absl::OkStatus());

@@ -141,6 +141,10 @@ absl::StatusOr<core::CallOptions> OptionsOf(const baton_call_options_t* options)
   if (algorithm != BATON_ALGORITHM_AUTO) {
     result.algorithm = static_cast<collective::Algorithm>(algorithm - 1);
   }
+  if (options->struct_size >= offsetof(baton_call_options_t, stream) + sizeof(options->stream)) {
+    result.on_stream = options->on_stream != 0;
+    result.stream = options->stream;
+  }
   return result;
 }
 
@@ -406,6 +410,39 @@ baton_code_t baton_client_free(baton_client_t* client, void* data) {
   return Finish(client->impl->Free(data));
 }
 
+baton_code_t baton_client_alloc_device(baton_client_t* client, size_t bytes, int device,
+                                       void** data) {
+  if (data == nullptr) return Invalid("data is null");
+  *data = nullptr;
+  if (client == nullptr) return Invalid("client is null");
+  if (bytes == 0) return Invalid("cannot allocate 0 bytes");
+  absl::StatusOr<void*> allocated = client->impl->AllocateDevice(bytes, device);
+  if (!allocated.ok()) return Finish(allocated.status());
+  *data = *allocated;
+  return Finish(absl::OkStatus());
+}
+
+baton_code_t baton_client_free_device(baton_client_t* client, void* data) {
+  if (client == nullptr) return Invalid("client is null");
+  return Finish(client->impl->FreeDevice(data));
+}
+
+baton_code_t baton_client_register_device(baton_client_t* client, const void* data, size_t bytes) {
+  if (client == nullptr) return Invalid("client is null");
+  if (data == nullptr || bytes == 0) return Invalid("register a non-empty range");
+  return Finish(client->impl->RegisterDevice(data, bytes));
+}
+
+baton_code_t baton_client_deregister_device(baton_client_t* client, const void* data) {
+  if (client == nullptr) return Invalid("client is null");
+  return Finish(client->impl->DeregisterDevice(data));
+}
+
+baton_code_t baton_comm_get_async_error(const baton_comm_t* comm) {
+  if (comm == nullptr) return Invalid("communicator is null");
+  return Finish(comm->impl->AsyncError());
+}
+
 baton_code_t baton_daemon_status_json(const char* socket_path, int64_t timeout_ms, char* json,
                                       size_t json_size, size_t* needed) {
   if (json == nullptr && json_size > 0) return Invalid("json is null but json_size is not 0");
@@ -497,6 +534,8 @@ void baton_call_options_init(baton_call_options_t* options) {
   options->struct_size = sizeof(baton_call_options_t);
   options->timeout_ms = 0;
   options->algorithm = BATON_ALGORITHM_AUTO;
+  options->on_stream = 0;
+  options->stream = nullptr;
 }
 
 baton_code_t baton_all_reduce(baton_comm_t* comm, const void* send, void* recv, size_t count,

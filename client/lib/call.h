@@ -24,6 +24,10 @@ struct Call {
   void* recv = nullptr;
   uint64_t send_elements = 0;  // read from send (spec.SendElements for this rank)
   uint64_t recv_elements = 0;  // written to recv (spec.RecvElements for this rank)
+  // Stream-ordered calls (CallOptions::on_stream): the value the stream waits for, and the
+  // event slot recorded on it; 0 and 0 otherwise.
+  uint32_t stream_value = 0;
+  uint32_t event_slot = 0;
 };
 
 // Builds the calls of one rank (`rank` of `world_size`); see client_core.h for each contract.

@@ -9,13 +9,17 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/lib/session.h"
 #include "common/spin.h"
+#include "common/status_macros.h"
 #include "common/submission_channel.h"
+#include "device/device.h"
 
 namespace baton::core {
 
@@ -50,7 +54,21 @@ class ChannelClient {
     return std::unique_ptr<ChannelClient>(new ChannelClient(std::move(session), page));
   }
 
-  ~ChannelClient() { session_->Free(page_).IgnoreError(); }
+  ~ChannelClient() {
+    if (streams_ != nullptr) {
+      // A stream may still have to pass its wait on the page (the GPU reads the word when the
+      // stream gets there): the page and its registration stay for the life of the process,
+      // whatever happens to the session.
+      absl::StatusOr<std::unique_ptr<SharedMemory>> page = session_->Detach(page_);
+      if (page.ok()) streams_->page_memory = *std::move(page);
+      static auto* retired_mu = new absl::Mutex;
+      static auto* retired = new std::vector<std::unique_ptr<Streams>>;
+      absl::MutexLock lock(retired_mu);
+      retired->push_back(std::move(streams_));
+      return;
+    }
+    session_->Free(page_).IgnoreError();
+  }
   ChannelClient(const ChannelClient&) = delete;
   ChannelClient& operator=(const ChannelClient&) = delete;
 
@@ -104,6 +122,34 @@ class ChannelClient {
   // all_to_all_v's counts, written before Run.
   channel::VectorTail& vectors() { return page_->vectors; }
 
+  // Stream-ordered operations (common/submission_channel.h): the rank's interprocess events,
+  // made and registered with the daemon on first use, and the page registered for stream waits.
+  static constexpr uint32_t kEvents = session::kMaxEvents;
+  struct Streams {
+    std::unique_ptr<SharedMemory> page_memory;  // set when retired (the destructor)
+    device::Device* device = nullptr;
+    std::vector<std::unique_ptr<device::Event>> events;
+    uint64_t event_set = 0;
+    std::unique_ptr<device::HostRegistration> page;
+  };
+  absl::StatusOr<Streams*> EnableStreams(device::Device* device) {
+    if (streams_ != nullptr) return streams_.get();
+    auto streams = std::make_unique<Streams>();
+    streams->device = device;
+    std::vector<const device::Event*> handles;
+    for (uint32_t i = 0; i < kEvents; ++i) {
+      BATON_ASSIGN_OR_RETURN(std::unique_ptr<device::Event> event, device->CreateIpcEvent());
+      handles.push_back(event.get());
+      streams->events.push_back(std::move(event));
+    }
+    BATON_ASSIGN_OR_RETURN(streams->page, device->RegisterHost(page_, channel::kChannelBytes));
+    BATON_ASSIGN_OR_RETURN(streams->event_set, session_->RegisterEvents(handles));
+    streams_ = std::move(streams);
+    return streams_.get();
+  }
+  // The word the rank's streams wait on.
+  std::atomic<uint32_t>& stream_done() { return page_->stream_done; }
+
  private:
   ChannelClient(std::shared_ptr<Session> session, channel::Layout* page)
       : session_(std::move(session)), page_(page) {}
@@ -114,6 +160,7 @@ class ChannelClient {
   static constexpr absl::Duration kLostGrace = absl::Seconds(1);
 
   uint32_t submitted_ = 0;
+  std::unique_ptr<Streams> streams_;
   AdaptiveSpin spin_{channel::kDefaultSpin};
   absl::Status broken_;
 };

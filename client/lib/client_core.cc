@@ -294,6 +294,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   // Runs a call in submission order: inline when nothing is queued or running, else after the
   // queued calls. In a group: deferred, and OK at once.
   absl::Status Blocking(absl::StatusOr<Call> call, const CallOptions& options) {
+    if (options.on_stream) return OnStream(std::move(call), options);
     if (!call.ok()) {
       if (InGroup()) NoteGroupError(call.status());
       return call.status();
@@ -318,6 +319,12 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   }
 
   std::shared_ptr<Request> Enqueue(absl::StatusOr<Call> call, const CallOptions& options) {
+    if (options.on_stream) {
+      // Stream-ordered calls return at once anyway; the request says whether it was enqueued.
+      auto enqueued = std::make_shared<PendingRequest>();
+      enqueued->Complete(OnStream(std::move(call), options));
+      return enqueued;
+    }
     if (!call.ok()) {
       if (InGroup()) NoteGroupError(call.status());
       auto failed = std::make_shared<PendingRequest>();
@@ -393,6 +400,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     absl::MutexLock lock(&mu_);  // one operation of this rank at a time; they run in order
     if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
     if (aborted_.load()) return AbortStatus();
+    if (call.stream_value != 0) return RunOnStream(call, send_bytes, recv_bytes, options);
 
     // Registered memory is used in place; anything else goes through the staging buffer, which
     // holds the staged input at offset 0 and the staged output after it.
@@ -400,6 +408,11 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     // staging would write past its end.
     std::optional<v1::BufferRef> send_ref, recv_ref;
     const size_t element = collective::DataTypeSize(call.spec.type);
+    // Device memory is the daemon's to reach (registered, never copied by the host); the caller
+    // has finished writing it (a call without a stream does not order itself with one).
+    if (IsDeviceMemory(call.send, send_bytes) || IsDeviceMemory(call.recv, recv_bytes)) {
+      return RunOnStream(call, send_bytes, recv_bytes, options);
+    }
     if (send_bytes > 0) {
       BATON_ASSIGN_OR_RETURN(send_ref, InBuffer("send", call.send, send_bytes, element));
     }
@@ -445,6 +458,138 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     return absl::OkStatus();
   }
 
+  // Queues a stream-ordered call (CallOptions::on_stream): its slot's event is recorded on the
+  // stream and the stream waits for the call's value in the channel page; the call itself runs
+  // on the queue's worker. Every way the call ends releases the stream.
+  absl::Status OnStream(absl::StatusOr<Call> call, const CallOptions& options) {
+    if (!call.ok()) return call.status();
+    if (InGroup()) {
+      return absl::UnimplementedError("stream-ordered calls cannot be queued in a group yet");
+    }
+    if (channel_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "stream-ordered calls need the submission channel (BATON_SUBMIT=grpc turns it off)");
+    }
+    if (!wire::FitsChannel(call->spec)) {
+      return absl::UnimplementedError(absl::StrCat("stream-ordered all_to_all_v takes at most ",
+                                                   channel::kMaxVectorRanks, " ranks"));
+    }
+    BATON_ASSIGN_OR_RETURN(const CallBytes bytes, CheckBuffers(*call));
+    BATON_ASSIGN_OR_RETURN(device::Device * device, ClientDevice());
+    if ((bytes.send > 0 && !device->IsDeviceMemory(call->send, bytes.send)) ||
+        (bytes.recv > 0 && !device->IsDeviceMemory(call->recv, bytes.recv))) {
+      return absl::InvalidArgumentError(
+          "a stream-ordered call takes device memory: send or recv is host memory (or runs "
+          "past its allocation)");
+    }
+    uint32_t value = 0;
+    {
+      absl::MutexLock lock(&stream_mu_);
+      if (!async_error_.ok()) return async_error_;
+      ChannelClient::Streams* streams = nullptr;
+      {
+        absl::MutexLock channel_lock(&mu_);
+        if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
+        BATON_ASSIGN_OR_RETURN(streams, channel_->EnableStreams(device));
+        stream_done_ = &channel_->stream_done();
+        event_set_ = streams->event_set;
+      }
+      value = ++stream_issued_;
+      if (value == 0) value = ++stream_issued_;  // 0 means "not stream-ordered"
+      const uint32_t slot = value % ChannelClient::kEvents;
+      // The slot's event is recorded again only after the daemon has waited for its last use:
+      // the call kEvents before this one has finished.
+      const uint32_t reusable = value - ChannelClient::kEvents;
+      auto slot_free = [this, reusable]() ABSL_SHARED_LOCKS_REQUIRED(stream_mu_) {
+        return static_cast<int32_t>(stream_finished_ - reusable) >= 0;
+      };
+      if (!stream_mu_.AwaitWithTimeout(absl::Condition(&slot_free), options.timeout)) {
+        --stream_issued_;
+        return absl::DeadlineExceededError(
+            absl::StrCat(ChannelClient::kEvents,
+                         " stream-ordered calls are in flight and the oldest did not "
+                         "finish before the deadline"));
+      }
+      absl::Status recorded = streams->events[slot]->Record(options.stream);
+      if (recorded.ok()) {
+        recorded = device->WaitValue(options.stream, stream_done_, value);
+      }
+      if (!recorded.ok()) {
+        // Nothing waits for this value: the next call may use it.
+        --stream_issued_;
+        return recorded;
+      }
+      call->stream_value = value;
+      call->event_slot = slot;
+    }
+    auto request = std::make_shared<PendingRequest>();
+    request->OnComplete([this, value](const absl::Status& status) {
+      channel::ReleaseStream(*stream_done_, value);
+      absl::MutexLock lock(&stream_mu_);
+      if (!status.ok() && async_error_.ok()) async_error_ = status;
+      stream_finished_ = value;
+    });
+    Submit(*std::move(call), options, std::move(request));
+    return absl::OkStatus();
+  }
+
+  // Whether [data, data + bytes) is device memory of this process (false without a device).
+  static bool IsDeviceMemory(const void* data, size_t bytes) {
+    if (bytes == 0 || data == nullptr) return false;
+    absl::StatusOr<device::Device*> device = ClientDevice();
+    return device.ok() && (*device)->IsDeviceMemory(data, bytes);
+  }
+
+  // Runs a call on device memory (stream-ordered or not) on the channel, or without one over
+  // gRPC: its buffers are registered device memory.
+  absl::Status RunOnStream(Call& call, size_t send_bytes, size_t recv_bytes,
+                           const CallOptions& options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::optional<v1::BufferRef> send_ref, recv_ref;
+    if (send_bytes > 0) {
+      BATON_ASSIGN_OR_RETURN(send_ref, session_->FindDevice(call.send, send_bytes));
+    }
+    if (recv_bytes > 0) {
+      BATON_ASSIGN_OR_RETURN(recv_ref, session_->FindDevice(call.recv, recv_bytes));
+    }
+    if (channel_ == nullptr || !wire::FitsChannel(call.spec)) {
+      // Not stream-ordered here (OnStream requires the channel).
+      absl::StatusOr<std::string> ran = RunOnGrpc(call.spec, send_ref, recv_ref, options);
+      if (!ran.ok()) return ran.status();
+      last_algorithm_ = *std::move(ran);
+      return absl::OkStatus();
+    }
+    channel::OpDescriptor op;
+    BATON_RETURN_IF_ERROR(wire::ToChannel(call.spec, &op, &channel_->vectors()));
+    if (send_ref) {
+      op.send_buffer = send_ref->buffer_id();
+      op.send_offset = send_ref->offset();
+    }
+    if (recv_ref) {
+      op.recv_buffer = recv_ref->buffer_id();
+      op.recv_offset = recv_ref->offset();
+    }
+    op.timeout_ms = absl::ToInt64Milliseconds(options.timeout);
+    op.event_set = call.stream_value != 0 ? event_set_ : 0;
+    op.event_slot = call.event_slot;
+    op.stream_value = call.stream_value;
+    absl::StatusOr<std::string> ran = channel_->Run(op, options.timeout, *session_, aborted_);
+    if (!ran.ok()) {
+      if (aborted_.load() && (absl::IsCancelled(ran.status()) || absl::IsAborted(ran.status()))) {
+        return AbortStatus();
+      }
+      return ran.status();
+    }
+    last_algorithm_ = *std::move(ran);
+    return absl::OkStatus();
+  }
+
+ public:
+  absl::Status AsyncError() const override {
+    absl::MutexLock lock(&stream_mu_);
+    return async_error_;
+  }
+
+ private:
   // Whether element i of the output depends on element i of the inputs only, so that the daemon
   // may write the output over this rank's input.
   static bool ElementwiseInPlace(const collective::OpSpec& spec) {
@@ -581,6 +726,15 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   std::atomic<bool> aborted_{false};
   grpc::ClientContext* running_context_ ABSL_GUARDED_BY(queue_mu_) = nullptr;
   std::thread worker_;  // started by the first queued call
+
+  // Stream-ordered calls: values issued and finished (common/submission_channel.h), the first
+  // failure, and the channel's word and event set (set on the first call).
+  mutable absl::Mutex stream_mu_;
+  uint32_t stream_issued_ ABSL_GUARDED_BY(stream_mu_) = 0;
+  uint32_t stream_finished_ ABSL_GUARDED_BY(stream_mu_) = 0;
+  absl::Status async_error_ ABSL_GUARDED_BY(stream_mu_);
+  std::atomic<uint32_t>* stream_done_ = nullptr;  // written once, before the first call queues
+  uint64_t event_set_ = 0;                        // likewise
 };
 
 absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Session>& session,
@@ -690,6 +844,14 @@ class ClientImpl final : public Client {
 
   absl::StatusOr<void*> Allocate(size_t bytes) override { return session_->Allocate(bytes); }
   absl::Status Free(void* data) override { return session_->Free(data); }
+  absl::StatusOr<void*> AllocateDevice(size_t bytes, int ordinal) override {
+    return session_->AllocateDevice(bytes, ordinal);
+  }
+  absl::Status FreeDevice(void* data) override { return session_->FreeDevice(data); }
+  absl::Status RegisterDevice(const void* data, size_t bytes) override {
+    return session_->FindDevice(data, bytes).status();
+  }
+  absl::Status DeregisterDevice(const void* data) override { return session_->Deregister(data); }
   const std::string& node_name() const override { return session_->node_name(); }
 
  private:

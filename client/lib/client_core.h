@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
+#include "device/device.h"
 
 namespace baton::core {
 
@@ -35,6 +36,11 @@ struct CallOptions {
   // collectives it implements, and the daemon chooses for the rest. Every rank must make the same
   // choice.
   std::optional<Algorithm> algorithm;
+  // Stream-ordered (device memory): the call runs after the work enqueued on `stream` before it
+  // (a cudaStream_t; null is the default stream), work enqueued after it waits for it, and the
+  // call returns at once. Its outcome: Communicator::AsyncError.
+  bool on_stream = false;
+  void* stream = nullptr;
 };
 
 // An operation submitted without waiting (the *Async calls). Thread-safe.
@@ -194,6 +200,11 @@ class Communicator {
 
   // Leaves the communicator once the operations already submitted have finished. Idempotent.
   virtual absl::Status Destroy() = 0;
+
+  // The first failure of a stream-ordered call (CallOptions::on_stream) since the communicator
+  // was made, like ncclCommGetAsyncError; OK while there is none. Once set, later stream-ordered
+  // calls fail at once with it.
+  virtual absl::Status AsyncError() const = 0;
 };
 
 // Groups, like ncclGroupStart/End, per thread and nestable: between the outermost GroupStart and
@@ -207,6 +218,11 @@ class Communicator {
 absl::Status GroupStart();
 // FailedPrecondition without a matching GroupStart.
 absl::Status GroupEnd();
+
+// The process's GPU device for libbaton, opened on first use from $BATON_DEVICE ("auto" when
+// unset: CUDA when a driver and GPU are there; "cuda", "fake" for tests, "none").
+// FailedPrecondition when there is none, saying why.
+absl::StatusOr<device::Device*> ClientDevice();
 
 class Client {
  public:
@@ -235,6 +251,16 @@ class Client {
 
   // The name of the node whose daemon this client talks to.
   virtual const std::string& node_name() const = 0;
+
+  // Device memory of GPU `ordinal` shared with the daemon (VMM, exportable). Valid until
+  // FreeDevice or until the client is destroyed. FailedPrecondition without a GPU.
+  virtual absl::StatusOr<void*> AllocateDevice(size_t bytes, int ordinal) = 0;
+  virtual absl::Status FreeDevice(void* data) = 0;
+  // Registers the device allocation holding [data, data + bytes) with the daemon now (calls on
+  // device memory register it on first use anyway), like ncclCommRegister. Deregister it before
+  // the memory is freed: the daemon keeps its mapping until then.
+  virtual absl::Status RegisterDevice(const void* data, size_t bytes) = 0;
+  virtual absl::Status DeregisterDevice(const void* data) = 0;
 };
 
 }  // namespace baton::core

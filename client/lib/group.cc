@@ -45,6 +45,7 @@ std::optional<absl::Status> PendingRequest::Test() {
 
 void PendingRequest::Complete(absl::Status status) {
   if (completing_.exchange(true)) return;
+  if (on_complete_) on_complete_(status);
   status_ = std::move(status);
   done_.Notify();
 }

@@ -10,6 +10,7 @@
 // cannot deadlock however the user queued them.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -26,8 +27,13 @@ class PendingRequest final : public Request {
  public:
   absl::Status Wait(absl::Duration timeout) override;
   std::optional<absl::Status> Test() override;
-  // Sets the status and wakes the waiters; only the first call counts.
+  // Sets the status and wakes the waiters; only the first call counts. Calls the OnComplete
+  // function first, with the status.
   void Complete(absl::Status status);
+  // Called once by Complete (set before the request is submitted).
+  void OnComplete(std::function<void(const absl::Status&)> on_complete) {
+    on_complete_ = std::move(on_complete);
+  }
   // While deferred (queued in a group that has not ended), Wait fails at once with
   // FailedPrecondition rather than waiting for something that cannot start yet.
   void SetDeferred(bool deferred);
@@ -35,6 +41,7 @@ class PendingRequest final : public Request {
  private:
   absl::Notification done_;
   absl::Status status_;  // written once, before done_ is notified
+  std::function<void(const absl::Status&)> on_complete_;
   std::atomic<bool> completing_{false};
   std::atomic<bool> deferred_{false};
 };

@@ -14,7 +14,9 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -25,6 +27,7 @@
 #include "common/session_protocol.h"
 #include "common/shared_memory.h"
 #include "common/unix_socket.h"
+#include "device/device.h"
 #include "grpcpp/grpcpp.h"
 
 namespace baton::core {
@@ -58,7 +61,7 @@ class Session {
     session::Request request;
     request.type = static_cast<uint32_t>(session::RequestType::kOpen);
     std::strncpy(request.client_name, "libbaton", sizeof(request.client_name) - 1);
-    absl::StatusOr<session::Reply> reply = session->Exchange(request, -1, timeout);
+    absl::StatusOr<session::Reply> reply = session->Exchange(request, {}, timeout);
     if (!reply.ok()) return reply.status();
     session->id_ = reply->session_id;
     session->token_.assign(reply->token, strnlen(reply->token, sizeof(reply->token)));
@@ -110,7 +113,9 @@ class Session {
     session::Request request;
     request.type = static_cast<uint32_t>(session::RequestType::kRegister);
     request.size = bytes;
-    absl::StatusOr<session::Reply> reply = Exchange(request, (*memory)->fd(), kControlTimeout);
+    const int fd = (*memory)->fd();
+    absl::StatusOr<session::Reply> reply =
+        Exchange(request, std::span<const int>(&fd, 1), kControlTimeout);
     // The daemon holds its own mapping now (or failed): the descriptor is no longer needed.
     (*memory)->CloseFd();
     if (!reply.ok()) return reply.status();
@@ -134,7 +139,47 @@ class Session {
     session::Request request;
     request.type = static_cast<uint32_t>(session::RequestType::kRelease);
     request.buffer_id = buffer.id;
-    return Exchange(request, -1, kControlTimeout).status();
+    return Exchange(request, {}, kControlTimeout).status();
+  }
+
+  // ---- Device memory (client/lib/session_device.cc) ----
+
+  // Allocates device memory on GPU `ordinal` shared with the daemon (the process's device,
+  // ClientDevice()).
+  absl::StatusOr<void*> AllocateDevice(size_t bytes, int ordinal);
+  // Frees memory from AllocateDevice; InvalidArgument for any other pointer.
+  absl::Status FreeDevice(void* data);
+  // The registered device buffer holding [data, data + bytes), registering its allocation with
+  // the daemon on first use (cached by base address; the driver's buffer id is checked when the
+  // allocation is exported, so an address reused by a new allocation is registered anew).
+  // NotFound for memory that is not device memory; FailedPrecondition for device memory that
+  // cannot be shared.
+  absl::StatusOr<v1::BufferRef> FindDevice(const void* data, size_t bytes);
+  // Forgets the registration of the allocation holding `data` (before the owner frees it: the
+  // daemon must not keep a mapping of freed memory). InvalidArgument when it is not registered.
+  absl::Status Deregister(const void* data);
+  // Opens `events` (their handles) at the daemon; returns the event set's id.
+  absl::StatusOr<uint64_t> RegisterEvents(const std::vector<const device::Event*>& events);
+
+  // Takes a buffer from Allocate out of the session: the daemon releases it, and the memory
+  // stays mapped for as long as the caller keeps the returned object (also after the session
+  // ends). InvalidArgument for any other pointer.
+  absl::StatusOr<std::unique_ptr<SharedMemory>> Detach(void* data) {
+    Buffer buffer;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = buffers_.find(static_cast<std::byte*>(data));
+      if (it == buffers_.end()) {
+        return absl::InvalidArgumentError("pointer was not returned by Allocate");
+      }
+      buffer = std::move(it->second);
+      buffers_.erase(it);
+    }
+    session::Request request;
+    request.type = static_cast<uint32_t>(session::RequestType::kRelease);
+    request.buffer_id = buffer.id;
+    Exchange(request, {}, kControlTimeout).IgnoreError();  // a closed session released it
+    return std::move(buffer.memory);
   }
 
   // How [data, data + bytes) relates to the registered buffers.
@@ -166,12 +211,12 @@ class Session {
  private:
   Session(std::unique_ptr<v1::Client::Stub> stub, int fd) : stub_(std::move(stub)), fd_(fd) {}
 
-  // Sends `request` (with `pass_fd` attached unless -1) and waits for its reply; the reply's
-  // error as a status.
-  absl::StatusOr<session::Reply> Exchange(const session::Request& request, int pass_fd,
-                                          absl::Duration timeout) {
+  // Sends `request` (with `pass_fds` attached) and waits for its reply; the reply's error as a
+  // status.
+  absl::StatusOr<session::Reply> Exchange(const session::Request& request,
+                                          std::span<const int> pass_fds, absl::Duration timeout) {
     absl::MutexLock lock(&socket_mu_);
-    absl::Status sent = SendPacket(fd_, &request, sizeof(request), pass_fd);
+    absl::Status sent = SendPacketWithFds(fd_, &request, sizeof(request), pass_fds);
     if (!sent.ok()) {
       return absl::UnavailableError(
           absl::StrCat("the session with batond is closed or broken: ", sent.message()));
@@ -207,6 +252,18 @@ class Session {
   absl::Mutex socket_mu_;  // one request and its reply at a time
   absl::Mutex mu_;
   std::map<std::byte*, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
+
+  // Registered device allocations by base address.
+  struct DeviceBuffer {
+    uint64_t size = 0;
+    uint64_t driver_id = 0;                     // the driver's id of the allocation
+    uint64_t id = 0;                            // the daemon's buffer id
+    std::unique_ptr<device::Allocation> owned;  // from AllocateDevice
+  };
+  // Registers `exported` with the daemon; returns its buffer id.
+  absl::StatusOr<uint64_t> RegisterExported(device::ExportedMemory exported);
+  absl::Mutex device_mu_;  // one registration at a time (they are rare)
+  std::map<uint64_t, DeviceBuffer> device_buffers_ ABSL_GUARDED_BY(device_mu_);
 };
 
 }  // namespace baton::core

@@ -144,7 +144,8 @@ TEST_F(ChannelServerTest, APageThatIsNotAChannelIsRefused) {
   page_->magic = 0x12345678;
   auto server = Open([](const CollectiveCall&) { return absl::StatusOr<std::string>("ring"); });
   EXPECT_TRUE(absl::IsInvalidArgument(server.status())) << server.status();
-  EXPECT_NE(server.status().message().find("is not a version 2 submission channel"),
+  EXPECT_NE(server.status().message().find(
+                absl::StrCat("is not a version ", channel::kVersion, " submission channel")),
             std::string::npos)
       << server.status();
   // Nor is a buffer too small to hold the page.

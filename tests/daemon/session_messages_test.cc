@@ -99,3 +99,68 @@ TEST(SessionMessagesTest, TheConnectionsStateDecidesFirst) {
 
 }  // namespace
 }  // namespace baton::daemon
+
+namespace baton::daemon {
+namespace {
+
+session::Request DeviceRequest(uint32_t kind, std::vector<uint64_t> segments, uint64_t size) {
+  session::Request request;
+  request.type = static_cast<uint32_t>(session::RequestType::kRegisterDevice);
+  request.device.share_kind = kind;
+  request.device.base = 1 << 20;
+  request.device.size = size;
+  request.device.segment_count = static_cast<uint32_t>(segments.size());
+  for (size_t i = 0; i < segments.size(); ++i) request.device.segment_sizes[i] = segments[i];
+  return request;
+}
+
+absl::StatusOr<SessionRequest> DecodeDevice(const session::Request& request, size_t fds) {
+  return DecodeSessionRequest(
+      std::span(reinterpret_cast<const std::byte*>(&request), sizeof(request)), fds, true);
+}
+
+TEST(SessionMessagesTest, DeviceRegistrationsAreCheckedWhole) {
+  const uint32_t vmm = static_cast<uint32_t>(device::ShareKind::kVmm);
+  const uint32_t legacy = static_cast<uint32_t>(device::ShareKind::kLegacyIpc);
+  absl::StatusOr<SessionRequest> good = DecodeDevice(DeviceRequest(vmm, {4096, 8192}, 12288), 2);
+  ASSERT_TRUE(good.ok()) << good.status();
+  const auto& decoded = std::get<SessionRegisterDevice>(*good);
+  EXPECT_EQ(decoded.memory.segment_sizes, (std::vector<uint64_t>{4096, 8192}));
+  EXPECT_EQ(decoded.memory.base, uint64_t{1} << 20);
+  // One descriptor per segment, segments that add up, a size, a known kind.
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(DecodeDevice(DeviceRequest(vmm, {4096, 8192}, 12288), 1).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(DecodeDevice(DeviceRequest(vmm, {4096, 8192}, 16384), 2).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      DecodeDevice(DeviceRequest(vmm, {4096, UINT64_MAX}, 4095), 2).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeDevice(DeviceRequest(vmm, {}, 4096), 0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeDevice(DeviceRequest(vmm, {0}, 0), 1).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeDevice(DeviceRequest(7, {4096}, 4096), 1).status()));
+  session::Request wraps = DeviceRequest(vmm, {4096}, 4096);
+  wraps.device.base = UINT64_MAX - 100;
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeDevice(wraps, 1).status()));
+  // A legacy handle carries no descriptor and no segments.
+  EXPECT_TRUE(DecodeDevice(DeviceRequest(legacy, {}, 4096), 0).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeDevice(DeviceRequest(legacy, {}, 4096), 1).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(DecodeDevice(DeviceRequest(legacy, {4096}, 4096), 0).status()));
+}
+
+TEST(SessionMessagesTest, EventSetsAreCheckedWhole) {
+  session::Request request;
+  request.type = static_cast<uint32_t>(session::RequestType::kRegisterEvents);
+  request.events.event_count = 4;
+  EXPECT_TRUE(DecodeDevice(request, 0).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeDevice(request, 4).status()));  // with_fds is 0
+  request.events.with_fds = 1;
+  EXPECT_TRUE(DecodeDevice(request, 4).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeDevice(request, 3).status()));
+  request.events.event_count = session::kMaxEvents + 1;
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeDevice(request, 0).status()));
+  request.events.event_count = 0;
+  EXPECT_TRUE(absl::IsInvalidArgument(DecodeDevice(request, 0).status()));
+}
+
+}  // namespace
+}  // namespace baton::daemon

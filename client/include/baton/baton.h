@@ -262,6 +262,40 @@ BATON_API baton_code_t baton_comm_explain(baton_comm_t* comm, baton_collective_t
                                           baton_algorithm_estimate_t* estimates, size_t capacity,
                                           size_t* written);
 
+/* ---- Device memory ---------------------------------------------------------------------- */
+
+/* GPU buffers work in every collective, like host buffers, given as device pointers. The daemon
+ * maps them (CUDA VMM memory by file descriptor, cudaMalloc memory by legacy IPC handle), so
+ * nothing is copied between rank and daemon; memory that can be shared neither way (e.g. from
+ * cudaMallocAsync's default pool) gets BATON_FAILED_PRECONDITION.
+ *
+ * Stream order: a call with options.on_stream set runs after the work enqueued on
+ * options.stream before it, work enqueued on the stream after it waits for it, and the call
+ * returns at once, without waiting on the host (like NCCL). Its buffers must be device memory.
+ * Its outcome is the communicator's asynchronous error (baton_comm_get_async_error): a failed
+ * call still releases the stream (nothing hangs), and later stream-ordered calls on that
+ * communicator then fail at once. Not yet in a group.
+ *
+ * The daemon keeps its mapping of a device allocation until the session ends or the allocation
+ * is deregistered: deregister memory from other allocators before freeing it (like
+ * ncclCommDeregister). $BATON_DEVICE picks the implementation: auto (default: CUDA when there is
+ * a driver and GPU), cuda, none, or fake (host memory posing as a GPU, for tests). */
+
+/* Device memory of GPU `device` (the CUDA ordinal) shared with the daemon, zero copies; valid
+ * until baton_client_free_device or baton_client_close. BATON_FAILED_PRECONDITION without a
+ * GPU. */
+BATON_API baton_code_t baton_client_alloc_device(baton_client_t* client, size_t bytes, int device,
+                                                 void** data);
+BATON_API baton_code_t baton_client_free_device(baton_client_t* client, void* data);
+/* Registers the device allocation holding [data, data + bytes) with the daemon now (collectives
+ * register device memory on first use anyway) / forgets it: call before freeing it. */
+BATON_API baton_code_t baton_client_register_device(baton_client_t* client, const void* data,
+                                                    size_t bytes);
+BATON_API baton_code_t baton_client_deregister_device(baton_client_t* client, const void* data);
+/* BATON_OK, or the first failure of a stream-ordered call on `comm` (with its message in
+ * baton_last_error), like ncclCommGetAsyncError. */
+BATON_API baton_code_t baton_comm_get_async_error(const baton_comm_t* comm);
+
 /* ---- Collectives ------------------------------------------------------------------------ */
 
 /* Per-call options; NULL means the defaults. Initialise with baton_call_options_init so that
@@ -273,6 +307,8 @@ typedef struct baton_call_options {
                                   collectives it implements, else the tuner's choice. Otherwise
                                   the algorithm must implement the collective. Every rank must
                                   choose the same. */
+  int on_stream; /* nonzero: a stream-ordered call on device memory ("Device memory" below) */
+  void* stream;  /* with on_stream: the cudaStream_t (NULL: the default stream) */
 } baton_call_options_t;
 
 BATON_API void baton_call_options_init(baton_call_options_t* options);

@@ -1,0 +1,65 @@
+#include "collective/device_staging.h"
+
+#include <memory>
+#include <vector>
+
+#include "common/status_macros.h"
+
+namespace baton::collective {
+
+bool RunsOnDevice(Collective collective) {
+  switch (collective) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+    case Collective::kAllGather:
+    case Collective::kBarrier:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
+                       const DeviceAccess& device,
+                       const std::function<absl::Status(std::span<const LocalPart>)>& run) {
+  const std::vector<int>& local = layout.local_ranks();
+  std::vector<std::unique_ptr<std::byte[]>> memory;
+  std::vector<LocalPart> staged(parts.begin(), parts.end());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const LocalPart& part = parts[i];
+    const OpSpec& spec = *part.spec;
+    const size_t element = DataTypeSize(spec.type);
+    const size_t send_bytes = spec.SendElements(layout.world_size, local[i]) * element;
+    const size_t recv_bytes = spec.RecvElements(layout.world_size, local[i]) * element;
+    staged[i].send = nullptr;
+    staged[i].recv = nullptr;
+    if (recv_bytes > 0 && part.recv != nullptr) {
+      memory.push_back(std::make_unique_for_overwrite<std::byte[]>(recv_bytes));
+      staged[i].recv = memory.back().get();
+    }
+    if (send_bytes == 0 || part.send == nullptr) continue;
+    const bool inside_recv = staged[i].recv != nullptr && part.send >= part.recv &&
+                             part.send - part.recv <= static_cast<ptrdiff_t>(recv_bytes) &&
+                             send_bytes <= recv_bytes - static_cast<size_t>(part.send - part.recv);
+    if (inside_recv) {
+      // In place: the input is part of the output buffer, which is copied whole.
+      BATON_RETURN_IF_ERROR(device.copy(staged[i].recv, part.recv, recv_bytes));
+      staged[i].send = staged[i].recv + (part.send - part.recv);
+    } else {
+      memory.push_back(std::make_unique_for_overwrite<std::byte[]>(send_bytes));
+      BATON_RETURN_IF_ERROR(device.copy(memory.back().get(), part.send, send_bytes));
+      staged[i].send = memory.back().get();
+    }
+  }
+  BATON_RETURN_IF_ERROR(run(staged));
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (staged[i].recv == nullptr) continue;
+    const OpSpec& spec = *parts[i].spec;
+    const size_t recv_bytes =
+        spec.RecvElements(layout.world_size, local[i]) * DataTypeSize(spec.type);
+    BATON_RETURN_IF_ERROR(device.copy(parts[i].recv, staged[i].recv, recv_bytes));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace baton::collective
