@@ -205,10 +205,10 @@ bool Exchange(Connection& connection, std::span<const std::byte> datagram, int d
     CHECK_OR_ABORT(!reply.has_value());
     return false;
   }
-  // What RecvPacket refuses (longer than a request, more than one descriptor) is closed
-  // without an answer, and so is an empty datagram (which reads as the end of the connection);
-  // what the decoder refuses is answered with its error, then closed.
-  if (datagram.empty() || datagram.size() > sizeof(baton::session::Request) || descriptors > 1) {
+  // What the receive refuses (longer than a request) is closed without an answer, and so is an
+  // empty datagram (which reads as the end of the connection); what the decoder refuses (two
+  // descriptors where one is allowed, say) is answered with its error, then closed.
+  if (datagram.empty() || datagram.size() > sizeof(baton::session::Request)) {
     CHECK_OR_ABORT(!reply.has_value());
     return false;
   }
@@ -234,6 +234,11 @@ bool Exchange(Connection& connection, std::span<const std::byte> datagram, int d
     if (fits && code != absl::StatusCode::kOk) {
       CHECK_OR_ABORT(code == absl::StatusCode::kResourceExhausted);
     }
+  } else if (std::holds_alternative<baton::daemon::SessionRegisterDevice>(*decoded) ||
+             std::holds_alternative<baton::daemon::SessionRegisterEvents>(*decoded)) {
+    // This server has no device: refused for that, or for the session's buffer limit first.
+    CHECK_OR_ABORT(code == absl::StatusCode::kFailedPrecondition ||
+                   code == absl::StatusCode::kResourceExhausted);
   } else {
     CHECK_OR_ABORT(std::holds_alternative<SessionRelease>(*decoded));
     CHECK_OR_ABORT(code == absl::StatusCode::kOk || code == absl::StatusCode::kNotFound);
@@ -255,9 +260,10 @@ std::string Record(uint8_t control, baton::session::RequestType type, uint64_t s
   request.buffer_id = buffer_id;
   std::memcpy(request.client_name, name.data(), std::min(name.size(), sizeof(request.client_name)));
   const char* from = reinterpret_cast<const char*>(&request) + 8;
-  std::string record = {static_cast<char>(control | kValidHeader),
-                        static_cast<char>(sizeof(request) - 8)};
-  return record + std::string(from, sizeof(request) - 8);
+  // A record holds at most 255 bytes: the rest of the request reads as zeros.
+  const size_t length = std::min<size_t>(sizeof(request) - 8, 255);
+  std::string record = {static_cast<char>(control | kValidHeader), static_cast<char>(length)};
+  return record + std::string(from, length);
 }
 
 std::vector<std::pair<std::string, std::string>> Seeds() {
