@@ -211,6 +211,7 @@ bool SessionServer::Handle(Connection& connection) {
   absl::StatusOr<size_t> got = RecvPacketWithFds(connection.fd, &received, sizeof(received),
                                                  session::kMaxDeviceSegments, &passed);
   std::vector<device::UniqueFd> passed_fds;  // closed unless taken
+  passed_fds.reserve(passed.size());
   for (int fd : passed) passed_fds.emplace_back(fd);
   if (!got.ok()) return absl::IsUnavailable(got.status());  // nothing to read after all
   if (*got == 0) return false;                              // closed

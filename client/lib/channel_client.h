@@ -61,7 +61,9 @@ class ChannelClient {
       // whatever happens to the session.
       absl::StatusOr<std::unique_ptr<SharedMemory>> page = session_->Detach(page_);
       if (page.ok()) streams_->page_memory = *std::move(page);
-      static auto* retired_mu = new absl::Mutex;
+      // Never freed (the streams may outlive every destructor); out of memory ends the process.
+      static auto* retired_mu = new absl::Mutex;  // NOLINT(bugprone-unhandled-exception-at-new)
+      // NOLINTNEXTLINE(bugprone-unhandled-exception-at-new)
       static auto* retired = new std::vector<std::unique_ptr<Streams>>;
       absl::MutexLock lock(retired_mu);
       retired->push_back(std::move(streams_));
