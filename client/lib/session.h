@@ -26,6 +26,7 @@
 #include "baton/v1/baton.grpc.pb.h"
 #include "common/session_protocol.h"
 #include "common/shared_memory.h"
+#include "common/status_macros.h"
 #include "common/unix_socket.h"
 #include "device/device.h"
 #include "grpcpp/grpcpp.h"
@@ -126,20 +127,8 @@ class Session {
   }
 
   absl::Status Free(void* data) {
-    Buffer buffer;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = buffers_.find(static_cast<std::byte*>(data));
-      if (it == buffers_.end()) {
-        return absl::InvalidArgumentError("pointer was not returned by Allocate");
-      }
-      buffer = std::move(it->second);
-      buffers_.erase(it);
-    }
-    session::Request request;
-    request.type = static_cast<uint32_t>(session::RequestType::kRelease);
-    request.buffer_id = buffer.id;
-    return Exchange(request, {}, kControlTimeout).status();
+    BATON_ASSIGN_OR_RETURN(Buffer buffer, Take(data));
+    return ReleaseAtDaemon(buffer.id);
   }
 
   // ---- Device memory (client/lib/session_device.cc) ----
@@ -165,20 +154,8 @@ class Session {
   // stays mapped for as long as the caller keeps the returned object (also after the session
   // ends). InvalidArgument for any other pointer.
   absl::StatusOr<std::unique_ptr<SharedMemory>> Detach(void* data) {
-    Buffer buffer;
-    {
-      absl::MutexLock lock(&mu_);
-      auto it = buffers_.find(static_cast<std::byte*>(data));
-      if (it == buffers_.end()) {
-        return absl::InvalidArgumentError("pointer was not returned by Allocate");
-      }
-      buffer = std::move(it->second);
-      buffers_.erase(it);
-    }
-    session::Request request;
-    request.type = static_cast<uint32_t>(session::RequestType::kRelease);
-    request.buffer_id = buffer.id;
-    Exchange(request, {}, kControlTimeout).IgnoreError();  // a closed session released it
+    BATON_ASSIGN_OR_RETURN(Buffer buffer, Take(data));
+    ReleaseAtDaemon(buffer.id).IgnoreError();  // a closed session released it
     return std::move(buffer.memory);
   }
 
@@ -211,6 +188,29 @@ class Session {
  private:
   Session(std::unique_ptr<v1::Client::Stub> stub, int fd) : stub_(std::move(stub)), fd_(fd) {}
 
+  struct Buffer {
+    std::unique_ptr<SharedMemory> memory;
+    uint64_t id = 0;
+  };
+  // Removes the Allocate()d buffer at `data` from the session's table (not from the daemon).
+  absl::StatusOr<Buffer> Take(void* data) {
+    absl::MutexLock lock(&mu_);
+    auto it = buffers_.find(static_cast<std::byte*>(data));
+    if (it == buffers_.end()) {
+      return absl::InvalidArgumentError("pointer was not returned by Allocate");
+    }
+    Buffer buffer = std::move(it->second);
+    buffers_.erase(it);
+    return buffer;
+  }
+  // Asks the daemon to forget buffer or event set `id` (kRelease).
+  absl::Status ReleaseAtDaemon(uint64_t id) {
+    session::Request request;
+    request.type = static_cast<uint32_t>(session::RequestType::kRelease);
+    request.buffer_id = id;
+    return Exchange(request, {}, kControlTimeout).status();
+  }
+
   // Sends `request` (with `pass_fds` attached) and waits for its reply; the reply's error as a
   // status.
   absl::StatusOr<session::Reply> Exchange(const session::Request& request,
@@ -239,10 +239,6 @@ class Session {
     return reply;
   }
 
-  struct Buffer {
-    std::unique_ptr<SharedMemory> memory;
-    uint64_t id = 0;
-  };
   std::unique_ptr<v1::Client::Stub> stub_;
   const int fd_;
   uint64_t id_ = 0;

@@ -80,10 +80,7 @@ absl::Status Session::FreeDevice(void* data) {
     freed = std::move(it->second);
     device_buffers_.erase(it);
   }
-  session::Request request;
-  request.type = static_cast<uint32_t>(session::RequestType::kRelease);
-  request.buffer_id = freed.id;
-  return Exchange(request, {}, kControlTimeout).status();
+  return ReleaseAtDaemon(freed.id);
 }
 
 absl::StatusOr<v1::BufferRef> Session::FindDevice(const void* data, size_t bytes) {
@@ -108,10 +105,7 @@ absl::StatusOr<v1::BufferRef> Session::FindDevice(const void* data, size_t bytes
   // An entry at the same base with another driver id is an earlier allocation at a reused
   // address (freed without Deregister): the daemon lets go of that one first.
   if (auto stale = device_buffers_.find(base); stale != device_buffers_.end()) {
-    session::Request release;
-    release.type = static_cast<uint32_t>(session::RequestType::kRelease);
-    release.buffer_id = stale->second.id;
-    Exchange(release, {}, kControlTimeout).IgnoreError();
+    ReleaseAtDaemon(stale->second.id).IgnoreError();
     device_buffers_.erase(stale);
   }
   BATON_ASSIGN_OR_RETURN(const uint64_t id, RegisterExported(std::move(exported)));
@@ -141,10 +135,7 @@ absl::Status Session::Deregister(const void* data) {
     id = it->second.id;
     device_buffers_.erase(it);
   }
-  session::Request request;
-  request.type = static_cast<uint32_t>(session::RequestType::kRelease);
-  request.buffer_id = id;
-  return Exchange(request, {}, kControlTimeout).status();
+  return ReleaseAtDaemon(id);
 }
 
 absl::StatusOr<uint64_t> Session::RegisterEvents(const std::vector<const device::Event*>& events) {
