@@ -638,6 +638,23 @@ class CudaDevice final : public Device {
     return true;
   }
 
+  absl::StatusOr<uint64_t> BufferId(const void* ptr) const override {
+    ScopedDevice scoped;
+    BATON_RETURN_IF_ERROR(scoped.EnterCurrent());
+    unsigned int memory_type = 0;
+    unsigned long long id = 0;  // NOLINT(google-runtime-int): the driver's type
+    std::array<CUpointer_attribute, 2> attributes = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                                     CU_POINTER_ATTRIBUTE_BUFFER_ID};
+    std::array<void*, 2> data = {&memory_type, &id};
+    BATON_RETURN_IF_ERROR(BATON_CU(PointerGetAttributes,
+                                   static_cast<unsigned int>(attributes.size()), attributes.data(),
+                                   data.data(), AsDevicePointer(ptr)));
+    if (memory_type != CU_MEMORYTYPE_DEVICE || id == 0) {
+      return absl::NotFoundError(absl::StrCat(Address(ptr), " is not CUDA device memory"));
+    }
+    return static_cast<uint64_t>(id);
+  }
+
   absl::StatusOr<ExportedMemory> Export(const void* ptr, size_t bytes) override {
     const CUdeviceptr begin = AsDevicePointer(ptr);
     const CUdeviceptr end = begin + std::max<size_t>(bytes, 1);

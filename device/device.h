@@ -155,6 +155,12 @@ class Device {
   // Whether [ptr, ptr + bytes) is device memory of this process (a host pointer is not).
   virtual bool IsDeviceMemory(const void* ptr, size_t bytes) const = 0;
 
+  // The driver's id of the allocation that holds `ptr` now (ExportedMemory::buffer_id): an
+  // allocation freed and another made at the same address have different ids, so a cached
+  // registration is checked with it on every use. NotFound for memory that is not device
+  // memory of this process.
+  virtual absl::StatusOr<uint64_t> BufferId(const void* ptr) const = 0;
+
   // Exports the allocation that holds [ptr, ptr + bytes): found from ptr (its base may lie
   // before ptr), as a VMM allocation when it is one, else as a legacy IPC handle. NotFound for
   // memory that is not device memory; FailedPrecondition for device memory that can be shared

@@ -237,6 +237,15 @@ class Registry {
     return it != regions_.end() && bytes <= End(it) - reinterpret_cast<uintptr_t>(ptr);
   }
   absl::StatusOr<ExportedMemory> Export(const void* ptr, size_t bytes) const;
+  absl::StatusOr<uint64_t> BufferId(const void* ptr) const {
+    absl::MutexLock lock(&mu_);
+    const auto it = FindRegion(ptr);
+    if (it == regions_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat(Address(ptr), " is not fake device memory of this process"));
+    }
+    return it->second.buffer_id;
+  }
 
   absl::Status AddHostRange(const void* data, size_t bytes);
   void RemoveHostRange(const void* data) {
@@ -636,6 +645,9 @@ class HostFakeDeviceImpl final : public HostFakeDevice {
 
   bool IsDeviceMemory(const void* ptr, size_t bytes) const override {
     return Registry::Get().IsDeviceMemory(ptr, bytes);
+  }
+  absl::StatusOr<uint64_t> BufferId(const void* ptr) const override {
+    return Registry::Get().BufferId(ptr);
   }
   absl::StatusOr<ExportedMemory> Export(const void* ptr, size_t bytes) override {
     return Registry::Get().Export(ptr, bytes);

@@ -139,8 +139,9 @@ class Session {
   // Frees memory from AllocateDevice; InvalidArgument for any other pointer.
   absl::Status FreeDevice(void* data);
   // The registered device buffer holding [data, data + bytes), registering its allocation with
-  // the daemon on first use (cached by base address; the driver's buffer id is checked when the
-  // allocation is exported, so an address reused by a new allocation is registered anew).
+  // the daemon on first use (cached by base address; the driver's buffer id is checked on every
+  // use, so an address reused by a new allocation, the old one freed without Deregister, is
+  // registered anew and the daemon lets go of the old one).
   // NotFound for memory that is not device memory; FailedPrecondition for device memory that
   // cannot be shared.
   absl::StatusOr<v1::BufferRef> FindDevice(const void* data, size_t bytes);

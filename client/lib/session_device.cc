@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -85,28 +86,42 @@ absl::Status Session::FreeDevice(void* data) {
 
 absl::StatusOr<v1::BufferRef> Session::FindDevice(const void* data, size_t bytes) {
   const auto address = reinterpret_cast<uint64_t>(data);
+  BATON_ASSIGN_OR_RETURN(device::Device * device, ClientDevice());
   absl::MutexLock lock(&device_mu_);
   auto it = device_buffers_.upper_bound(address);
   if (it != device_buffers_.begin()) {
     --it;
     const uint64_t offset = address - it->first;
-    if (offset < it->second.size && bytes <= it->second.size - offset) {
-      v1::BufferRef ref;
-      ref.set_buffer_id(it->second.id);
-      ref.set_offset(offset);
-      return ref;
+    if (offset < it->second.size) {
+      // The cached registration holds only while the allocation it was made for is still the
+      // one at this address: one freed without Deregister and another made in its place has a
+      // new driver id, and the daemon must not go on using its mapping of the old one.
+      const absl::StatusOr<uint64_t> now = device->BufferId(data);
+      if (now.ok() && *now == it->second.driver_id && bytes <= it->second.size - offset) {
+        v1::BufferRef ref;
+        ref.set_buffer_id(it->second.id);
+        ref.set_offset(offset);
+        return ref;
+      }
     }
   }
-  BATON_ASSIGN_OR_RETURN(device::Device * device, ClientDevice());
   BATON_ASSIGN_OR_RETURN(device::ExportedMemory exported, device->Export(data, bytes));
   const uint64_t base = exported.base;
   const uint64_t size = exported.size;
   const uint64_t driver_id = exported.buffer_id;
-  // An entry at the same base with another driver id is an earlier allocation at a reused
-  // address (freed without Deregister): the daemon lets go of that one first.
-  if (auto stale = device_buffers_.find(base); stale != device_buffers_.end()) {
-    ReleaseAtDaemon(stale->second.id).IgnoreError();
-    device_buffers_.erase(stale);
+  // Cached entries that overlap the allocation are earlier allocations at reused addresses
+  // (freed without Deregister): the daemon lets go of them first.
+  auto first = device_buffers_.lower_bound(base);
+  if (first != device_buffers_.begin() &&
+      std::prev(first)->first + std::prev(first)->second.size > base) {
+    first = std::prev(first);
+  }
+  while (first != device_buffers_.end() && first->first < base + size) {
+    if (first->second.owned != nullptr) {
+      return absl::InternalError("memory from AllocateDevice overlaps another device allocation");
+    }
+    ReleaseAtDaemon(first->second.id).IgnoreError();
+    first = device_buffers_.erase(first);
   }
   BATON_ASSIGN_OR_RETURN(const uint64_t id, RegisterExported(std::move(exported)));
   device_buffers_[base] = DeviceBuffer{size, driver_id, id, nullptr};

@@ -713,6 +713,11 @@ TEST(CudaDevice, CudaMallocMemoryIsSharedByLegacyIpcFromAnOffset) {
     EXPECT_NE(exported->buffer_id, 0u);
     EXPECT_TRUE(exported->segment_fds.empty());
     first_buffer_id = exported->buffer_id;
+    absl::StatusOr<uint64_t> id = Gpu().BufferId(buffer.data() + kBytes - 1);
+    ASSERT_TRUE(id.ok()) << id.status();
+    EXPECT_EQ(*id, first_buffer_id);
+    int host = 0;
+    EXPECT_EQ(Gpu().BufferId(&host).status().code(), absl::StatusCode::kNotFound);
 
     const absl::Status past_end = Gpu().Export(buffer.data() + exported->size - 1, 2).status();
     EXPECT_EQ(past_end.code(), absl::StatusCode::kFailedPrecondition) << past_end;
@@ -734,6 +739,7 @@ TEST(CudaDevice, CudaMallocMemoryIsSharedByLegacyIpcFromAnOffset) {
   absl::StatusOr<ExportedMemory> exported = Gpu().Export(again.data(), 1);
   ASSERT_TRUE(exported.ok()) << exported.status();
   EXPECT_NE(exported->buffer_id, first_buffer_id);
+  EXPECT_EQ(*Gpu().BufferId(again.data()), exported->buffer_id);
 }
 
 TEST(CudaDevice, UnshareableDeviceMemoryIsRefusedForStaging) {

@@ -408,9 +408,15 @@ TEST(HostFakeTest, FreedAndReallocatedMemoryGetsANewBufferId) {
     ASSERT_TRUE(exported.ok()) << exported.status();
     for (const uint64_t id : ids) EXPECT_NE(exported->buffer_id, id);
     ids.push_back(exported->buffer_id);
-    // Two exports of one live allocation agree.
+    // Two exports of one live allocation agree, and BufferId of any byte of it says the same.
     EXPECT_EQ(device->Export((*allocation)->data(), 1)->buffer_id, exported->buffer_id);
+    absl::StatusOr<uint64_t> id =
+        device->BufferId(static_cast<std::byte*>((*allocation)->data()) + kPage - 1);
+    ASSERT_TRUE(id.ok()) << id.status();
+    EXPECT_EQ(*id, exported->buffer_id);
   }
+  int host = 0;
+  EXPECT_TRUE(absl::IsNotFound(device->BufferId(&host).status()));
 }
 
 TEST(HostFakeTest, ImportRefusesWhatDoesNotDescribeFakeDeviceMemory) {

@@ -201,6 +201,57 @@ TEST_F(DeviceTest, ForeignSegmentedMemoryIsRegisteredOnUse) {
       });
 }
 
+// An allocation freed without Deregister and a new one made at the same address: the cached
+// registration is for the old allocation (its driver id differs), so the new one is registered
+// anew and the daemon reads the new memory, not its mapping of the old. Rank 0 reuses the
+// address; rank 1 (a thread of the same process) allocates nothing meanwhile.
+TEST_F(DeviceTest, AReusedAddressIsRegisteredAnew) {
+  RunRanks(
+      2, [](int) { return 0; },
+      [](int rank, Communicator& comm, Client& client) {
+        const size_t n = 1024;
+        float* data = nullptr;
+        std::unique_ptr<device::Allocation> foreign;
+        auto allocate = [&] {
+          absl::StatusOr<std::unique_ptr<device::Allocation>> memory =
+              Fake().AllocateSegmented({n * sizeof(float)}, 0);
+          EXPECT_TRUE(memory.ok()) << memory.status();
+          return memory.ok() ? *std::move(memory) : nullptr;
+        };
+        if (rank == 0) {
+          foreign = allocate();
+          ASSERT_NE(foreign, nullptr);
+          data = static_cast<float*>(foreign->data());
+        } else {
+          data = DeviceFloats(client, n);
+        }
+        for (size_t i = 0; i < n; ++i) data[i] = In(rank, i);
+        ASSERT_TRUE(comm.AllReduce(data, data, n, DataType::kFloat32, ReduceOp::kSum).ok());
+        int reused = 1;
+        std::vector<std::unique_ptr<device::Allocation>> others;
+        if (rank == 0) {
+          foreign.reset();  // freed, not deregistered
+          // Allocations until one lands at the same address (the others are kept meanwhile,
+          // so that the kernel hands that range out again).
+          for (int attempt = 0; attempt < 64 && foreign == nullptr; ++attempt) {
+            std::unique_ptr<device::Allocation> next = allocate();
+            ASSERT_NE(next, nullptr);
+            if (next->data() == data) {
+              foreign = std::move(next);
+            } else {
+              others.push_back(std::move(next));
+            }
+          }
+          reused = foreign != nullptr ? 1 : 0;
+        }
+        ASSERT_TRUE(comm.AllReduce(&reused, &reused, 1, DataType::kInt32, ReduceOp::kMin).ok());
+        if (reused == 0) GTEST_SKIP() << "the address was not handed out again";
+        for (size_t i = 0; i < n; ++i) data[i] = In(rank + 7, i);
+        ASSERT_TRUE(comm.AllReduce(data, data, n, DataType::kFloat32, ReduceOp::kSum).ok());
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(data[i], In(7, i) + In(8, i)) << i;
+      });
+}
+
 TEST_F(DeviceTest, UnshareableMemoryIsRefusedClearly) {
   RunRanks(
       1, [](int) { return 0; },
