@@ -18,6 +18,7 @@
 #include <new>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -38,6 +39,46 @@
 
 namespace baton::core {
 namespace {
+
+// Which rank of which communicator has stream-ordered calls pending on each stream of this
+// process. Two ranks of one communicator cannot share a stream: the first one's call makes the
+// stream wait for the daemon, the daemon waits for every rank's event, and the second one's
+// event is recorded behind that wait, so neither ever moves (NCCL has the same rule; it asks
+// for a group). Such a call is refused instead of hanging until its deadline.
+class StreamClaims {
+ public:
+  static StreamClaims& Get() {
+    static StreamClaims* const claims = new StreamClaims;  // used until the process ends
+    return *claims;
+  }
+  // Claims `stream` for one more call of `rank` of communicator `comm`; InvalidArgument while
+  // another rank of `comm` has calls pending on it.
+  absl::Status Claim(void* stream, uint64_t comm, int rank) {
+    absl::MutexLock lock(&mu_);
+    Entry& entry = claims_[{stream, comm}];
+    if (entry.pending > 0 && entry.rank != rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", rank, " made a stream-ordered call on the stream that rank ", entry.rank,
+          " of the same communicator has calls pending on; each rank needs its own stream"));
+    }
+    entry.rank = rank;
+    ++entry.pending;
+    return absl::OkStatus();
+  }
+  void Release(void* stream, uint64_t comm) {
+    absl::MutexLock lock(&mu_);
+    auto it = claims_.find({stream, comm});
+    if (it != claims_.end() && --it->second.pending <= 0) claims_.erase(it);
+  }
+
+ private:
+  struct Entry {
+    int rank = -1;
+    int pending = 0;
+  };
+  absl::Mutex mu_;
+  std::map<std::pair<void*, uint64_t>, Entry> claims_ ABSL_GUARDED_BY(mu_);
+};
 
 absl::StatusOr<std::string> CreateCommIdVia(Session& session) {
   v1::CreateCommIdRequest request;
@@ -510,12 +551,18 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
                          " stream-ordered calls are in flight and the oldest did not "
                          "finish before the deadline"));
       }
-      absl::Status recorded = streams->events[slot]->Record(options.stream);
+      absl::Status recorded = StreamClaims::Get().Claim(options.stream, tag_, rank_);
+      if (!recorded.ok()) {
+        --stream_issued_;
+        return recorded;
+      }
+      recorded = streams->events[slot]->Record(options.stream);
       if (recorded.ok()) {
         recorded = device->WaitValue(options.stream, stream_done_, value);
       }
       if (!recorded.ok()) {
         // Nothing waits for this value: the next call may use it.
+        StreamClaims::Get().Release(options.stream, tag_);
         --stream_issued_;
         return recorded;
       }
@@ -523,8 +570,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       call->event_slot = slot;
     }
     auto request = std::make_shared<PendingRequest>();
-    request->OnComplete([this, value](const absl::Status& status) {
+    request->OnComplete([this, value, stream = options.stream](const absl::Status& status) {
       channel::ReleaseStream(*stream_done_, value);
+      StreamClaims::Get().Release(stream, tag_);
       absl::MutexLock lock(&stream_mu_);
       if (!status.ok() && async_error_.ok()) async_error_ = status;
       stream_finished_ = value;

@@ -1,7 +1,10 @@
 // libbaton's header-only C++ API (<baton/baton.hpp>) through libbaton.so, against a local cluster
 // of two real daemons with two ranks on each (threads, each with its own Client): Status and
 // StatusOr, every collective once with its values checked, Wait/Test on requests, Split, Explain,
-// Destroy, and handles that move but never copy.
+// Destroy, device memory and stream-ordered calls (the daemons and this process on the host fake
+// device, device/host_fake.h), and handles that move but never copy.
+
+#include <stdlib.h>
 
 #include <atomic>
 #include <chrono>
@@ -44,7 +47,10 @@ LocalTestCluster* cluster = nullptr;
 
 class ClusterEnvironment : public ::testing::Environment {
  public:
-  void SetUp() override { cluster = new LocalTestCluster(2, {"--chunk-bytes=4096"}); }
+  void SetUp() override {
+    setenv("BATON_DEVICE", "fake", 1);  // before libbaton opens the process's device
+    cluster = new LocalTestCluster(2, {"--chunk-bytes=4096", "--device=fake"});
+  }
   void TearDown() override {
     delete cluster;
     cluster = nullptr;
@@ -450,6 +456,64 @@ TEST(CppApiCluster, DestroyThenEveryOperationFails) {
     ASSERT_NE(late, nullptr);
     EXPECT_EQ(late->Wait().code(), baton::StatusCode::kFailedPrecondition);
     EXPECT_EQ(x, 4.0f) << "a failed call leaves the buffer alone";
+  });
+}
+
+// Device memory through the C++ API: AllocateDevice, a blocking all-reduce on it, then one
+// stream-ordered on the default stream by rank 0 (it returns at once; its result lands when the
+// stream reaches it: the fake's default stream is a thread, so the test polls the host-visible
+// "device" memory) while the other ranks, threads of the same process, are refused that stream
+// (a rank of the same communicator has a call pending on it) and take part blocking; AsyncError,
+// RegisterDevice/DeregisterDevice refusals, and FreeDevice.
+TEST(CppApiCluster, DeviceMemoryAndStreamOrderedCalls) {
+  std::latch rank0_queued(1);
+  RunRanks([&](int rank, baton::Client& client, baton::Communicator& comm) {
+    constexpr size_t kCount = 1000;
+    baton::StatusOr<void*> memory = client.AllocateDevice(kCount * sizeof(float), 0);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    auto* data = static_cast<float*>(*memory);
+    for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(rank + i);
+    ASSERT_TRUE(
+        comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum).ok());
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(data[i], static_cast<float>(6 + 4 * i)) << i;
+
+    auto expected = [](size_t i) { return static_cast<float>(4 * (6 + 4 * i)); };
+    if (rank == 0) {
+      const baton::Status queued =
+          comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum,
+                         baton::CallOptions::OnStream(nullptr));
+      rank0_queued.count_down();
+      ASSERT_TRUE(queued.ok()) << queued;
+      const auto deadline = std::chrono::steady_clock::now() + 30s;
+      while (data[kCount - 1] != expected(kCount - 1) &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(1ms);
+      }
+    } else {
+      rank0_queued.wait();
+      const baton::Status shared =
+          comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum,
+                         baton::CallOptions::OnStream(nullptr));
+      EXPECT_EQ(shared.code(), baton::StatusCode::kInvalidArgument) << shared;
+      EXPECT_NE(shared.message().find("its own stream"), std::string::npos) << shared;
+      ASSERT_TRUE(
+          comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum)
+              .ok());
+    }
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(data[i], expected(i)) << i;
+    EXPECT_TRUE(comm.AsyncError().ok()) << comm.AsyncError();
+
+    // Host memory cannot be stream-ordered; the refusal is the call's own error.
+    float host = 1;
+    const baton::Status on_host =
+        comm.AllReduce(&host, &host, 1, baton::DataType::kFloat32, baton::ReduceOp::kSum,
+                       baton::CallOptions::OnStream(nullptr));
+    EXPECT_EQ(on_host.code(), baton::StatusCode::kInvalidArgument) << on_host;
+    EXPECT_EQ(client.DeregisterDevice(data).code(), baton::StatusCode::kInvalidArgument)
+        << "memory from AllocateDevice is released by FreeDevice";
+    EXPECT_NE(client.RegisterDevice(&host, sizeof host).code(), baton::StatusCode::kOk);
+    EXPECT_TRUE(client.FreeDevice(data).ok());
+    EXPECT_EQ(client.FreeDevice(data).code(), baton::StatusCode::kInvalidArgument);
   });
 }
 

@@ -233,6 +233,20 @@ struct CallOptions {
   // $BATON_ALGO, if set, applies to the collectives it implements, and the daemon chooses for
   // the rest. Every rank must make the same choice.
   std::optional<Algorithm> algorithm;
+  // Stream order (device memory only): the call runs after the work enqueued on `stream` (a
+  // cudaStream_t; nullptr is the default stream) before it, later work on the stream waits for
+  // it, and the call returns at once; its outcome is Communicator::AsyncError(). See baton.h,
+  // "Device memory".
+  bool on_stream = false;
+  void* stream = nullptr;
+
+  // Options for a stream-ordered call on `stream`.
+  static CallOptions OnStream(void* stream) {
+    CallOptions options;
+    options.on_stream = true;
+    options.stream = stream;
+    return options;
+  }
 
   baton_call_options_t ToC() const {
     baton_call_options_t options;
@@ -240,6 +254,8 @@ struct CallOptions {
     options.timeout_ms = static_cast<int64_t>(timeout.count());
     options.algorithm =
         algorithm ? static_cast<baton_algorithm_t>(*algorithm) : BATON_ALGORITHM_AUTO;
+    options.on_stream = on_stream ? 1 : 0;
+    options.stream = stream;
     return options;
   }
 };
@@ -516,6 +532,10 @@ class Communicator {
     return estimates;
   }
 
+  // OK, or the first failure of a stream-ordered call (CallOptions::on_stream), like
+  // ncclCommGetAsyncError; after one, later stream-ordered calls fail at once.
+  Status AsyncError() const { return Status::FromC(baton_comm_get_async_error(handle_)); }
+
   // Leaves the communicator once the operations already submitted have finished. Idempotent;
   // the object stays valid, and later operations fail with kFailedPrecondition.
   Status Destroy() { return Status::FromC(baton_comm_leave(handle_)); }
@@ -640,6 +660,25 @@ class Client {
     return data;
   }
   Status Free(void* data) { return Status::FromC(baton_client_free(handle_, data)); }
+
+  // Device memory of GPU `device` (the CUDA ordinal) shared with the daemon (CUDA VMM memory):
+  // valid until FreeDevice or until the client is destroyed. kFailedPrecondition without a GPU.
+  StatusOr<void*> AllocateDevice(size_t bytes, int device) {
+    void* data = nullptr;
+    const baton_code_t code = baton_client_alloc_device(handle_, bytes, device, &data);
+    if (code != BATON_OK) return Status::FromC(code);
+    return data;
+  }
+  Status FreeDevice(void* data) { return Status::FromC(baton_client_free_device(handle_, data)); }
+  // Registers the device allocation holding [data, data + bytes) now (collectives register
+  // device memory on first use anyway) / forgets it: deregister memory from other allocators
+  // before freeing it.
+  Status RegisterDevice(const void* data, size_t bytes) {
+    return Status::FromC(baton_client_register_device(handle_, data, bytes));
+  }
+  Status DeregisterDevice(const void* data) {
+    return Status::FromC(baton_client_deregister_device(handle_, data));
+  }
 
   // The name of the node whose daemon this client talks to.
   const std::string& node_name() const { return node_name_; }
