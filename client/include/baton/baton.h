@@ -274,7 +274,9 @@ BATON_API baton_code_t baton_comm_explain(baton_comm_t* comm, baton_collective_t
  * returns at once, without waiting on the host (like NCCL). Its buffers must be device memory.
  * Its outcome is the communicator's asynchronous error (baton_comm_get_async_error): a failed
  * call still releases the stream (nothing hangs), and later stream-ordered calls on that
- * communicator then fail at once. Not yet in a group.
+ * communicator then fail at once. Each rank needs its own stream: a call on a stream where
+ * another rank of the same communicator has calls pending gets BATON_INVALID_ARGUMENT (the two
+ * would wait for each other forever). Not yet in a group.
  *
  * The daemon keeps its mapping of a device allocation until the session ends or the allocation
  * is deregistered: deregister memory from other allocators before freeing it (like
