@@ -37,13 +37,17 @@ absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
       memory.push_back(std::make_unique_for_overwrite<std::byte[]>(recv_bytes));
       staged[i].recv = memory.back().get();
     }
+    // The output is copied back whole, but all_to_all_v writes only its blocks: the bytes between
+    // them must go back as they were.
+    const bool keep_gaps = staged[i].recv != nullptr && spec.collective == Collective::kAllToAllV;
+    if (keep_gaps) BATON_RETURN_IF_ERROR(device.copy(staged[i].recv, part.recv, recv_bytes));
     if (send_bytes == 0 || part.send == nullptr) continue;
     const bool inside_recv = staged[i].recv != nullptr && part.send >= part.recv &&
                              part.send - part.recv <= static_cast<ptrdiff_t>(recv_bytes) &&
                              send_bytes <= recv_bytes - static_cast<size_t>(part.send - part.recv);
     if (inside_recv) {
       // In place: the input is part of the output buffer, which is copied whole.
-      BATON_RETURN_IF_ERROR(device.copy(staged[i].recv, part.recv, recv_bytes));
+      if (!keep_gaps) BATON_RETURN_IF_ERROR(device.copy(staged[i].recv, part.recv, recv_bytes));
       staged[i].send = staged[i].recv + (part.send - part.recv);
     } else {
       memory.push_back(std::make_unique_for_overwrite<std::byte[]>(send_bytes));
