@@ -31,11 +31,8 @@
 // when everything passed, 1 on a failure, 2 for bad flags or a daemon that does not start, 77
 // when the device is unavailable (e.g. --device=cuda without a GPU).
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +47,6 @@
 #include <map>
 #include <memory>
 #include <new>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -65,19 +61,14 @@
 #include "device/device.h"
 #include "device/host_fake.h"
 #include "tests/device/device_check_reference.h"
+#include "tests/device/rank_processes.h"
 
 namespace baton::device_check {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 constexpr size_t kBufferOffset = 256;  // foreign buffers start this far into the allocation
 constexpr int64_t kCallTimeoutMs = 30000;
 constexpr size_t kMessagesPerLine = 3;  // failure messages kept per rank and report line
-
-double Seconds(Clock::time_point since) {
-  return std::chrono::duration<double>(Clock::now() - since).count();
-}
 
 // ---- Memory kinds and modes ------------------------------------------------------------
 
@@ -489,153 +480,6 @@ int RankMain(const Options& o, const std::string& socket, int world, int rank,
   return r.failed() ? 1 : 0;
 }
 
-// Forks a child that runs `body` and exits with its result, never returning into main's state.
-template <typename Body>
-pid_t ForkChild(Body body) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(3);
-    const int rc = body();
-    std::fflush(stdout);
-    std::fflush(stderr);
-    _exit(rc);
-  }
-  return pid;
-}
-
-// Waits for `pid` until `deadline`; SIGKILLs it then. The exit status, or -signal.
-int WaitChild(pid_t pid, Clock::time_point deadline) {
-  int status = 0;
-  while (true) {
-    const pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0) return -1000;
-    if (Clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -SIGKILL;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-class Daemon {
- public:
-  // Starts batond with --device=<device> in `dir` and waits until it serves.
-  absl::Status Start(const Options& o, const std::string& dir) {
-    socket_ = dir + "/batond.sock";
-    log_ = dir + "/batond.log";
-    const std::string ready = dir + "/batond.ready";
-    const std::vector<std::string> args = {o.batond,
-                                           "--node-name=devcheck",
-                                           "--socket=" + socket_,
-                                           "--peer-listen=127.0.0.1:0",
-                                           "--data-listen=127.0.0.1:0",
-                                           "--metrics-listen=127.0.0.1:0",
-                                           "--advertise-host=127.0.0.1",
-                                           "--ready-file=" + ready,
-                                           "--device=" + o.device,
-                                           "--op-timeout=30s",
-                                           "--probe-interval=0",
-                                           "--log-level=warn"};
-    pid_ = ForkChild([&] {
-      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (fd >= 0) {
-        dup2(fd, STDOUT_FILENO);
-        dup2(fd, STDERR_FILENO);
-      }
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-      std::vector<char*> argv;
-      argv.reserve(args.size() + 1);
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      std::fprintf(stderr, "cannot execute %s: %s\n", argv[0], std::strerror(errno));
-      return 127;
-    });
-    if (pid_ < 0) return absl::InternalError("fork failed");
-    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(30);
-    while (!std::filesystem::exists(ready)) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return absl::UnavailableError(
-            absl::StrCat("batond exited during start; ", log_, ":\n", ReadFile(log_)));
-      }
-      if (Clock::now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("batond not ready in 30 s; see ", log_));
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return absl::OkStatus();
-  }
-
-  ~Daemon() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    if (WaitChild(pid_, Clock::now() + std::chrono::seconds(10)) == -SIGKILL) {
-      std::printf("batond did not stop within 10 s of SIGTERM; killed\n");
-    }
-  }
-
-  const std::string& socket() const { return socket_; }
-
- private:
-  pid_t pid_ = -1;
-  std::string socket_;
-  std::string log_;
-};
-
-// Communicator ids, made in a child process (the parent never loads libbaton's state before
-// forking ranks).
-absl::StatusOr<std::vector<std::string>> MakeCommIds(const std::string& socket, int n) {
-  int fds[2];
-  if (pipe(fds) != 0) return absl::InternalError("pipe failed");
-  const pid_t pid = ForkChild([&] {
-    close(fds[0]);
-    baton_client_t* client = nullptr;
-    if (baton_client_connect(socket.c_str(), 10000, &client) != BATON_OK) {
-      std::fprintf(stderr, "baton_client_connect: %s\n", baton_last_error());
-      return 1;
-    }
-    std::string ids;
-    for (int i = 0; i < n; ++i) {
-      char id[BATON_COMM_ID_MAX];
-      if (baton_client_create_comm_id(client, id, sizeof id) != BATON_OK) {
-        std::fprintf(stderr, "baton_client_create_comm_id: %s\n", baton_last_error());
-        return 1;
-      }
-      absl::StrAppend(&ids, id, "\n");
-    }
-    baton_client_close(client);
-    return write(fds[1], ids.data(), ids.size()) == static_cast<ssize_t>(ids.size()) ? 0 : 1;
-  });
-  close(fds[1]);
-  std::string text;
-  char buffer[4096];
-  ssize_t got;
-  while ((got = read(fds[0], buffer, sizeof buffer)) > 0) text.append(buffer, got);
-  close(fds[0]);
-  const int rc = WaitChild(pid, Clock::now() + std::chrono::seconds(30));
-  std::vector<std::string> ids = absl::StrSplit(text, '\n', absl::SkipEmpty());
-  if (rc != 0 || static_cast<int>(ids.size()) != n) {
-    return absl::UnavailableError(absl::StrCat("could not create communicator ids (rc ", rc, ")"));
-  }
-  return ids;
-}
-
 struct Totals {
   int lines = 0, failed_lines = 0;
   uint64_t checks = 0;
@@ -748,22 +592,6 @@ bool RunWorld(const Options& o, const Daemon& daemon, const std::string& dir, in
   return ok;
 }
 
-// Whether the device opens, asked in a child: CUDA must not be initialised in a process that
-// forks afterwards. 0, or 77 with the reason printed.
-int ProbeDevice(const std::string& name) {
-  const pid_t pid = ForkChild([&] {
-    absl::StatusOr<std::unique_ptr<device::Device>> device = device::OpenDevice(name);
-    if (!device.ok() || *device == nullptr || (*device)->count() < 1) {
-      std::printf("device %s unavailable: %s\n", name.c_str(),
-                  device.ok() ? "no device" : device.status().ToString().c_str());
-      return 77;
-    }
-    std::printf("device: %s\n", (*device)->Describe().c_str());
-    return 0;
-  });
-  return WaitChild(pid, Clock::now() + std::chrono::seconds(60));
-}
-
 int Usage(const std::string& error) {
   std::fprintf(stderr,
                "%s\nusage: device_collectives_check [--device=fake|cuda] [--batond=PATH]\n"
@@ -810,24 +638,29 @@ int Main(int argc, char** argv) {
   const Clock::time_point start = Clock::now();
   std::printf("device_collectives_check: --device=%s --batond=%s --large-bytes=%zu\n",
               o.device.c_str(), o.batond.c_str(), o.large_bytes);
-  const int probe = ProbeDevice(o.device);
-  if (probe == 77) return 77;
-  if (probe != 0) {
-    std::printf("FAIL: opening device %s crashed or failed (%d)\n", o.device.c_str(), probe);
+  const absl::StatusOr<std::string> probe = ProbeDevice(o.device);
+  if (absl::IsUnavailable(probe.status())) {
+    std::printf("device %s unavailable: %s\n", o.device.c_str(),
+                std::string(probe.status().message()).c_str());
+    return 77;
+  }
+  if (!probe.ok()) {
+    std::printf("FAIL: %s\n", std::string(probe.status().message()).c_str());
     return 1;
   }
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir =
-      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/baton-devcheck-XXXXXX");
-  if (mkdtemp(dir.data()) == nullptr) {
-    std::printf("FAIL: mkdtemp %s: %s\n", dir.c_str(), std::strerror(errno));
+  std::printf("device: %s\n", probe->c_str());
+  const absl::StatusOr<std::string> temp_dir = MakeTempDir("baton-devcheck-");
+  if (!temp_dir.ok()) {
+    std::printf("FAIL: %s\n", std::string(temp_dir.status().message()).c_str());
     return 2;
   }
+  const std::string& dir = *temp_dir;
   bool ok = true;
   Totals totals;
   {
     Daemon daemon;
-    if (const absl::Status started = daemon.Start(o, dir); !started.ok()) {
+    if (const absl::Status started = daemon.Start({.batond = o.batond, .device = o.device}, dir);
+        !started.ok()) {
       std::printf("FAIL: %s\n", started.ToString().c_str());
       return 2;
     }
