@@ -14,7 +14,9 @@ and shares the id through the group's Store. The group's timeout is every operat
 
 Tensors from :func:`empty` / :func:`zeros` live in memory shared with the daemon, which reads
 and writes them in place (no copy between the process and the daemon); any other CPU tensor is
-staged by libbaton with one copy each way.
+staged by libbaton with one copy each way. CUDA tensors are registered with the daemon, which
+reads and writes them in place, and their collectives are stream-ordered on the current CUDA
+stream, as with NCCL (docs/pytorch.md, "CUDA tensors").
 """
 
 from __future__ import annotations
@@ -41,11 +43,8 @@ def _create_backend(store: Any, rank: int, size: int, timeout: Any) -> Any:
 
 
 def register() -> None:
-    """Registers the ``baton`` backend with torch.distributed. Idempotent.
-
-    It is registered for CPU and CUDA tensors: CUDA tensors reach the backend, which refuses
-    them with an error that names the missing GPU data path, instead of torch's "no backend
-    for device type cuda"."""
+    """Registers the ``baton`` backend with torch.distributed, for CPU and CUDA tensors (one
+    backend object per process group serves both). Idempotent."""
     if BACKEND in dist.Backend.backend_list:
         return
     dist.Backend.register_backend(BACKEND, _create_backend, devices=["cpu", "cuda"])

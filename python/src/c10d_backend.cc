@@ -1,6 +1,7 @@
 #include "python/src/c10d_backend.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
 #include <numeric>
@@ -85,14 +86,30 @@ baton_reduce_op_t OpOf(const c10d::ReduceOp& op, at::ScalarType type) {
 
 void CheckTensor(const at::Tensor& t, const char* op) {
   TORCH_CHECK_VALUE(t.defined(), "baton ", op, ": undefined tensor");
-  TORCH_CHECK_VALUE(t.device().is_cpu(), "baton ", op, ": got a tensor on ", t.device(),
-                    ", but this build of the baton backend moves CPU tensors only (the GPU data "
-                    "path, device buffers shared with the daemon, does not exist yet); copy it "
-                    "to the CPU first");
+  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), "baton ", op, ": got a tensor on ",
+                    t.device(), ", but the baton backend moves CPU and CUDA tensors only");
   TORCH_CHECK_VALUE(t.layout() == at::kStrided, "baton ", op,
                     ": only dense (strided) tensors "
                     "are supported, not ",
                     t.layout());
+}
+
+// The one device every tensor of a call is on (the CPU, or one CUDA device), after checking each
+// tensor; ValueError naming both devices otherwise. `first` holds at least one tensor.
+c10::Device DeviceOf(const char* op, const std::vector<at::Tensor>& first,
+                     const std::vector<at::Tensor>& rest = {}) {
+  std::optional<c10::Device> device;
+  for (const std::vector<at::Tensor>* tensors : {&first, &rest}) {
+    for (const at::Tensor& t : *tensors) {
+      CheckTensor(t, op);
+      if (!device) device = t.device();
+      TORCH_CHECK_VALUE(t.device() == *device, "baton ", op, ": tensors on ", *device, " and ",
+                        t.device(),
+                        " in one call; every tensor of a call must be on the same device");
+    }
+  }
+  TORCH_CHECK_VALUE(device.has_value(), "baton ", op, ": no tensors");
+  return *device;
 }
 
 const at::Tensor& Single(const std::vector<at::Tensor>& tensors, const char* op) {
@@ -115,6 +132,7 @@ Elements ElementsOf(const at::Tensor& t) {
 }
 
 std::string Describe(const char* op, const at::Tensor& t) {
+  if (t.is_cuda()) return c10::str(op, " of ", t.numel(), " ", t.scalar_type(), " on ", t.device());
   return c10::str(op, " of ", t.numel(), " ", t.scalar_type());
 }
 
@@ -179,10 +197,22 @@ std::vector<size_t> SplitCounts(const at::Tensor& t, const std::vector<int64_t>&
 }  // namespace
 
 // One torch call made ready for Baton: the contiguous tensors Baton reads and writes, and the
-// copies back into the caller's tensors that run once the operations succeeded.
+// copies back into the caller's tensors that run once the operations succeeded. For CUDA tensors
+// every copy, staging in as well as back, goes on `stream`, the current stream of their device:
+// ATen enqueues the staging copies made here on it, and the copies back run under a guard for it.
+//
+// Staging tensors stay referenced by the work until it completes, but a work nobody keeps (a
+// call with async_op=False) lets them go at once: that is safe by the caching allocator's stream
+// semantics. They were allocated on `stream` and are used on it only (the daemon's access is
+// ordered on it by the call's stream wait), so a block freed now is handed out again only to an
+// allocation on `stream`, whose work runs after the call; and the allocator synchronizes the
+// device before it returns memory to CUDA.
 struct BatonBackend::Launch {
-  Launch(c10d::OpType type, std::string what, std::chrono::milliseconds timeout, bool async)
-      : type(type), what(std::move(what)), timeout(timeout), async(async) {}
+  Launch(c10d::OpType type, std::string what, std::chrono::milliseconds timeout, bool async,
+         std::optional<c10::Device> device)
+      : type(type), what(std::move(what)), timeout(timeout), async(async), device(device) {
+    if (device && device->is_cuda()) stream = CurrentStream(*device);
+  }
 
   // A tensor Baton reads: itself when contiguous, else a contiguous copy.
   at::Tensor In(const at::Tensor& t) {
@@ -210,6 +240,8 @@ struct BatonBackend::Launch {
   std::string what;
   std::chrono::milliseconds timeout;
   bool async;
+  std::optional<c10::Device> device;  // of the call's tensors; none for a barrier
+  std::optional<c10::Stream> stream;  // CUDA tensors: the current stream of their device
   std::vector<at::Tensor> outputs;
   std::vector<at::Tensor> keep;
   std::vector<std::function<void()>> copy_back;
@@ -219,6 +251,7 @@ BatonBackend::BatonBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
                            std::chrono::milliseconds timeout, baton_client_t* client)
     : c10d::Backend(rank, size),
       timeout_(timeout),
+      client_(client),
       watcher_(std::make_shared<CompletionWatcher>()) {
   TORCH_CHECK_VALUE(client != nullptr, "baton: no client (connect to the daemon first)");
   if (rank == 0) {
@@ -250,7 +283,7 @@ BatonBackend::BatonBackend(const c10::intrusive_ptr<c10d::Store>& store, int ran
         c10::str("baton: rank ", rank, " of ", size,
                  " could not join the process group's communicator: ", joined.ToString()));
   }
-  comm_ = std::make_unique<baton::Communicator>(comm);
+  comm_ = std::make_shared<baton::Communicator>(comm);
 }
 
 BatonBackend::~BatonBackend() {
@@ -259,7 +292,10 @@ BatonBackend::~BatonBackend() {
 }
 
 c10d::ErrorType BatonBackend::getError() {
-  return abort_reason_.empty() ? c10d::ErrorType::SUCCESS : c10d::ErrorType::COMM_ERROR;
+  if (!abort_reason_.empty() || baton_comm_get_async_error(comm_->handle()) != BATON_OK) {
+    return c10d::ErrorType::COMM_ERROR;
+  }
+  return c10d::ErrorType::SUCCESS;
 }
 
 void BatonBackend::abort() {
@@ -284,25 +320,72 @@ std::chrono::milliseconds BatonBackend::TimeoutOf(std::chrono::milliseconds requ
   return requested == c10d::kUnsetTimeout || requested.count() <= 0 ? timeout_ : requested;
 }
 
+void BatonBackend::CheckDeviceMemory(c10::Device device) {
+  if (device_memory_checked_.load(std::memory_order_acquire)) return;
+  // Any allocation of the caching allocator will do; registering it now costs what its first
+  // use would.
+  const at::Tensor probe = at::empty({1}, at::TensorOptions().dtype(at::kByte).device(device));
+  const baton::Status registered =
+      baton::Status::FromC(baton_client_register_device(client_, probe.data_ptr(), 1));
+  if (!registered.ok()) {
+    ThrowBackendError(c10::str("baton: rank ", getRank(), " cannot move CUDA tensors on ", device,
+                               ": libbaton does not take their memory as device memory (its "
+                               "device is $BATON_DEVICE: auto, cuda, fake or none): ",
+                               registered.ToString()));
+  }
+  device_memory_checked_.store(true, std::memory_order_release);
+}
+
 c10::intrusive_ptr<c10d::Work> BatonBackend::Run(Launch launch, const Submit& submit) {
   baton_call_options_t options;
   baton_call_options_init(&options);
   options.timeout_ms = static_cast<int64_t>(launch.timeout.count());
+  if (coalescing_ && launch.device) {
+    if (!coalesced_device_) {
+      coalesced_device_ = launch.device;
+      coalesced_stream_ = launch.stream;
+    }
+    TORCH_CHECK_VALUE(*launch.device == *coalesced_device_, "baton ", launch.what,
+                      ": a coalesced block takes tensors of one device, and this block's are on ",
+                      *coalesced_device_);
+    TORCH_CHECK_VALUE(launch.stream == coalesced_stream_, "baton ", launch.what,
+                      ": the current stream changed inside a coalesced block, which runs on one "
+                      "stream (that of its first call)");
+  }
   // Inside a coalescing block the operations are queued in the thread's group, so they are
   // submitted as requests that complete when endCoalescing ends the group.
-  const bool blocking = !launch.async && !coalescing_;
-  std::vector<std::shared_ptr<baton::Request>> requests =
-      submit(comm_->handle(), options, blocking);
+  bool blocking = !launch.async && !coalescing_;
+  std::optional<StreamOrder> order;
+  if (launch.stream) {
+    CheckDeviceMemory(*launch.device);
+    order = StreamOrder{*launch.stream, {}};
+    if (!coalescing_) {
+      options.on_stream = 1;
+      options.stream = launch.stream->native_handle();
+      order->comm = comm_;
+      blocking = true;  // returns once the call is enqueued on the stream
+    }
+  }
   std::function<void()> finish;
   if (!launch.copy_back.empty()) {
     finish = [copies = std::move(launch.copy_back)]() {
       for (const auto& copy : copies) copy();
     };
   }
+  // The stream's device is current while libbaton enqueues the call's event and stream wait.
+  c10::OptionalStreamGuard on_stream;
+  if (launch.stream) on_stream.reset_stream(*launch.stream);
+  std::vector<std::shared_ptr<baton::Request>> requests =
+      submit(comm_->handle(), options, blocking);
   auto work = c10::make_intrusive<BatonWork>(getRank(), launch.type, std::move(launch.what),
                                              std::move(requests), std::move(launch.outputs),
-                                             std::move(finish), std::move(launch.keep), watcher_);
-  if (blocking) work->Poll(std::nullopt);  // already complete: runs the copies back now
+                                             std::move(finish), std::move(launch.keep), watcher_,
+                                             std::move(order));
+  if (launch.stream && !coalescing_) {
+    work->WaitHost();  // enqueues the copies back and the work's end after the call
+  } else if (blocking) {
+    work->Poll(std::nullopt);  // already complete: runs the copies back now
+  }
   if (coalescing_) coalesced_.push_back(work);
   return work;
 }
@@ -311,7 +394,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::broadcast(std::vector<at::Tensor>& 
                                                        const c10d::BroadcastOptions& opts) {
   const at::Tensor& t = Single(tensors, "broadcast");
   Launch launch(c10d::OpType::BROADCAST, Describe("broadcast", t), TimeoutOf(opts.timeout),
-                opts.asyncOp);
+                opts.asyncOp, DeviceOf("broadcast", {t}));
   const at::Tensor buf = launch.Out(t, /*read=*/true);
   launch.outputs = {t};
   const Elements e = ElementsOf(buf);
@@ -329,7 +412,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allreduce(std::vector<at::Tensor>& 
   TORCH_CHECK_VALUE(!opts.sparseIndices.has_value(), "baton: sparse all_reduce is not supported");
   const baton_reduce_op_t op = OpOf(opts.reduceOp, t.scalar_type());
   Launch launch(c10d::OpType::ALLREDUCE, Describe("all_reduce", t), TimeoutOf(opts.timeout),
-                opts.asyncOp);
+                opts.asyncOp, DeviceOf("all_reduce", {t}));
   const at::Tensor buf = launch.Out(t, /*read=*/true);
   launch.outputs = {t};
   const Elements e = ElementsOf(buf);
@@ -343,8 +426,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allreduce(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> BatonBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   TORCH_CHECK_VALUE(!tensors.empty(), "baton all_reduce_coalesced: no tensors");
+  const c10::Device device = DeviceOf("all_reduce_coalesced", tensors);
   for (const at::Tensor& t : tensors) {
-    CheckTensor(t, "all_reduce_coalesced");
     TORCH_CHECK_VALUE(t.scalar_type() == tensors[0].scalar_type(),
                       "baton all_reduce_coalesced: tensors of different types (",
                       tensors[0].scalar_type(), ", ", t.scalar_type(), ")");
@@ -356,7 +439,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allreduce_coalesced(
   for (const at::Tensor& t : tensors) flat_views.push_back(t.reshape({-1}));
   at::Tensor flat = at::cat(flat_views);
   Launch launch(c10d::OpType::ALLREDUCE_COALESCED, Describe("all_reduce_coalesced", flat),
-                TimeoutOf(opts.timeout), opts.asyncOp);
+                TimeoutOf(opts.timeout), opts.asyncOp, device);
   launch.outputs = tensors;
   launch.Staged(flat, [flat, tensors]() mutable { Unflatten(flat, tensors); });
   const Elements e = ElementsOf(flat);
@@ -371,7 +454,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::reduce(std::vector<at::Tensor>& ten
                                                     const c10d::ReduceOptions& opts) {
   const at::Tensor& t = Single(tensors, "reduce");
   const baton_reduce_op_t op = OpOf(opts.reduceOp, t.scalar_type());
-  Launch launch(c10d::OpType::REDUCE, Describe("reduce", t), TimeoutOf(opts.timeout), opts.asyncOp);
+  Launch launch(c10d::OpType::REDUCE, Describe("reduce", t), TimeoutOf(opts.timeout), opts.asyncOp,
+                DeviceOf("reduce", {t}));
   const at::Tensor buf = launch.Out(t, /*read=*/true);
   launch.outputs = {t};
   const Elements e = ElementsOf(buf);
@@ -385,8 +469,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::reduce(std::vector<at::Tensor>& ten
 
 c10::intrusive_ptr<c10d::Work> BatonBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                              const c10d::AllgatherOptions& opts) {
-  CheckTensor(output, "all_gather_into_tensor");
-  CheckTensor(input, "all_gather_into_tensor");
+  const c10::Device device = DeviceOf("all_gather_into_tensor", {input, output});
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "baton all_gather_into_tensor: output type ", output.scalar_type(),
                    " differs from input type ", input.scalar_type());
@@ -394,7 +477,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::_allgather_base(at::Tensor& output,
                     "baton all_gather_into_tensor: output has ", output.numel(),
                     " elements, expected ", input.numel(), " x ", getSize(), " ranks");
   Launch launch(c10d::OpType::_ALLGATHER_BASE, Describe("all_gather", input),
-                TimeoutOf(opts.timeout), opts.asyncOp);
+                TimeoutOf(opts.timeout), opts.asyncOp, device);
   const Elements in = ElementsOf(launch.In(input));
   const Elements out = ElementsOf(launch.Out(output, /*read=*/false));
   launch.outputs = {output};
@@ -411,14 +494,14 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allgather(
   const at::Tensor& input = Single(inputs, "all_gather");
   TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                     "baton all_gather: expects one list of ", getSize(), " output tensors");
+  const c10::Device device = DeviceOf("all_gather", {input}, outputs[0]);
   for (const at::Tensor& t : outputs[0]) {
-    CheckTensor(t, "all_gather");
     TORCH_CHECK_VALUE(t.numel() == input.numel() && t.scalar_type() == input.scalar_type(),
                       "baton all_gather: every output tensor must have the input's ", input.numel(),
                       " elements of ", input.scalar_type());
   }
   Launch launch(c10d::OpType::ALLGATHER, Describe("all_gather", input), TimeoutOf(opts.timeout),
-                opts.asyncOp);
+                opts.asyncOp, device);
   const Elements in = ElementsOf(launch.In(input));
   at::Tensor flat = at::empty({getSize() * input.numel()}, input.options());
   std::vector<at::Tensor> targets = outputs[0];
@@ -465,11 +548,12 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::gather(std::vector<std::vector<at::
   const at::Tensor& input = Single(inputs, "gather");
   const int root = static_cast<int>(opts.rootRank);
   const bool is_root = root == getRank();
+  c10::Device device = DeviceOf("gather", {input});
   if (is_root) {
     TORCH_CHECK_VALUE(outputs.size() == 1 && static_cast<int>(outputs[0].size()) == getSize(),
                       "baton gather: the root expects one list of ", getSize(), " output tensors");
+    device = DeviceOf("gather", {input}, outputs[0]);
     for (const at::Tensor& t : outputs[0]) {
-      CheckTensor(t, "gather");
       TORCH_CHECK_VALUE(t.numel() == input.numel() && t.scalar_type() == input.scalar_type(),
                         "baton gather: every output tensor must have the input's ", input.numel(),
                         " elements of ", input.scalar_type());
@@ -479,7 +563,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::gather(std::vector<std::vector<at::
                       "baton gather: only the root takes output tensors");
   }
   Launch launch(c10d::OpType::GATHER, Describe("gather", input), TimeoutOf(opts.timeout),
-                opts.asyncOp);
+                opts.asyncOp, device);
   const Elements in = ElementsOf(launch.In(input));
   void* out = nullptr;
   if (is_root) {
@@ -502,15 +586,17 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::scatter(std::vector<at::Tensor>& ou
   const at::Tensor& output = Single(outputs, "scatter");
   const int root = static_cast<int>(opts.rootRank);
   const bool is_root = root == getRank();
-  Launch launch(c10d::OpType::SCATTER, Describe("scatter", output), TimeoutOf(opts.timeout),
-                opts.asyncOp);
-  const void* in = nullptr;
   if (is_root) {
     TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                       "baton scatter: the root expects one list of ", getSize(), " input tensors");
+  }
+  Launch launch(c10d::OpType::SCATTER, Describe("scatter", output), TimeoutOf(opts.timeout),
+                opts.asyncOp,
+                is_root ? DeviceOf("scatter", {output}, inputs[0]) : DeviceOf("scatter", {output}));
+  const void* in = nullptr;
+  if (is_root) {
     std::vector<at::Tensor> pieces;
     for (const at::Tensor& t : inputs[0]) {
-      CheckTensor(t, "scatter");
       TORCH_CHECK_VALUE(t.numel() == output.numel() && t.scalar_type() == output.scalar_type(),
                         "baton scatter: every input tensor must have the output's ", output.numel(),
                         " elements of ", output.scalar_type());
@@ -534,8 +620,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::scatter(std::vector<at::Tensor>& ou
 
 c10::intrusive_ptr<c10d::Work> BatonBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  CheckTensor(output, "reduce_scatter_tensor");
-  CheckTensor(input, "reduce_scatter_tensor");
+  const c10::Device device = DeviceOf("reduce_scatter_tensor", {input, output});
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "baton reduce_scatter_tensor: output type ", output.scalar_type(),
                    " differs from input type ", input.scalar_type());
@@ -544,7 +629,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::_reduce_scatter_base(
                     " elements, expected ", output.numel(), " x ", getSize(), " ranks");
   const baton_reduce_op_t op = OpOf(opts.reduceOp, output.scalar_type());
   Launch launch(c10d::OpType::_REDUCE_SCATTER_BASE, Describe("reduce_scatter", output),
-                TimeoutOf(opts.timeout), opts.asyncOp);
+                TimeoutOf(opts.timeout), opts.asyncOp, device);
   const Elements in = ElementsOf(launch.In(input));
   const Elements out = ElementsOf(launch.Out(output, /*read=*/false));
   launch.outputs = {output};
@@ -562,9 +647,9 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::reduce_scatter(
   at::Tensor output = Single(outputs, "reduce_scatter");
   TORCH_CHECK_VALUE(inputs.size() == 1 && static_cast<int>(inputs[0].size()) == getSize(),
                     "baton reduce_scatter: expects one list of ", getSize(), " input tensors");
+  DeviceOf("reduce_scatter", {output}, inputs[0]);
   std::vector<at::Tensor> pieces;
   for (const at::Tensor& t : inputs[0]) {
-    CheckTensor(t, "reduce_scatter");
     TORCH_CHECK_VALUE(t.numel() == output.numel() && t.scalar_type() == output.scalar_type(),
                       "baton reduce_scatter: every input tensor must have the output's ",
                       output.numel(), " elements of ", output.scalar_type());
@@ -591,13 +676,12 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall_base(at::Tensor& output, a
                                                            std::vector<int64_t>& output_split_sizes,
                                                            std::vector<int64_t>& input_split_sizes,
                                                            const c10d::AllToAllOptions& opts) {
-  CheckTensor(output, "all_to_all_single");
-  CheckTensor(input, "all_to_all_single");
+  const c10::Device device = DeviceOf("all_to_all_single", {input, output});
   TORCH_CHECK_TYPE(output.scalar_type() == input.scalar_type(),
                    "baton all_to_all_single: output type ", output.scalar_type(),
                    " differs from input type ", input.scalar_type());
   Launch launch(c10d::OpType::ALLTOALL_BASE, Describe("all_to_all", input), TimeoutOf(opts.timeout),
-                opts.asyncOp);
+                opts.asyncOp, device);
   const Elements in = ElementsOf(launch.In(input));
   const Elements out = ElementsOf(launch.Out(output, /*read=*/false));
   launch.outputs = {output};
@@ -633,6 +717,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall(std::vector<at::Tensor>& o
       static_cast<int>(outputs.size()) == getSize() && static_cast<int>(inputs.size()) == getSize(),
       "baton all_to_all: expects ", getSize(), " input and output tensors, got ", inputs.size(),
       " and ", outputs.size());
+  const c10::Device device = DeviceOf("all_to_all", inputs, outputs);
   const at::ScalarType type = inputs[0].scalar_type();
   std::vector<at::Tensor> pieces;
   std::vector<size_t> send_counts;
@@ -640,8 +725,6 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall(std::vector<at::Tensor>& o
   const size_t per = at::isComplexType(type) ? 2 : 1;
   int64_t out_elements = 0;
   for (int i = 0; i < getSize(); ++i) {
-    CheckTensor(inputs[i], "all_to_all");
-    CheckTensor(outputs[i], "all_to_all");
     TORCH_CHECK_TYPE(inputs[i].scalar_type() == type && outputs[i].scalar_type() == type,
                      "baton all_to_all: every tensor must be of type ", type);
     pieces.push_back(inputs[i].reshape({-1}));
@@ -652,7 +735,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall(std::vector<at::Tensor>& o
   at::Tensor in_flat = at::cat(pieces);
   at::Tensor out_flat = at::empty({out_elements}, outputs[0].options());
   Launch launch(c10d::OpType::ALLTOALL, Describe("all_to_all", in_flat), TimeoutOf(opts.timeout),
-                opts.asyncOp);
+                opts.asyncOp, device);
   launch.keep.push_back(in_flat);
   launch.outputs = outputs;
   launch.Staged(out_flat,
@@ -674,7 +757,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::send(std::vector<at::Tensor>& tenso
                                                   int tag) {
   const at::Tensor& t = Single(tensors, "send");
   Launch launch(c10d::OpType::SEND, c10::str(Describe("send", t), " to rank ", dst_rank), timeout_,
-                /*async=*/true);
+                /*async=*/true, DeviceOf("send", {t}));
   const Elements e = ElementsOf(launch.In(t));
   Count("send");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
@@ -687,7 +770,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::recv(std::vector<at::Tensor>& tenso
                                                   int tag) {
   const at::Tensor& t = Single(tensors, "recv");
   Launch launch(c10d::OpType::RECV, c10::str(Describe("recv", t), " from rank ", src_rank),
-                timeout_, /*async=*/true);
+                timeout_, /*async=*/true, DeviceOf("recv", {t}));
   const Elements e = ElementsOf(launch.Out(t, /*read=*/false));
   launch.outputs = {t};
   Count("recv");
@@ -705,7 +788,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::recvAnysource(std::vector<at::Tenso
 }
 
 c10::intrusive_ptr<c10d::Work> BatonBackend::barrier(const c10d::BarrierOptions& opts) {
-  Launch launch(c10d::OpType::BARRIER, "barrier", TimeoutOf(opts.timeout), opts.asyncOp);
+  Launch launch(c10d::OpType::BARRIER, "barrier", TimeoutOf(opts.timeout), opts.asyncOp,
+                /*device=*/std::nullopt);
   Count("barrier");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
     return std::vector{Invoke(b, baton_barrier, baton_barrier_async, comm, o)};
@@ -719,21 +803,35 @@ void BatonBackend::startCoalescing() {
     ThrowBackendError(c10::str("baton: could not start a group: ", started.ToString()));
   coalescing_ = true;
   coalesced_.clear();
+  coalesced_device_.reset();
+  coalesced_stream_.reset();
 }
 
 c10::intrusive_ptr<c10d::Work> BatonBackend::endCoalescing() {
   TORCH_CHECK_VALUE(coalescing_, "baton: endCoalescing without startCoalescing");
   coalescing_ = false;
+  coalesced_device_.reset();
+  const std::optional<c10::Stream> stream = std::exchange(coalesced_stream_, std::nullopt);
+  // A block's CUDA operations are host calls on device memory (groups do not take stream-ordered
+  // calls yet): their inputs are ready once the stream has run what was enqueued before them,
+  // the block's staging copies included.
+  if (stream) stream->synchronize();
   // Submits the group (sends first) and waits for it; the works' requests have then completed.
   const baton::Status ended = baton::GroupEnd();
   std::vector<at::Tensor> outputs;
   for (const auto& work : coalesced_) {
-    work->Poll(std::nullopt);
+    work->WaitHost();  // CUDA: enqueues its copies back on the stream
     for (const at::Tensor& t : work->result()) outputs.push_back(t);
   }
   coalesced_.clear();
-  return BatonWork::Completed(getRank(), c10d::OpType::COALESCED,
-                              c10::str("coalesced group of operations"), ended, std::move(outputs));
+  std::optional<StreamOrder> order;
+  if (stream) order = StreamOrder{*stream, {}};
+  auto work = c10::make_intrusive<BatonWork>(
+      getRank(), c10d::OpType::COALESCED, "coalesced group of operations",
+      std::vector<std::shared_ptr<baton::Request>>{std::make_shared<baton::Request>(ended)},
+      std::move(outputs), nullptr, std::vector<at::Tensor>{}, watcher_, std::move(order));
+  work->WaitHost();  // CPU: complete now; CUDA: its end follows every copy back of the block
+  return work;
 }
 
 }  // namespace baton::torch_backend

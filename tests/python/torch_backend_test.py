@@ -234,14 +234,14 @@ def errors(rank, world):
         raise AssertionError("BAND did not fail")
     except ValueError as e:
         assert "BAND" in str(e), str(e)
-    # A tensor off the CPU names the missing GPU data path (called on the backend directly:
-    # torch routes only CPU tensors to a backend registered for "cpu").
+    # A tensor on a device other than the CPU or CUDA names the device (called on the backend
+    # directly: torch routes only CPU and CUDA tensors to this backend).
     try:
         opts = dist.AllreduceOptions()
         bt.backend_of().allreduce([torch.empty(3, device="meta")], opts)
         raise AssertionError("meta tensor did not fail")
     except ValueError as e:
-        assert "GPU data path" in str(e), str(e)
+        assert "meta" in str(e) and "CPU and CUDA tensors only" in str(e), str(e)
     dist.barrier()
     # Work.wait(timeout) gives up on the wait, not the operation: rank 1 joins 1.5 s late.
     late = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=30))
