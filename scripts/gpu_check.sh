@@ -6,33 +6,35 @@
 #
 # Step 1, here (the build machine, after a normal build into build/):
 #     bash scripts/gpu_check.sh bundle            # -> .gpu-bundle/ (git-ignored via .git/info/exclude)
-#   Copies build/bin/batond and the tests cuda_device_test, cuda_kernels_test, device_test and
-#   host_fake_test (debug info stripped) into the bundle, their non-system shared libraries into
-#   .gpu-bundle/lib, writes .gpu-bundle/MANIFEST (commit, date, glibc, compiled-in BATOND_PATH)
-#   and prints the bundle's size, which must stay under 64 MiB (the tool's carry limit, which the
-#   working tree shares).
+#   Copies build/bin/batond and the programs of TESTS below (debug info stripped) into the
+#   bundle, their non-system shared libraries and libbaton.so.0 into .gpu-bundle/lib, the
+#   generated baton/version.h into .gpu-bundle/include, writes .gpu-bundle/MANIFEST (commit,
+#   date, glibc, compiled-in BATOND_PATH) and prints the bundle's size, which must stay under
+#   64 MiB (the tool's carry limit, which the working tree shares).
 #
 # Step 2, the device tool's `run` call:
 #     carry: [".gpu-bundle"]
 #     command: bash scripts/gpu_check.sh run .gpu-bundle
-#     timeout_s: 400
-#   Prints date -u, the MANIFEST and nvidia-smi's name/driver/memory, then runs, each under
-#   `timeout 120` with LD_LIBRARY_PATH=.gpu-bundle/lib:
-#     cuda_device_test   with BATON_REQUIRE_GPU=1 (a missing GPU or driver is a failure, not a skip)
-#     cuda_kernels_test  with BATON_REQUIRE_GPU=1
-#     host_fake_test
-#     device_test        (the fake device through real daemons; it sets BATON_DEVICE=fake itself
-#                         and starts batond from its compiled-in BATOND_PATH, which run mode
-#                         provides by linking the bundled batond there and at build/bin/batond)
-#   Each test's log goes to $OUT/<name>.log (else DIR/logs/<name>.log); the end prints one line per
-#   test, PASS / FAIL (rc N) / SKIP, and the script exits non-zero if any failed.
-#   Run here (no GPU), `run` prints "no nvidia-smi", the CUDA tests skip and it exits 0:
+#     timeout_s: 480
+#   Prints date -u, the MANIFEST and nvidia-smi's name/driver/memory; starts building the Python
+#   package there in the background (scripts/gpu_python_build.sh: the machine's python3 is 3.12,
+#   not ours, so the extensions are compiled against its torch); then runs, each under a time
+#   limit, with LD_LIBRARY_PATH=.gpu-bundle/lib:
+#     cuda_device_test, cuda_kernels_test   BATON_REQUIRE_GPU=1: a missing GPU fails, not skips
+#     host_fake_test, device_test           the protocol on the fake (device_test starts batond
+#                                           from its compiled-in BATOND_PATH, linked here)
+#     device_collectives_check              every collective x type x op on device memory, 2 and
+#                                           4 rank processes on the one GPU, checked bit for bit
+#     cuda_kernels_bench                    reduce kernels' bandwidth against cudaMemcpy
+#     device_bench                          all_reduce bus bandwidth at 256 MiB, 8 B stream
+#                                           latency, compute/collective overlap
+#     gpu_torch_check                       tests/python/gpu_torch_check.py: CUDA tensors through
+#                                           the c10d backend, stream order, DDP
+#   Each step's log goes to $OUT/<name>.log (else DIR/logs/<name>.log); the end prints one line
+#   per step, PASS / FAIL (rc N) / SKIP, and the script exits non-zero if any failed.
+#   Run here (no GPU), `run` prints "no nvidia-smi", the CUDA steps skip, the device programs
+#   run on the fake, and it exits 0 when they pass:
 #     bash scripts/gpu_check.sh bundle /tmp/gb && OUT=/tmp/gbout bash scripts/gpu_check.sh run /tmp/gb
-#
-# Not yet in this script:
-#   - PyTorch CUDA tensors through the c10d backend (python/, torch 2.11 at /opt/torch/.venv there);
-#   - reduce-kernel bandwidth against a plain cudaMemcpy of the same bytes;
-#   - stream-to-stream latency (event record on one stream to wait released on another).
 
 set -euo pipefail
 
@@ -48,7 +50,8 @@ DIR=${2:-.gpu-bundle}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-TESTS=(cuda_device_test cuda_kernels_test host_fake_test device_test)
+TESTS=(cuda_device_test cuda_kernels_test host_fake_test device_test device_collectives_check
+       cuda_kernels_bench device_bench)
 LIMIT_BYTES=$((64 * 1024 * 1024))
 
 # A library from ldd that every machine already has (glibc, the C++ runtime, the loader).
@@ -119,6 +122,13 @@ bundle() {
   done < <(for name in batond "${TESTS[@]}"; do
              ldd "$DIR/$name" | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
            done | sort -u)
+  # The Python package is compiled on the GPU machine (its python3 is another version) against
+  # libbaton.so and the generated version header, which travel here.
+  [[ -e build/lib/libbaton.so.0 ]] || cmake --build build --target baton_shared
+  cp -L build/lib/libbaton.so.0 "$DIR/lib/libbaton.so.0"
+  strip --strip-debug "$DIR/lib/libbaton.so.0"
+  mkdir -p "$DIR/include/baton"
+  cp build/client/include/baton/version.h "$DIR/include/baton/version.h"
   for name in batond "${TESTS[@]}"; do
     if ldd "$DIR/$name" | grep -q 'not found'; then
       echo "error: $name has unresolved libraries here:" >&2
@@ -166,11 +176,47 @@ place_batond() {
   done
 }
 
+# One step of the run: NAME LIMIT_S KIND COMMAND...; KIND "gtest" reads gtest's summary (any
+# skipped case is a SKIP: on the H200 a skipped CUDA test checked nothing), "program" reads the
+# exit status (77 = SKIP). Appends to summary[] and sets failed=1 on a failure.
+step() {
+  local name=$1 limit=$2 kind=$3 rc log passed skipped
+  shift 3
+  log=$logs/$name.log
+  echo "== $name (log: $log)"
+  set +e
+  timeout "$limit" "$@" >"$log" 2>&1
+  rc=$?
+  set -e
+  if [[ $kind == gtest ]]; then
+    tail -n 4 "$log" | sed 's/^/  /'
+  else
+    tail -n 40 "$log" | sed 's/^/  /'
+  fi
+  passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+  skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+  if ((rc == 77)) && [[ $kind == program ]]; then
+    summary+=("SKIP $name (device unavailable)")
+  elif ((rc != 0)); then
+    failed=1
+    if ((rc == 124)); then
+      summary+=("FAIL $name (timed out after $limit s)")
+    else
+      summary+=("FAIL $name (rc $rc)")
+    fi
+  elif [[ ${skipped:-0} != 0 ]]; then
+    summary+=("SKIP $name ($skipped skipped, ${passed:-0} passed)")
+  else
+    summary+=("PASS $name")
+  fi
+}
+
 run_tests() {
   [[ -d $DIR ]] || { echo "error: no bundle at $DIR (carry it, or run '$0 bundle $DIR' first)" >&2; exit 1; }
-  local logs=${OUT:-$DIR/logs}
+  logs=${OUT:-$DIR/logs}
   mkdir -p "$logs"
   local start=$SECONDS
+  local gpu=1 device=cuda
 
   echo "== date -u: $(date -u)"
   echo "== MANIFEST"
@@ -180,48 +226,55 @@ run_tests() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || echo "nvidia-smi failed (rc $?)"
   else
     echo "no nvidia-smi"
+    gpu=0
   fi
   echo "== here: $(os_name), $(ldd --version | head -n 1)"
 
   place_batond
 
-  local libdir
-  libdir=$(cd "$DIR/lib" && pwd)
-  local -a summary=()
-  local failed=0 name rc log passed skipped
-  for name in "${TESTS[@]}"; do
-    log=$logs/$name.log
-    echo "== $name (log: $log)"
-    local -a env=(LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
-    case $name in
-      cuda_device_test | cuda_kernels_test) env+=(BATON_REQUIRE_GPU=1) ;;
-    esac
-    # Without a GPU the CUDA tests must skip rather than fail: drop the requirement where there
-    # is no driver to require.
-    if ! command -v nvidia-smi >/dev/null 2>&1; then
-      env=("${env[0]}")
-    fi
-    set +e
-    env "${env[@]}" timeout 120 "$DIR/$name" --gtest_color=no >"$log" 2>&1
-    rc=$?
-    set -e
-    tail -n 4 "$log" | sed 's/^/  /'
-    passed=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
-    skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
-    if ((rc != 0)); then
-      failed=1
-      if ((rc == 124)); then
-        summary+=("FAIL $name (rc $rc: timed out after 120 s)")
-      else
-        summary+=("FAIL $name (rc $rc)")
-      fi
-    elif [[ ${skipped:-0} != 0 ]]; then
-      # Any skip is reported as SKIP: on the H200 a skipped CUDA test means it checked nothing.
-      summary+=("SKIP $name ($skipped skipped, ${passed:-0} passed)")
-    else
-      summary+=("PASS $name")
-    fi
-  done
+  local bundle libdir python
+  bundle=$(cd "$DIR" && pwd)
+  libdir=$bundle/lib
+  export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  python=${BATON_GPU_PYTHON:-python3}
+  summary=()
+  failed=0
+
+  # The Python package compiles (16 cores) while the C++ checks run.
+  local pydir=$logs/python
+  echo "== building the Python package in the background (log: $logs/python_build.log)"
+  bash "$ROOT/scripts/gpu_python_build.sh" "$libdir" "$bundle/include" "$pydir" "$python" \
+    >"$logs/python_build.log" 2>&1 &
+  local python_build=$!
+
+  # Without a GPU the CUDA tests must skip rather than fail: require the GPU only where there
+  # is a driver to require it of.
+  local -a require=()
+  ((gpu)) && require=(env BATON_REQUIRE_GPU=1)
+  ((gpu)) || device=fake
+  step cuda_device_test 120 gtest "${require[@]}" "$DIR/cuda_device_test" --gtest_color=no
+  step cuda_kernels_test 120 gtest "${require[@]}" "$DIR/cuda_kernels_test" --gtest_color=no
+  step host_fake_test 60 gtest "$DIR/host_fake_test" --gtest_color=no
+  step device_test 60 gtest "$DIR/device_test" --gtest_color=no
+  step device_collectives_check 150 program "$DIR/device_collectives_check" \
+    --device="$device" --batond="$bundle/batond" --ranks=2,4
+  step cuda_kernels_bench 60 program "$DIR/cuda_kernels_bench"
+  if [[ -x $DIR/device_bench ]]; then
+    step device_bench 150 program "$DIR/device_bench" --device="$device" \
+      --batond="$bundle/batond" --ranks=2,4
+  fi
+
+  echo "== waiting for the Python package"
+  if wait "$python_build"; then
+    tail -n 2 "$logs/python_build.log" | sed 's/^/  /'
+    step gpu_torch_check 180 program env PYTHONPATH="$pydir" PYTHONUNBUFFERED=1 \
+      "$python" "$ROOT/tests/python/gpu_torch_check.py" --daemon-device "$device" \
+      --batond "$bundle/batond"
+  else
+    tail -n 30 "$logs/python_build.log" | sed 's/^/  /'
+    summary+=("FAIL python package build (see python_build.log)")
+    failed=1
+  fi
 
   echo "== summary ($((SECONDS - start)) s)"
   printf '%s\n' "${summary[@]}"
