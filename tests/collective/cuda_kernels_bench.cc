@@ -111,9 +111,9 @@ int Run(size_t bytes, int reps) {
 
   std::printf("GPU 0: %s; %zu MiB per buffer, median of %d\n", properties.name, bytes >> 20, reps);
   const double copy_s = MedianSeconds(stream, reps, [&] {
-    return Check(cudaMemcpyAsync(dst.data(), sources[0]->data(), bytes, cudaMemcpyDeviceToDevice,
-                                 stream),
-                 "cudaMemcpyAsync");
+    return Check(
+        cudaMemcpyAsync(dst.data(), sources[0]->data(), bytes, cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpyAsync");
   });
   if (copy_s <= 0) return 1;
   const double copy_gbps = 2.0 * static_cast<double>(bytes) / copy_s / 1e9;
@@ -139,8 +139,8 @@ int Run(size_t bytes, int reps) {
       const double gbps = static_cast<double>(k + 1) * static_cast<double>(bytes) / reduce_s / 1e9;
       const double ratio = gbps / copy_gbps;
       met = met && ratio >= 0.85;
-      std::printf("%-10s %3d %12.1f %14.1f %9.2fx\n", std::string(DataTypeName(type)).c_str(), k, reduce_s * 1e6, gbps,
-                  ratio);
+      std::printf("%-10s %3d %12.1f %14.1f %9.2fx\n", std::string(DataTypeName(type)).c_str(), k,
+                  reduce_s * 1e6, gbps, ratio);
     }
   }
   std::printf("target (every row at least 0.85x the copy's bandwidth): %s\n",
