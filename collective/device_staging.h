@@ -6,8 +6,9 @@
 // all_gather, barrier: one pass of the device's ReduceMany over every local input, then copies);
 // otherwise staged through host memory: each local rank's input copied to the host, the host
 // schedule run there (the network transports move host memory), and the outputs copied back.
-// Staging copies whole buffers before and after the schedule; pipelining them with the
-// transport's chunks is later work (docs/gpu.md).
+// Staging copies whole buffers before and after the schedule (an all_reduce one buffer, after a
+// reduction on the device); pipelining them with the transport's chunks is later work
+// (docs/gpu.md).
 
 #include <cstddef>
 #include <functional>
@@ -35,7 +36,10 @@ bool RunsOnDevice(Collective collective);
 // Runs `run` on host copies of `parts` (device memory of `layout`'s local ranks): inputs
 // (OpSpec::SendElements) copied to the host first, outputs (RecvElements) copied back after a
 // successful run. A send buffer inside its rank's recv buffer (in place) stays inside it on the
-// host. Errors: the copies', or `run`'s.
+// host. An all_reduce is staged as one buffer instead: the local inputs are reduced on the
+// device into the first local output, and `run` gets one part (that buffer's host copy, in
+// place) whatever the number of local ranks; the result goes back to every output. Errors: the
+// copies', the device kernels', or `run`'s.
 absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
                        const DeviceAccess& device,
                        const std::function<absl::Status(std::span<const LocalPart>)>& run);
