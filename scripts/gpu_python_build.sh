@@ -41,6 +41,10 @@ except ImportError:
     print("")
 EOF
 )
+if [[ ${#facts[@]} -lt 4 ]]; then
+  echo "error: $PYTHON cannot import torch (or sysconfig); the package needs both" >&2
+  exit 1
+fi
 py_include=${facts[0]}
 suffix=${facts[1]}
 torch_dir=${facts[2]}
