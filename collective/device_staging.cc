@@ -3,6 +3,7 @@
 #include <memory>
 #include <vector>
 
+#include "collective/staged_input.h"
 #include "common/status_macros.h"
 
 namespace baton::collective {
@@ -44,9 +45,9 @@ bool ReducesOnDeviceFirst(std::span<const LocalPart> parts) {
 // what crosses daemons is one daemon's worth of data whatever the number of local ranks), the
 // result copied back and from there to every other local output on the device. PCIe carries
 // 2 x bytes instead of 2 x bytes per local rank.
-absl::Status RunAllReduceStaged(
-    std::span<const LocalPart> parts, const DeviceAccess& device,
-    const std::function<absl::Status(std::span<const LocalPart>)>& run) {
+absl::Status RunAllReduceStaged(std::span<const LocalPart> parts, const DeviceAccess& device,
+                                transport::Endpoint* endpoint, size_t chunk_bytes,
+                                absl::Time deadline, const StagedRun& run) {
   const LocalPart& first = parts.front();
   const OpSpec& spec = *first.spec;
   const size_t bytes = spec.count * DataTypeSize(spec.type);
@@ -60,9 +61,17 @@ absl::Status RunAllReduceStaged(
     input = first.recv;
   }
   auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
-  BATON_RETURN_IF_ERROR(device.copy(host.get(), input, bytes));
-  const LocalPart one{first.spec, host.get(), host.get()};
-  BATON_RETURN_IF_ERROR(run(std::span<const LocalPart>(&one, 1)));
+  {
+    // Destroyed (its copying stopped) before `host` is freed or written back.
+    StagedInput staged(host.get(), input, bytes, chunk_bytes, device.copy, deadline);
+    StagingEndpoint staging_endpoint(endpoint, &staged);
+    StagingKernels staging_kernels(&HostKernels(), &staged);
+    const LocalPart one{first.spec, host.get(), host.get()};
+    BATON_RETURN_IF_ERROR(
+        run(std::span<const LocalPart>(&one, 1), &staging_endpoint, &staging_kernels));
+    BATON_RETURN_IF_ERROR(staging_kernels.error());
+    BATON_RETURN_IF_ERROR(staged.AwaitAll());
+  }
   BATON_RETURN_IF_ERROR(device.copy(first.recv, host.get(), bytes));
   for (size_t i = 1; i < parts.size(); ++i) {
     device.kernels->Copy(parts[i].recv, first.recv, bytes);
@@ -73,9 +82,11 @@ absl::Status RunAllReduceStaged(
 }  // namespace
 
 absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
-                       const DeviceAccess& device,
-                       const std::function<absl::Status(std::span<const LocalPart>)>& run) {
-  if (ReducesOnDeviceFirst(parts)) return RunAllReduceStaged(parts, device, run);
+                       const DeviceAccess& device, transport::Endpoint* endpoint,
+                       size_t chunk_bytes, absl::Time deadline, const StagedRun& run) {
+  if (ReducesOnDeviceFirst(parts)) {
+    return RunAllReduceStaged(parts, device, endpoint, chunk_bytes, deadline, run);
+  }
   const std::vector<int>& local = layout.local_ranks();
   std::vector<std::unique_ptr<std::byte[]>> memory;
   std::vector<LocalPart> staged(parts.begin(), parts.end());
@@ -109,7 +120,7 @@ absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
       staged[i].send = memory.back().get();
     }
   }
-  BATON_RETURN_IF_ERROR(run(staged));
+  BATON_RETURN_IF_ERROR(run(staged, endpoint, &HostKernels()));
   for (size_t i = 0; i < parts.size(); ++i) {
     if (staged[i].recv == nullptr) continue;
     const OpSpec& spec = *parts[i].spec;

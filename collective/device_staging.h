@@ -6,9 +6,9 @@
 // all_gather, barrier: one pass of the device's ReduceMany over every local input, then copies);
 // otherwise staged through host memory: each local rank's input copied to the host, the host
 // schedule run there (the network transports move host memory), and the outputs copied back.
-// Staging copies whole buffers before and after the schedule (an all_reduce one buffer, after a
-// reduction on the device); pipelining them with the transport's chunks is later work
-// (docs/gpu.md).
+// Staging copies whole buffers before and after the schedule, except all_reduce's: one buffer,
+// after a reduction on the device, copied to the host while the schedule already sends it; its
+// copy back after the schedule is still whole (docs/gpu.md).
 
 #include <cstddef>
 #include <functional>
@@ -18,6 +18,7 @@
 #include "collective/kernels.h"
 #include "collective/layout.h"
 #include "collective/schedule.h"
+#include "transport/transport.h"
 
 namespace baton::collective {
 
@@ -33,15 +34,23 @@ struct DeviceAccess {
 // Whether `collective` runs on the device directly when every rank is on one daemon.
 bool RunsOnDevice(Collective collective);
 
-// Runs `run` on host copies of `parts` (device memory of `layout`'s local ranks): inputs
-// (OpSpec::SendElements) copied to the host first, outputs (RecvElements) copied back after a
-// successful run. A send buffer inside its rank's recv buffer (in place) stays inside it on the
-// host. An all_reduce is staged as one buffer instead: the local inputs are reduced on the
-// device into the first local output, and `run` gets one part (that buffer's host copy, in
-// place) whatever the number of local ranks; the result goes back to every output. Errors: the
-// copies', the device kernels', or `run`'s.
+// What RunStaged runs: the schedule on `parts` (host memory), with the endpoint and kernels it
+// must use (they wait for input still being staged).
+using StagedRun = std::function<absl::Status(
+    std::span<const LocalPart> parts, transport::Endpoint* endpoint, const Kernels* kernels)>;
+
+// Runs `run` on host copies of `parts` (device memory of `layout`'s local ranks) over
+// `endpoint`: inputs (OpSpec::SendElements) copied to the host first, outputs (RecvElements)
+// copied back after a successful run. A send buffer inside its rank's recv buffer (in place)
+// stays inside it on the host. An all_reduce is staged as one buffer instead, and pipelined: the
+// local inputs are reduced on the device into the first local output, `run` gets one part (that
+// buffer's host copy, in place) whatever the number of local ranks, at once, while the buffer is
+// copied to the host in chunks of `chunk_bytes` (collective/staged_input.h: each send, receive
+// and kernel call waits for the chunks it touches, the first ones waited for copied first); the
+// result goes back to every output. Waits end at `deadline`. Errors: the copies', the device
+// kernels', or `run`'s.
 absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
-                       const DeviceAccess& device,
-                       const std::function<absl::Status(std::span<const LocalPart>)>& run);
+                       const DeviceAccess& device, transport::Endpoint* endpoint,
+                       size_t chunk_bytes, absl::Time deadline, const StagedRun& run);
 
 }  // namespace baton::collective

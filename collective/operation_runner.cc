@@ -113,12 +113,14 @@ absl::StatusOr<std::string> OperationRunner::RunOn(uint64_t seq, std::span<const
   } else {
     bool ran = false;
     absl::Status staged =
-        RunStaged(parts, layout_, *device, [&](std::span<const LocalPart> host_parts) {
-          ran = true;
-          result = RunSchedule(seq, host_parts, deadline, endpoint, stats, algorithm_name,
-                               &HostKernels());
-          return result.status();
-        });
+        RunStaged(parts, layout_, *device, endpoint, options_.chunk_bytes, deadline,
+                  [&](std::span<const LocalPart> host_parts, transport::Endpoint* staging_endpoint,
+                      const Kernels* kernels) {
+                    ran = true;
+                    result = RunSchedule(seq, host_parts, deadline, staging_endpoint, stats,
+                                         algorithm_name, kernels);
+                    return result.status();
+                  });
     // A copy's failure (before or after the schedule) is the operation's.
     if (!staged.ok() && (!ran || result.ok())) {
       result = absl::Status(

@@ -51,15 +51,16 @@ Layout TwoDaemons(int local_ranks) {
 
 constexpr float kOthers = 1000;  // what the other daemon adds to every element
 
-// The schedule across daemons on the staged parts: adds kOthers to the first part's output.
-absl::Status AddOthers(std::span<const LocalPart> staged, int& parts_seen) {
+// The schedule across daemons on the staged parts: adds kOthers to the first part's output,
+// reading and writing it through `kernels` (the input may still be arriving).
+absl::Status AddOthers(std::span<const LocalPart> staged, const Kernels& kernels, int& parts_seen) {
   parts_seen = static_cast<int>(staged.size());
   const LocalPart& first = staged.front();
   const size_t count = first.spec->count;
   std::vector<float> values(count);
-  std::memcpy(values.data(), first.send, count * sizeof(float));
+  kernels.Copy(values.data(), first.send, count * sizeof(float));
   for (float& v : values) v += kOthers;
-  std::memcpy(first.recv, values.data(), count * sizeof(float));
+  kernels.Copy(first.recv, values.data(), count * sizeof(float));
   return absl::OkStatus();
 }
 
@@ -82,9 +83,11 @@ TEST(DeviceStagingTest, AllReduceStagesOneBufferAfterReducingOnTheDevice) {
   CountingAccess device;
   int parts_seen = 0;
   const Layout layout = TwoDaemons(kLocal);
-  ASSERT_TRUE(RunStaged(parts, layout, device.access, [&](std::span<const LocalPart> staged) {
-                return AddOthers(staged, parts_seen);
-              }).ok());
+  ASSERT_TRUE(
+      RunStaged(parts, layout, device.access, nullptr, 256, absl::InfiniteFuture(),
+                [&](std::span<const LocalPart> staged, transport::Endpoint*,
+                    const Kernels* kernels) { return AddOthers(staged, *kernels, parts_seen); })
+          .ok());
   EXPECT_EQ(parts_seen, 1) << "one buffer crosses daemons, not one per local rank";
   EXPECT_EQ(device.copied_bytes, 2 * kCount * sizeof(float)) << "one copy each way";
   for (int r = 0; r < kLocal; ++r) {
@@ -111,30 +114,46 @@ TEST(DeviceStagingTest, AnInputOverlappingTheFirstOutputIsStagedPerRank) {
   };
   CountingAccess device;
   int parts_seen = 0;
-  ASSERT_TRUE(RunStaged(parts, TwoDaemons(2), device.access, [&](std::span<const LocalPart> s) {
-                parts_seen = static_cast<int>(s.size());
-                return absl::OkStatus();
-              }).ok());
+  ASSERT_TRUE(RunStaged(parts, TwoDaemons(2), device.access, nullptr, 256, absl::InfiniteFuture(),
+                        [&](std::span<const LocalPart> s, transport::Endpoint*, const Kernels*) {
+                          parts_seen = static_cast<int>(s.size());
+                          return absl::OkStatus();
+                        })
+                  .ok());
   EXPECT_EQ(parts_seen, 2) << "the general staging, every rank's buffers";
 }
 
-TEST(DeviceStagingTest, AFailedCopyFailsTheOperationBeforeTheSchedule) {
+TEST(DeviceStagingTest, AFailedCopyFailsTheOperation) {
   OpSpec spec;
   spec.count = 16;
-  std::vector<float> a(16, 1), b(16, 2);
+  std::vector<float> a(16, 1), b(16, 2), seen(16, 0);
   std::vector<LocalPart> parts = {
       {&spec, reinterpret_cast<const std::byte*>(a.data()), reinterpret_cast<std::byte*>(a.data())},
       {&spec, reinterpret_cast<const std::byte*>(b.data()), reinterpret_cast<std::byte*>(b.data())},
   };
   CountingAccess device;
   device.fail_copies = true;
-  bool ran = false;
+  // all_reduce: the schedule starts at once; what it reads of the input never arrives.
   const absl::Status status =
-      RunStaged(parts, TwoDaemons(2), device.access, [&](std::span<const LocalPart>) {
-        ran = true;
-        return absl::OkStatus();
-      });
+      RunStaged(parts, TwoDaemons(2), device.access, nullptr, 256, absl::InfiniteFuture(),
+                [&](std::span<const LocalPart> s, transport::Endpoint*, const Kernels* kernels) {
+                  kernels->Copy(seen.data(), s.front().send, 16 * sizeof(float));
+                  return absl::OkStatus();
+                });
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
+  EXPECT_NE(status.message().find("staging"), std::string::npos) << status;
+  EXPECT_EQ(seen, std::vector<float>(16, 0)) << "the copy was skipped";
+  // Per-rank staging (all_gather): the copy fails before the schedule runs.
+  spec.collective = Collective::kAllGather;
+  spec.count = 8;
+  bool ran = false;
+  const absl::Status gathered =
+      RunStaged(parts, TwoDaemons(2), device.access, nullptr, 256, absl::InfiniteFuture(),
+                [&](std::span<const LocalPart>, transport::Endpoint*, const Kernels*) {
+                  ran = true;
+                  return absl::OkStatus();
+                });
+  EXPECT_TRUE(absl::IsUnavailable(gathered)) << gathered;
   EXPECT_FALSE(ran);
 }
 
@@ -153,14 +172,16 @@ TEST(DeviceStagingTest, AllToAllVKeepsTheBytesBetweenItsReceiveBlocks) {
                                    reinterpret_cast<std::byte*>(recv.data())}};
   Layout layout = TwoDaemons(1);
   CountingAccess device;
-  ASSERT_TRUE(RunStaged(parts, layout, device.access, [&](std::span<const LocalPart> s) {
-                auto* out = reinterpret_cast<float*>(s.front().recv);
-                out[0] = 10;
-                out[1] = 11;
-                out[4] = 12;
-                out[5] = 13;
-                return absl::OkStatus();
-              }).ok());
+  ASSERT_TRUE(RunStaged(parts, layout, device.access, nullptr, 256, absl::InfiniteFuture(),
+                        [&](std::span<const LocalPart> s, transport::Endpoint*, const Kernels*) {
+                          auto* out = reinterpret_cast<float*>(s.front().recv);
+                          out[0] = 10;
+                          out[1] = 11;
+                          out[4] = 12;
+                          out[5] = 13;
+                          return absl::OkStatus();
+                        })
+                  .ok());
   EXPECT_EQ(recv, (std::vector<float>{10, 11, 7, 7, 12, 13, 7, 7}));
 }
 

@@ -43,7 +43,9 @@ class DeviceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     setenv("BATON_DEVICE", "fake", 1);
-    cluster_ = new testing::LocalTestCluster(2, {"--device=fake"}, /*tls=*/false);
+    // Small chunks, so that staged buffers are copied and sent in many pieces.
+    cluster_ = new testing::LocalTestCluster(2, {"--device=fake", "--chunk-bytes=4096"},
+                                             /*tls=*/false);
   }
   static void TearDownTestSuite() {
     delete cluster_;
@@ -180,6 +182,39 @@ TEST_F(DeviceTest, EveryCollectiveOnOneDaemonRunsOnTheDevice) {
 TEST_F(DeviceTest, EveryCollectiveAcrossDaemonsIsStaged) {
   RunRanks(
       4, [](int rank) { return rank % 2; }, EveryCollective);
+}
+
+// all_reduce across daemons staged in pipelined chunks (collective/staged_input.h) under every
+// algorithm, 100 chunks each: on daemon 0 the ranks hold device memory (reduced on the device,
+// then staged as one buffer while it is sent), on daemon 1 host memory, so the staged daemon and
+// the plain one must agree on the wire.
+TEST_F(DeviceTest, StagedAllReducePipelinesUnderEveryAlgorithm) {
+  RunRanks(
+      4, [](int rank) { return rank % 2; },
+      [](int rank, Communicator& comm, Client& client) {
+        const size_t n = 100 * 1024 + 3;  // 100 chunks of 4 KiB, and a tail
+        const bool on_device = rank % 2 == 0;
+        std::vector<float> host_memory(on_device ? 0 : n);
+        float* data = on_device ? DeviceFloats(client, n) : host_memory.data();
+        ASSERT_NE(data, nullptr);
+        for (const collective::Algorithm algorithm :
+             {collective::Algorithm::kRing, collective::Algorithm::kTree,
+              collective::Algorithm::kDoubling, collective::Algorithm::kHalvingDoubling}) {
+          for (size_t i = 0; i < n; ++i) data[i] = In(rank, i);
+          CallOptions options;
+          options.algorithm = algorithm;
+          const absl::Status status =
+              comm.AllReduce(data, data, n, DataType::kFloat32, ReduceOp::kSum, options);
+          ASSERT_TRUE(status.ok()) << collective::AlgorithmName(algorithm) << ": " << status;
+          for (size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(data[i], In(0, i) + In(1, i) + In(2, i) + In(3, i))
+                << collective::AlgorithmName(algorithm) << " element " << i;
+          }
+        }
+        if (on_device) {
+          EXPECT_TRUE(client.FreeDevice(data).ok());
+        }
+      });
 }
 
 // Memory the process did not get from AllocateDevice (another allocator's) is registered on

@@ -1,0 +1,192 @@
+#include "collective/staged_input.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace baton::collective {
+
+StagedInput::StagedInput(std::byte* host, const std::byte* device, size_t bytes, size_t chunk_bytes,
+                         CopyFn copy, absl::Time deadline)
+    : host_(host),
+      device_(device),
+      bytes_(bytes),
+      chunk_bytes_(std::max<size_t>(chunk_bytes, 1)),
+      chunks_((bytes + chunk_bytes_ - 1) / chunk_bytes_),
+      copy_(std::move(copy)),
+      deadline_(deadline),
+      copied_(chunks_, false),
+      remaining_(chunks_) {
+  if (chunks_ > 0) thread_ = std::thread([this] { CopyChunks(); });
+}
+
+StagedInput::~StagedInput() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t StagedInput::NextChunk() {
+  while (copied_[next_in_order_]) ++next_in_order_;  // remaining_ > 0: one is not copied
+  while (!wanted_.empty()) {
+    const size_t chunk = wanted_.front();
+    wanted_.erase(wanted_.begin());
+    if (copied_[chunk]) continue;
+    if (chunk != next_in_order_) on_demand_.fetch_add(1, std::memory_order_relaxed);
+    return chunk;
+  }
+  return next_in_order_;
+}
+
+void StagedInput::CopyChunks() {
+  while (true) {
+    size_t chunk = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopping_ || remaining_ == 0 || !error_.ok()) return;
+      chunk = NextChunk();
+    }
+    const size_t offset = chunk * chunk_bytes_;
+    const size_t length = std::min(chunk_bytes_, bytes_ - offset);
+    absl::Status copied = copy_(host_ + offset, device_ + offset, length);
+    absl::MutexLock lock(&mu_);
+    if (!copied.ok()) {
+      error_ = absl::Status(copied.code(),
+                            absl::StrCat("staging ", length, " bytes at offset ", offset,
+                                         " of device memory to the host: ", copied.message()));
+      return;
+    }
+    copied_[chunk] = true;
+    --remaining_;
+  }
+}
+
+absl::Status StagedInput::Await(const void* data, size_t bytes) {
+  const auto* begin = static_cast<const std::byte*>(data);
+  if (bytes == 0 || begin == nullptr || begin >= host_ + bytes_ || begin + bytes <= host_) {
+    return absl::OkStatus();
+  }
+  const std::byte* host = host_;
+  const size_t first = static_cast<size_t>(std::max(begin, host) - host) / chunk_bytes_;
+  const size_t last =
+      (static_cast<size_t>(std::min(begin + bytes, host + bytes_) - host) - 1) / chunk_bytes_;
+  absl::MutexLock lock(&mu_);
+  for (size_t chunk = first; chunk <= last; ++chunk) {
+    if (!copied_[chunk]) wanted_.push_back(chunk);
+  }
+  auto ready = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    if (!error_.ok()) return true;
+    for (size_t chunk = first; chunk <= last; ++chunk) {
+      if (!copied_[chunk]) return false;
+    }
+    return true;
+  };
+  waiting_.fetch_add(1, std::memory_order_relaxed);
+  const bool in_time = mu_.AwaitWithDeadline(absl::Condition(&ready), deadline_);
+  waiting_.fetch_sub(1, std::memory_order_relaxed);
+  if (!in_time) {
+    return absl::DeadlineExceededError(
+        "the operation's deadline passed while device memory was being staged to the host");
+  }
+  return error_;
+}
+
+// ---- StagingEndpoint ------------------------------------------------------------------------
+
+absl::Status StagingEndpoint::Send(const std::string& peer, const transport::Tag& tag,
+                                   transport::ConstByteSpan data, absl::Time deadline) {
+  if (absl::Status ready = input_->Await(data.data(), data.size()); !ready.ok()) return ready;
+  return ForwardingEndpoint::Send(peer, tag, data, deadline);
+}
+
+absl::Status StagingEndpoint::SendAll(const std::string& peer,
+                                      std::span<const transport::OutMessage> messages,
+                                      absl::Time deadline) {
+  for (const transport::OutMessage& message : messages) {
+    if (absl::Status ready = input_->Await(message.data.data(), message.data.size()); !ready.ok()) {
+      return ready;
+    }
+  }
+  return ForwardingEndpoint::SendAll(peer, messages, deadline);
+}
+
+absl::Status StagingEndpoint::SendRegion(const std::string& peer, const transport::Tag& tag,
+                                         const transport::RegionSlice& slice, absl::Time deadline) {
+  if (slice.region != nullptr && slice.offset <= slice.region->bytes().size()) {
+    absl::Status ready = input_->Await(slice.region->bytes().data() + slice.offset, slice.length);
+    if (!ready.ok()) return ready;
+  }
+  return ForwardingEndpoint::SendRegion(peer, tag, slice, deadline);
+}
+
+std::unique_ptr<transport::PostedRecv> StagingEndpoint::PostRecv(const std::string& peer,
+                                                                 const transport::Tag& tag,
+                                                                 transport::ByteSpan data,
+                                                                 absl::Time deadline,
+                                                                 ArrivalCallback on_arrival) {
+  if (absl::Status ready = input_->Await(data.data(), data.size()); !ready.ok()) {
+    return transport::FailedRecv(ready);
+  }
+  return ForwardingEndpoint::PostRecv(peer, tag, data, deadline, std::move(on_arrival));
+}
+
+std::unique_ptr<transport::PostedRecv> StagingEndpoint::PostRecvRegion(
+    const std::string& peer, const transport::Tag& tag, const transport::RegionSlice& slice,
+    absl::Time deadline, ArrivalCallback on_arrival) {
+  if (slice.region != nullptr && slice.offset <= slice.region->bytes().size()) {
+    absl::Status ready = input_->Await(slice.region->bytes().data() + slice.offset, slice.length);
+    if (!ready.ok()) return transport::FailedRecv(std::move(ready));
+  }
+  return ForwardingEndpoint::PostRecvRegion(peer, tag, slice, deadline, std::move(on_arrival));
+}
+
+// ---- StagingKernels -------------------------------------------------------------------------
+
+bool StagingKernels::Ready(std::initializer_list<std::pair<const void*, size_t>> ranges) const {
+  for (const auto& [data, bytes] : ranges) {
+    absl::Status ready = input_->Await(data, bytes);
+    if (ready.ok()) continue;
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = std::move(ready);
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  return error_.ok();  // after a failure, nothing more runs
+}
+
+void StagingKernels::ReduceInto(DataType type, ReduceOp op, void* dst, const void* src,
+                                size_t count) const {
+  const size_t bytes = count * DataTypeSize(type);
+  if (Ready({{dst, bytes}, {src, bytes}})) inner_->ReduceInto(type, op, dst, src, count);
+}
+
+void StagingKernels::ReduceMany(DataType type, ReduceOp op, void* dst,
+                                std::span<const void* const> srcs, size_t count) const {
+  const size_t bytes = count * DataTypeSize(type);
+  for (const void* src : srcs) {
+    if (!Ready({{src, bytes}})) return;
+  }
+  if (Ready({{dst, bytes}})) inner_->ReduceMany(type, op, dst, srcs, count);
+}
+
+void StagingKernels::Divide(DataType type, void* data, size_t count, int divisor) const {
+  if (Ready({{data, count * DataTypeSize(type)}})) inner_->Divide(type, data, count, divisor);
+}
+
+void StagingKernels::Copy(void* dst, const void* src, size_t bytes) const {
+  if (Ready({{dst, bytes}, {src, bytes}})) inner_->Copy(dst, src, bytes);
+}
+
+void StagingKernels::Zero(void* dst, size_t bytes) const {
+  if (Ready({{dst, bytes}})) inner_->Zero(dst, bytes);
+}
+
+absl::Status StagingKernels::error() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+}  // namespace baton::collective
