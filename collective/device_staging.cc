@@ -41,10 +41,11 @@ bool ReducesOnDeviceFirst(std::span<const LocalPart> parts) {
 }
 
 // all_reduce staged as one buffer: the local inputs reduced on the device into the first local
-// rank's output, that one buffer copied to the host, the schedule run on it alone (in place;
-// what crosses daemons is one daemon's worth of data whatever the number of local ranks), the
-// result copied back and from there to every other local output on the device. PCIe carries
-// 2 x bytes instead of 2 x bytes per local rank.
+// rank's output, that one buffer copied to the host while the schedule already runs on it alone
+// (in place; what crosses daemons is one daemon's worth of data whatever the number of local
+// ranks), its result copied back as it becomes final (collective/staged_input.h), and from there
+// to every other local output on the device. PCIe carries about 2 x bytes instead of 2 x bytes
+// per local rank.
 absl::Status RunAllReduceStaged(std::span<const LocalPart> parts, const DeviceAccess& device,
                                 transport::Endpoint* endpoint, size_t chunk_bytes,
                                 absl::Time deadline, const StagedRun& run) {
@@ -62,17 +63,18 @@ absl::Status RunAllReduceStaged(std::span<const LocalPart> parts, const DeviceAc
   }
   auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
   {
-    // Destroyed (its copying stopped) before `host` is freed or written back.
-    StagedInput staged(host.get(), input, bytes, chunk_bytes, device.copy, deadline);
-    StagingEndpoint staging_endpoint(endpoint, &staged);
-    StagingKernels staging_kernels(&HostKernels(), &staged);
+    // Both are destroyed (their copying stopped) before `host` is freed.
+    StagedInput staged_in(host.get(), input, bytes, chunk_bytes, device.copy, deadline);
+    StagedOutput staged_out(host.get(), first.recv, bytes, chunk_bytes, device.copy);
+    StagingEndpoint staging_endpoint(endpoint, &staged_in, &staged_out);
+    StagingKernels staging_kernels(&HostKernels(), &staged_in, &staged_out);
     const LocalPart one{first.spec, host.get(), host.get()};
     BATON_RETURN_IF_ERROR(
         run(std::span<const LocalPart>(&one, 1), &staging_endpoint, &staging_kernels));
     BATON_RETURN_IF_ERROR(staging_kernels.error());
-    BATON_RETURN_IF_ERROR(staged.AwaitAll());
+    BATON_RETURN_IF_ERROR(staged_in.AwaitAll());
+    BATON_RETURN_IF_ERROR(staged_out.Finish());
   }
-  BATON_RETURN_IF_ERROR(device.copy(first.recv, host.get(), bytes));
   for (size_t i = 1; i < parts.size(); ++i) {
     device.kernels->Copy(parts[i].recv, first.recv, bytes);
   }

@@ -7,8 +7,8 @@
 // otherwise staged through host memory: each local rank's input copied to the host, the host
 // schedule run there (the network transports move host memory), and the outputs copied back.
 // Staging copies whole buffers before and after the schedule, except all_reduce's: one buffer,
-// after a reduction on the device, copied to the host while the schedule already sends it; its
-// copy back after the schedule is still whole (docs/gpu.md).
+// after a reduction on the device, copied to the host while the schedule already sends it, and
+// back while it still receives (docs/gpu.md).
 
 #include <cstddef>
 #include <functional>
@@ -46,8 +46,9 @@ using StagedRun = std::function<absl::Status(
 // local inputs are reduced on the device into the first local output, `run` gets one part (that
 // buffer's host copy, in place) whatever the number of local ranks, at once, while the buffer is
 // copied to the host in chunks of `chunk_bytes` (collective/staged_input.h: each send, receive
-// and kernel call waits for the chunks it touches, the first ones waited for copied first); the
-// result goes back to every output. Waits end at `deadline`. Errors: the copies', the device
+// and kernel call waits for the chunks it touches, the first ones waited for copied first), and
+// copied back as receives complete its chunks (the rest after the schedule); the result goes to
+// every output. Waits end at `deadline`. Errors: the copies', the device
 // kernels', or `run`'s.
 absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
                        const DeviceAccess& device, transport::Endpoint* endpoint,

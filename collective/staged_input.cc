@@ -4,8 +4,25 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace baton::collective {
+namespace {
+
+// The chunks [first, last] of a copy of `size` bytes at `base` in chunks of `chunk` bytes that
+// [data, data + bytes) covers; false when it misses the copy.
+bool ChunkRange(const std::byte* base, size_t size, size_t chunk, const void* data, size_t bytes,
+                size_t& first, size_t& last) {
+  const auto* begin = static_cast<const std::byte*>(data);
+  if (bytes == 0 || begin == nullptr || begin >= base + size || begin + bytes <= base) {
+    return false;
+  }
+  first = static_cast<size_t>(std::max(begin, base) - base) / chunk;
+  last = (static_cast<size_t>(std::min(begin + bytes, base + size) - base) - 1) / chunk;
+  return true;
+}
+
+}  // namespace
 
 StagedInput::StagedInput(std::byte* host, const std::byte* device, size_t bytes, size_t chunk_bytes,
                          CopyFn copy, absl::Time deadline)
@@ -65,14 +82,9 @@ void StagedInput::CopyChunks() {
 }
 
 absl::Status StagedInput::Await(const void* data, size_t bytes) {
-  const auto* begin = static_cast<const std::byte*>(data);
-  if (bytes == 0 || begin == nullptr || begin >= host_ + bytes_ || begin + bytes <= host_) {
-    return absl::OkStatus();
-  }
-  const std::byte* host = host_;
-  const size_t first = static_cast<size_t>(std::max(begin, host) - host) / chunk_bytes_;
-  const size_t last =
-      (static_cast<size_t>(std::min(begin + bytes, host + bytes_) - host) - 1) / chunk_bytes_;
+  size_t first = 0;
+  size_t last = 0;
+  if (!ChunkRange(host_, bytes_, chunk_bytes_, data, bytes, first, last)) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   for (size_t chunk = first; chunk <= last; ++chunk) {
     if (!copied_[chunk]) wanted_.push_back(chunk);
@@ -94,7 +106,120 @@ absl::Status StagedInput::Await(const void* data, size_t bytes) {
   return error_;
 }
 
+// ---- StagedOutput ---------------------------------------------------------------------------
+
+StagedOutput::StagedOutput(const std::byte* host, std::byte* device, size_t bytes,
+                           size_t chunk_bytes, CopyFn copy)
+    : host_(host),
+      device_(device),
+      bytes_(bytes),
+      chunk_bytes_(std::max<size_t>(chunk_bytes, 1)),
+      chunks_((bytes + chunk_bytes_ - 1) / chunk_bytes_),
+      copy_(std::move(copy)),
+      dirty_(chunks_, false),
+      copied_(chunks_, false) {
+  if (chunks_ > 0) thread_ = std::thread([this] { CopyChunks(); });
+}
+
+StagedOutput::~StagedOutput() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool StagedOutput::ChunksOf(const void* data, size_t bytes, size_t& first, size_t& last) const {
+  return ChunkRange(host_, bytes_, chunk_bytes_, data, bytes, first, last);
+}
+
+void StagedOutput::Written(const void* data, size_t bytes, bool now) {
+  size_t first = 0;
+  size_t last = 0;
+  if (!ChunksOf(data, bytes, first, last)) return;
+  absl::MutexLock lock(&mu_);
+  for (size_t chunk = first; chunk <= last; ++chunk) {
+    dirty_[chunk] = true;
+    if (now) queue_.push_back(chunk);
+  }
+}
+
+void StagedOutput::BeforeWrite(const void* data, size_t bytes) {
+  size_t first = 0;
+  size_t last = 0;
+  if (!ChunksOf(data, bytes, first, last)) return;
+  absl::MutexLock lock(&mu_);
+  auto apart = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return copying_ == SIZE_MAX || copying_ < first || copying_ > last;
+  };
+  mu_.Await(absl::Condition(&apart));
+}
+
+absl::Status StagedOutput::CopyChunk(size_t chunk) {
+  const size_t offset = chunk * chunk_bytes_;
+  const size_t length = std::min(chunk_bytes_, bytes_ - offset);
+  absl::Status copied = copy_(device_ + offset, host_ + offset, length);
+  if (copied.ok()) return copied;
+  return absl::Status(copied.code(),
+                      absl::StrCat("copying ", length, " bytes at offset ", offset,
+                                   " of the result back to device memory: ", copied.message()));
+}
+
+void StagedOutput::CopyChunks() {
+  while (true) {
+    size_t chunk = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      auto work = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return stopping_ || !queue_.empty(); };
+      mu_.Await(absl::Condition(&work));
+      if (stopping_ || !error_.ok()) return;
+      chunk = queue_.front();
+      queue_.erase(queue_.begin());
+      if (!dirty_[chunk]) continue;  // copied since it was queued
+      // Cleared before the copy: a write that ends after this marks it again.
+      dirty_[chunk] = false;
+      copied_[chunk] = true;
+      copying_ = chunk;
+    }
+    absl::Status copied = CopyChunk(chunk);
+    early_.fetch_add(1, std::memory_order_relaxed);
+    absl::MutexLock lock(&mu_);
+    copying_ = SIZE_MAX;
+    if (!copied.ok()) {
+      if (error_.ok()) error_ = std::move(copied);
+      return;
+    }
+  }
+}
+
+absl::Status StagedOutput::Finish() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  if (!error_.ok()) return error_;
+  for (size_t chunk = 0; chunk < chunks_; ++chunk) {
+    if (copied_[chunk] && !dirty_[chunk]) continue;
+    BATON_RETURN_IF_ERROR(CopyChunk(chunk));
+    dirty_[chunk] = false;
+    copied_[chunk] = true;
+    ++at_finish_;
+  }
+  return absl::OkStatus();
+}
+
 // ---- StagingEndpoint ------------------------------------------------------------------------
+
+transport::Endpoint::ArrivalCallback StagingEndpoint::Telling(transport::ByteSpan data,
+                                                              ArrivalCallback on_arrival) {
+  if (output_ == nullptr) return on_arrival;
+  return [output = output_, data, next = std::move(on_arrival)]() mutable {
+    output->Written(data.data(), data.size(), /*now=*/true);
+    if (next) std::move(next)();
+  };
+}
 
 absl::Status StagingEndpoint::Send(const std::string& peer, const transport::Tag& tag,
                                    transport::ConstByteSpan data, absl::Time deadline) {
@@ -130,7 +255,8 @@ std::unique_ptr<transport::PostedRecv> StagingEndpoint::PostRecv(const std::stri
   if (absl::Status ready = input_->Await(data.data(), data.size()); !ready.ok()) {
     return transport::FailedRecv(ready);
   }
-  return ForwardingEndpoint::PostRecv(peer, tag, data, deadline, std::move(on_arrival));
+  return ForwardingEndpoint::PostRecv(peer, tag, data, deadline,
+                                      Telling(data, std::move(on_arrival)));
 }
 
 std::unique_ptr<transport::PostedRecv> StagingEndpoint::PostRecvRegion(
@@ -139,6 +265,9 @@ std::unique_ptr<transport::PostedRecv> StagingEndpoint::PostRecvRegion(
   if (slice.region != nullptr && slice.offset <= slice.region->bytes().size()) {
     absl::Status ready = input_->Await(slice.region->bytes().data() + slice.offset, slice.length);
     if (!ready.ok()) return transport::FailedRecv(std::move(ready));
+    on_arrival =
+        Telling(transport::ByteSpan(slice.region->bytes().data() + slice.offset, slice.length),
+                std::move(on_arrival));
   }
   return ForwardingEndpoint::PostRecvRegion(peer, tag, slice, deadline, std::move(on_arrival));
 }
@@ -160,7 +289,10 @@ bool StagingKernels::Ready(std::initializer_list<std::pair<const void*, size_t>>
 void StagingKernels::ReduceInto(DataType type, ReduceOp op, void* dst, const void* src,
                                 size_t count) const {
   const size_t bytes = count * DataTypeSize(type);
-  if (Ready({{dst, bytes}, {src, bytes}})) inner_->ReduceInto(type, op, dst, src, count);
+  if (!Ready({{dst, bytes}, {src, bytes}})) return;
+  Writing(dst, bytes);
+  inner_->ReduceInto(type, op, dst, src, count);
+  Wrote(dst, bytes);
 }
 
 void StagingKernels::ReduceMany(DataType type, ReduceOp op, void* dst,
@@ -169,19 +301,32 @@ void StagingKernels::ReduceMany(DataType type, ReduceOp op, void* dst,
   for (const void* src : srcs) {
     if (!Ready({{src, bytes}})) return;
   }
-  if (Ready({{dst, bytes}})) inner_->ReduceMany(type, op, dst, srcs, count);
+  if (!Ready({{dst, bytes}})) return;
+  Writing(dst, bytes);
+  inner_->ReduceMany(type, op, dst, srcs, count);
+  Wrote(dst, bytes);
 }
 
 void StagingKernels::Divide(DataType type, void* data, size_t count, int divisor) const {
-  if (Ready({{data, count * DataTypeSize(type)}})) inner_->Divide(type, data, count, divisor);
+  const size_t bytes = count * DataTypeSize(type);
+  if (!Ready({{data, bytes}})) return;
+  Writing(data, bytes);
+  inner_->Divide(type, data, count, divisor);
+  Wrote(data, bytes);
 }
 
 void StagingKernels::Copy(void* dst, const void* src, size_t bytes) const {
-  if (Ready({{dst, bytes}, {src, bytes}})) inner_->Copy(dst, src, bytes);
+  if (!Ready({{dst, bytes}, {src, bytes}})) return;
+  Writing(dst, bytes);
+  inner_->Copy(dst, src, bytes);
+  Wrote(dst, bytes);
 }
 
 void StagingKernels::Zero(void* dst, size_t bytes) const {
-  if (Ready({{dst, bytes}})) inner_->Zero(dst, bytes);
+  if (!Ready({{dst, bytes}})) return;
+  Writing(dst, bytes);
+  inner_->Zero(dst, bytes);
+  Wrote(dst, bytes);
 }
 
 absl::Status StagingKernels::error() const {

@@ -1,12 +1,17 @@
 #pragma once
 
-// Device memory staged into host memory while the schedule already runs on it (the input half
-// of pipelined staging, collective/device_staging.h): a thread copies the input chunk by chunk,
-// the chunks someone waits for first, and the operation's endpoint and kernels are wrapped so
-// that every send, receive and element-wise call touching the host copy waits for the chunks it
-// covers, and no longer. The first chunk can be on the wire while the rest is still being copied;
-// what crosses daemons is unchanged, so a daemon staging device memory runs the same algorithm as
-// one holding host memory.
+// Device memory staged through host memory while the schedule runs on the host copy (pipelined
+// staging, collective/device_staging.h), both ways:
+//   - in (StagedInput): a thread copies the input chunk by chunk, the chunks someone waits for
+//     first, and the operation's endpoint and kernels are wrapped so that every send, receive
+//     and element-wise call touching the host copy waits for the chunks it covers, and no
+//     longer: the first chunk can be on the wire while the rest is still being copied;
+//   - out (StagedOutput): every write into the host copy (a receive's arrival, a kernel call)
+//     marks its chunks; another thread copies a chunk back as soon as a receive completed it
+//     (the all-gather phases deliver final data that way), and Finish copies what was written
+//     since (a reduction's partial result may be written again) or never copied.
+// What crosses daemons is unchanged, so a daemon staging device memory runs the same algorithm
+// as one holding host memory.
 //
 // The wrappers see only what goes through the endpoint and the kernels: an algorithm that read
 // the host copy directly would race the copies. The all_reduce algorithms (ring, tree, doubling,
@@ -79,13 +84,68 @@ class StagedInput {
   std::thread thread_;
 };
 
+// The host copy's way back to device memory: chunks written by the schedule are copied back, on
+// a thread of their own as soon as they are marked final-looking (a receive completed them), the
+// rest by Finish.
+class StagedOutput {
+ public:
+  using CopyFn = StagedInput::CopyFn;
+
+  // Copies [host, host + bytes) back to `device` in chunks of `chunk_bytes`.
+  StagedOutput(const std::byte* host, std::byte* device, size_t bytes, size_t chunk_bytes,
+               CopyFn copy);
+  StagedOutput(const StagedOutput&) = delete;
+  StagedOutput& operator=(const StagedOutput&) = delete;
+  ~StagedOutput();
+
+  // [data, data + bytes) of the host copy was written (memory outside it is ignored); `now`:
+  // copy its chunks back at once (they are likely final), else at Finish unless written again.
+  void Written(const void* data, size_t bytes, bool now);
+  // Waits until no copy back is reading [data, data + bytes) of the host copy, before a kernel
+  // writes it (the chunk would be copied again anyway; this keeps the two from racing).
+  void BeforeWrite(const void* data, size_t bytes);
+
+  // Stops the thread and copies back every chunk written since it was last copied, or never
+  // copied; afterwards the device holds the host copy. The first copy error.
+  absl::Status Finish();
+
+  // Chunks copied back before Finish, and by it.
+  size_t chunks_early() const { return early_.load(std::memory_order_relaxed); }
+  size_t chunks_at_finish() const { return at_finish_; }
+
+ private:
+  void CopyChunks();
+  absl::Status CopyChunk(size_t chunk);
+  // The chunks [first, last] that [data, data + bytes) covers; false when it misses the copy.
+  bool ChunksOf(const void* data, size_t bytes, size_t& first, size_t& last) const;
+
+  const std::byte* const host_;
+  std::byte* const device_;
+  const size_t bytes_;
+  const size_t chunk_bytes_;
+  const size_t chunks_;
+  const CopyFn copy_;
+
+  absl::Mutex mu_;
+  std::vector<bool> dirty_ ABSL_GUARDED_BY(mu_);   // written since last copied
+  std::vector<bool> copied_ ABSL_GUARDED_BY(mu_);  // copied at least once
+  std::vector<size_t> queue_ ABSL_GUARDED_BY(mu_);
+  size_t copying_ ABSL_GUARDED_BY(mu_) = SIZE_MAX;  // the chunk being copied back, if any
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<size_t> early_{0};
+  size_t at_finish_ = 0;
+  std::thread thread_;
+};
+
 // The operation's endpoint, waiting for the staged input before every send from it and every
-// receive into it (a receive posted before the copy of its range would be overwritten by it).
-// Receives whose consumer writes into the input (PostConsume) wait in the kernels instead.
+// receive into it (a receive posted before the copy of its range would be overwritten by it), and
+// telling the staged output (if any) what each receive wrote. Receives whose consumer writes into
+// the copy (PostConsume) wait and tell in the kernels instead.
 class StagingEndpoint final : public transport::ForwardingEndpoint {
  public:
-  StagingEndpoint(transport::Endpoint* inner, StagedInput* input)
-      : ForwardingEndpoint(inner), input_(input) {}
+  StagingEndpoint(transport::Endpoint* inner, StagedInput* input, StagedOutput* output = nullptr)
+      : ForwardingEndpoint(inner), input_(input), output_(output) {}
 
   absl::Status Send(const std::string& peer, const transport::Tag& tag,
                     transport::ConstByteSpan data, absl::Time deadline) override;
@@ -104,15 +164,21 @@ class StagingEndpoint final : public transport::ForwardingEndpoint {
                                                         ArrivalCallback on_arrival) override;
 
  private:
+  // `on_arrival`, preceded by telling the output that `data` was written.
+  ArrivalCallback Telling(transport::ByteSpan data, ArrivalCallback on_arrival);
+
   StagedInput* const input_;
+  StagedOutput* const output_;
 };
 
-// Kernels that wait for the staged input before reading or writing it, then run `inner`'s. The
-// kernels return nothing, so a failed wait is kept (the first one) and the call skipped;
-// error() is checked after the schedule, before its result is trusted.
+// Kernels that wait for the staged input before reading or writing it, run `inner`'s, and tell
+// the staged output (if any) what they wrote (to be copied back at Finish: a reduction's result
+// may be partial). The kernels return nothing, so a failed wait is kept (the first one) and the
+// call skipped; error() is checked after the schedule, before its result is trusted.
 class StagingKernels final : public Kernels {
  public:
-  StagingKernels(const Kernels* inner, StagedInput* input) : inner_(inner), input_(input) {}
+  StagingKernels(const Kernels* inner, StagedInput* input, StagedOutput* output = nullptr)
+      : inner_(inner), input_(input), output_(output) {}
 
   transport::MemoryKind memory() const override { return inner_->memory(); }
   void ReduceInto(DataType type, ReduceOp op, void* dst, const void* src,
@@ -129,8 +195,16 @@ class StagingKernels final : public Kernels {
   // Awaits every range; false (and the error kept) if one failed.
   bool Ready(std::initializer_list<std::pair<const void*, size_t>> ranges) const;
 
+  void Writing(const void* data, size_t bytes) const {
+    if (output_ != nullptr) output_->BeforeWrite(data, bytes);
+  }
+  void Wrote(const void* data, size_t bytes) const {
+    if (output_ != nullptr) output_->Written(data, bytes, /*now=*/false);
+  }
+
   const Kernels* const inner_;
   StagedInput* const input_;
+  StagedOutput* const output_;
   mutable absl::Mutex mu_;
   mutable absl::Status error_ ABSL_GUARDED_BY(mu_);
 };

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -17,8 +18,8 @@ namespace baton::collective {
 namespace {
 
 struct CountingAccess {
-  size_t copied_bytes = 0;
-  int copies = 0;
+  std::atomic<size_t> copied_bytes{0};
+  std::atomic<int> copies{0};
   bool fail_copies = false;
   DeviceAccess access;
 

@@ -123,6 +123,110 @@ TEST(StagedInputTest, AWaitEndsAtTheDeadline) {
   copier.release_first.Notify();
 }
 
+// ---- StagedOutput ----------------------------------------------------------------------------
+
+// A copy function for the way back: counts copies per chunk, can hold the first one back.
+struct BackCopier {
+  absl::Mutex mu;
+  std::vector<int> copies = std::vector<int>(kChunks, 0);
+  absl::Notification first_started;
+  absl::Notification release_first;
+  bool hold_first = false;
+  bool fail = false;
+
+  StagedOutput::CopyFn Fn(const std::byte* device) {
+    return [this, device](void* dst, const void* src, size_t bytes) {
+      const size_t chunk = (static_cast<const std::byte*>(dst) - device) / kChunk;
+      bool first = false;
+      {
+        absl::MutexLock lock(&mu);
+        first = std::accumulate(copies.begin(), copies.end(), 0) == 0;
+        ++copies[chunk];
+      }
+      if (first) first_started.Notify();
+      if (first && hold_first) release_first.WaitForNotification();
+      if (fail) return absl::InternalError("copy engine error");
+      std::memcpy(dst, src, bytes);
+      return absl::OkStatus();
+    };
+  }
+  int Copies(size_t chunk) {
+    absl::MutexLock lock(&mu);
+    return copies[chunk];
+  }
+};
+
+TEST(StagedOutputTest, ReceivedChunksGoBackAtOnceTheRestAtFinish) {
+  std::vector<std::byte> host = Pattern();
+  std::vector<std::byte> device(kBytes, std::byte{0});
+  BackCopier copier;
+  StagedOutput output(host.data(), device.data(), kBytes, kChunk, copier.Fn(device.data()));
+  output.Written(host.data() + 2 * kChunk, kChunk, /*now=*/true);  // a receive completed it
+  output.Written(host.data() + 4 * kChunk, 10, /*now=*/false);     // a kernel wrote part of it
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (copier.Copies(2) == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(copier.Copies(2), 1) << "copied before Finish";
+  EXPECT_EQ(copier.Copies(4), 0) << "a kernel's write waits for Finish";
+  ASSERT_TRUE(output.Finish().ok());
+  EXPECT_EQ(device, host) << "Finish copies the rest, written or not";
+  EXPECT_EQ(copier.Copies(2), 1) << "not copied twice";
+  EXPECT_EQ(output.chunks_early(), 1u);
+  EXPECT_EQ(output.chunks_at_finish(), kChunks - 1);
+}
+
+TEST(StagedOutputTest, AChunkWrittenAfterItsCopyIsCopiedAgain) {
+  std::vector<std::byte> host = Pattern();
+  std::vector<std::byte> device(kBytes, std::byte{0});
+  BackCopier copier;
+  StagedOutput output(host.data(), device.data(), kBytes, kChunk, copier.Fn(device.data()));
+  output.Written(host.data(), kChunk, /*now=*/true);
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (output.chunks_early() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  output.BeforeWrite(host.data(), 4);  // the copy is done: returns at once
+  host[0] = std::byte{0x77};
+  output.Written(host.data(), 4, /*now=*/false);
+  ASSERT_TRUE(output.Finish().ok());
+  EXPECT_EQ(copier.Copies(0), 2);
+  EXPECT_EQ(device[0], std::byte{0x77});
+  EXPECT_EQ(device, host);
+}
+
+TEST(StagedOutputTest, AWriteWaitsForTheCopyReadingItsChunk) {
+  std::vector<std::byte> host = Pattern();
+  std::vector<std::byte> device(kBytes, std::byte{0});
+  BackCopier copier;
+  copier.hold_first = true;
+  StagedOutput output(host.data(), device.data(), kBytes, kChunk, copier.Fn(device.data()));
+  output.Written(host.data() + kChunk, kChunk, /*now=*/true);
+  copier.first_started.WaitForNotification();            // chunk 1 is being copied, held
+  output.BeforeWrite(host.data() + 3 * kChunk, kChunk);  // another chunk: no wait
+  std::atomic<bool> returned{false};
+  std::thread writer([&] {
+    output.BeforeWrite(host.data() + kChunk + 8, 8);
+    returned = true;
+  });
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(returned.load()) << "the chunk is still being read";
+  copier.release_first.Notify();
+  writer.join();
+  EXPECT_TRUE(returned.load());
+  ASSERT_TRUE(output.Finish().ok());
+}
+
+TEST(StagedOutputTest, ACopyErrorIsFinishsError) {
+  std::vector<std::byte> host = Pattern();
+  std::vector<std::byte> device(kBytes, std::byte{0});
+  BackCopier copier;
+  copier.fail = true;
+  StagedOutput output(host.data(), device.data(), kBytes, kChunk, copier.Fn(device.data()));
+  output.Written(host.data(), kBytes, /*now=*/true);
+  const absl::Status status = output.Finish();
+  EXPECT_TRUE(absl::IsInternal(status)) << status;
+  EXPECT_NE(status.message().find("back to device memory"), std::string::npos) << status;
+}
+
 // An endpoint that records what each Send carried when it was called.
 class RecordingEndpoint final : public transport::Endpoint {
  public:
