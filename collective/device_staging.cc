@@ -22,6 +22,12 @@ bool RunsOnDevice(Collective collective) {
 
 namespace {
 
+// `bytes` of host memory to stage through: the device's staging memory, else the heap's.
+absl::StatusOr<StagingMemory> HostMemory(const DeviceAccess& device, size_t bytes) {
+  if (device.staging_memory) return device.staging_memory(bytes);
+  return StagingMemory(new std::byte[bytes], [](std::byte* data) { delete[] data; });
+}
+
 // Whether an all_reduce's local inputs can be reduced on the device into the first rank's
 // output first: every input is that output (in place) or apart from it, and every other output
 // is apart from it.
@@ -61,7 +67,7 @@ absl::Status RunAllReduceStaged(std::span<const LocalPart> parts, const DeviceAc
     BATON_RETURN_IF_ERROR(device.kernels_error());
     input = first.recv;
   }
-  auto host = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  BATON_ASSIGN_OR_RETURN(StagingMemory host, HostMemory(device, bytes));
   {
     // Both are destroyed (their copying stopped) before `host` is freed.
     StagedInput staged_in(host.get(), input, bytes, chunk_bytes, device.copy, deadline);
@@ -90,7 +96,7 @@ absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
     return RunAllReduceStaged(parts, device, endpoint, chunk_bytes, deadline, run);
   }
   const std::vector<int>& local = layout.local_ranks();
-  std::vector<std::unique_ptr<std::byte[]>> memory;
+  std::vector<StagingMemory> memory;
   std::vector<LocalPart> staged(parts.begin(), parts.end());
   for (size_t i = 0; i < parts.size(); ++i) {
     const LocalPart& part = parts[i];
@@ -101,7 +107,8 @@ absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
     staged[i].send = nullptr;
     staged[i].recv = nullptr;
     if (recv_bytes > 0 && part.recv != nullptr) {
-      memory.push_back(std::make_unique_for_overwrite<std::byte[]>(recv_bytes));
+      BATON_ASSIGN_OR_RETURN(StagingMemory recv, HostMemory(device, recv_bytes));
+      memory.push_back(std::move(recv));
       staged[i].recv = memory.back().get();
     }
     // The output is copied back whole, but all_to_all_v writes only its blocks: the bytes between
@@ -117,7 +124,8 @@ absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
       if (!keep_gaps) BATON_RETURN_IF_ERROR(device.copy(staged[i].recv, part.recv, recv_bytes));
       staged[i].send = staged[i].recv + (part.send - part.recv);
     } else {
-      memory.push_back(std::make_unique_for_overwrite<std::byte[]>(send_bytes));
+      BATON_ASSIGN_OR_RETURN(StagingMemory send, HostMemory(device, send_bytes));
+      memory.push_back(std::move(send));
       BATON_RETURN_IF_ERROR(device.copy(memory.back().get(), part.send, send_bytes));
       staged[i].send = memory.back().get();
     }

@@ -12,15 +12,20 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <span>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "collective/kernels.h"
 #include "collective/layout.h"
 #include "collective/schedule.h"
 #include "transport/transport.h"
 
 namespace baton::collective {
+
+// Host memory for staging; its deleter returns it to where it came from.
+using StagingMemory = std::unique_ptr<std::byte[], std::function<void(std::byte*)>>;
 
 struct DeviceAccess {
   // The element-wise kernels of the device that holds the parts' memory.
@@ -29,6 +34,9 @@ struct DeviceAccess {
   std::function<absl::Status(void* dst, const void* src, size_t bytes)> copy;
   // The kernels' first error (they return nothing themselves); checked after every operation.
   std::function<absl::Status()> kernels_error;
+  // At least `bytes` of host memory to stage through (pinned, from a pool: device/pinned_pool.h);
+  // if empty, plain heap memory.
+  std::function<absl::StatusOr<StagingMemory>(size_t bytes)> staging_memory;
 };
 
 // Whether `collective` runs on the device directly when every rank is on one daemon.

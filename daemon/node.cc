@@ -529,6 +529,14 @@ absl::StatusOr<const collective::DeviceAccess*> Node::DeviceAccessFor(int ordina
       BATON_RETURN_IF_ERROR(device->CopyAsync(dst, src, bytes, nullptr));
       return device->Synchronize(nullptr);
     };
+    if (staging_pool_ == nullptr) {
+      staging_pool_ = std::make_unique<device::PinnedPool>(device_.get(), kStagingKeepBytes);
+    }
+    ops->access.staging_memory =
+        [pool = staging_pool_.get()](size_t bytes) -> absl::StatusOr<collective::StagingMemory> {
+      BATON_ASSIGN_OR_RETURN(device::PinnedBuffer buffer, pool->Take(bytes));
+      return collective::StagingMemory(buffer.release(), buffer.get_deleter());
+    };
   }
   return &ops->access;
 }

@@ -27,6 +27,7 @@
 #include "daemon/session_registry.h"
 #include "daemon/stall_watch.h"
 #include "device/device.h"
+#include "device/pinned_pool.h"
 #include "topology/graph.h"
 #include "transport/handshake.h"
 #include "transport/transport.h"
@@ -201,6 +202,10 @@ class Node {
   };
   absl::Mutex device_ops_mu_;
   absl::flat_hash_map<int, std::unique_ptr<DeviceOps>> device_ops_ ABSL_GUARDED_BY(device_ops_mu_);
+  // Pinned host memory that staged operations copy through, kept for reuse up to this many bytes
+  // (registering costs about a copy of the bytes; every device of the node shares it).
+  static constexpr size_t kStagingKeepBytes = size_t{1} << 30;
+  std::unique_ptr<device::PinnedPool> staging_pool_ ABSL_GUARDED_BY(device_ops_mu_);
   absl::StatusOr<const collective::DeviceAccess*> DeviceAccessFor(int ordinal);
   // Waits until `event` (recorded by rank `rank`'s stream) is done; DeadlineExceeded naming the
   // rank at `deadline`.
