@@ -1,30 +1,15 @@
 #include "common/submission_channel.h"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
 
+#include "common/futex.h"
 #include "common/spin.h"
 
 namespace baton::channel {
 namespace {
-
-// The page is shared between processes, so these are the non-private futex operations.
-void FutexWait(const std::atomic<uint32_t>& word, uint32_t expected, absl::Duration timeout) {
-  const timespec ts = absl::ToTimespec(timeout);
-  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT, expected, &ts, nullptr,
-          0);
-}
-
-void FutexWake(std::atomic<uint32_t>& word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr,
-          0);
-}
 
 constexpr absl::Duration kSlice = absl::Milliseconds(50);
 

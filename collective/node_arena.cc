@@ -1,0 +1,382 @@
+#include "collective/node_arena.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collective/kernels.h"
+#include "collective/op_spec.h"
+#include "common/futex.h"
+#include "common/spin.h"
+#include "common/status_macros.h"
+
+namespace baton::collective {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x616e6572616e7462ULL;  // "btnarena" read little-endian
+constexpr uint32_t kVersion = 1;
+constexpr size_t kAlign = 64;
+constexpr size_t kReasonBytes = 240;
+// How long a waiter looks (yielding its core between looks) before it blocks on the bell.
+constexpr absl::Duration kSpin = absl::Microseconds(20);
+// A blocked waiter wakes at least this often to look at the abort word and its deadline.
+constexpr absl::Duration kSlice = absl::Milliseconds(50);
+
+enum AbortState : uint32_t { kLive = 0, kWriting = 1, kAborted = 2 };
+
+size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+}  // namespace
+
+struct NodeArena::Signature {
+  uint32_t collective = 0;
+  uint32_t type = 0;
+  uint32_t op = 0;
+  int32_t root = 0;
+  uint64_t count = 0;
+
+  friend bool operator==(const Signature&, const Signature&) = default;
+
+  std::string Describe() const {
+    OpSpec spec;
+    spec.collective = static_cast<Collective>(collective);
+    spec.type = static_cast<DataType>(type);
+    spec.op = static_cast<ReduceOp>(op);
+    spec.root = root;
+    spec.count = count;
+    return spec.Describe();
+  }
+};
+
+struct NodeArena::Header {
+  uint64_t magic = 0;
+  uint32_t version = 0;
+  uint32_t ranks = 0;
+  uint64_t slot_bytes = 0;
+  uint64_t total_bytes = 0;
+  alignas(kAlign) std::atomic<uint32_t> abort_state{kLive};
+  int32_t abort_code = 0;
+  char abort_reason[kReasonBytes] = {};
+  alignas(kAlign) std::atomic<uint32_t> bell{0};  // rung by every raise
+  std::atomic<uint32_t> sleepers{0};              // waiters blocked on the bell
+
+  // The first reason wins; later ones are dropped.
+  void Abort(const absl::Status& reason) {
+    uint32_t live = kLive;
+    if (!abort_state.compare_exchange_strong(live, kWriting, std::memory_order_acq_rel)) return;
+    abort_code = static_cast<int32_t>(
+        reason.code() == absl::StatusCode::kOk ? absl::StatusCode::kAborted : reason.code());
+    const size_t length = std::min(reason.message().size(), kReasonBytes - 1);
+    std::memcpy(abort_reason, reason.message().data(), length);
+    abort_reason[length] = '\0';
+    abort_state.store(kAborted, std::memory_order_release);
+    bell.fetch_add(1, std::memory_order_seq_cst);
+    FutexWake(bell);
+  }
+
+  absl::Status Reason() const {
+    uint32_t state = abort_state.load(std::memory_order_acquire);
+    if (state == kLive) return absl::OkStatus();
+    // A writer finishes within a few instructions; wait for it.
+    while (state == kWriting) {
+      CpuRelax();
+      state = abort_state.load(std::memory_order_acquire);
+    }
+    const size_t length = strnlen(abort_reason, kReasonBytes);
+    return absl::Status(static_cast<absl::StatusCode>(abort_code),
+                        std::string(abort_reason, length));
+  }
+};
+
+struct NodeArena::RankBlock {
+  alignas(kAlign) std::atomic<uint64_t> arrived{0};  // the last operation whose input is in
+  std::atomic<uint64_t> reduced{0};                  // the last whose part of the result is in
+  Signature signatures[2];                           // of operations with odd and even numbers
+  std::atomic<uint64_t> operations{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> wait_ns{0};
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+size_t NodeArena::Bytes(int ranks, size_t slot_bytes) {
+  return RoundUp(sizeof(Header)) + static_cast<size_t>(ranks) * RoundUp(sizeof(RankBlock)) +
+         static_cast<size_t>(ranks) * 4 * RoundUp(slot_bytes);
+}
+
+absl::Status NodeArena::Initialize(void* memory, size_t size, int ranks, size_t slot_bytes) {
+  if (memory == nullptr || ranks < 1 || ranks > kMaxRanks || slot_bytes == 0 ||
+      slot_bytes > (size_t{1} << 30) || size < Bytes(ranks, slot_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("an arena of ", ranks, " ranks with ",
+                                                   slot_bytes, "-byte slots does not fit ", size,
+                                                   " bytes"));
+  }
+  std::memset(memory, 0, Bytes(ranks, slot_bytes));
+  auto* header = new (memory) Header;
+  header->version = kVersion;
+  header->ranks = static_cast<uint32_t>(ranks);
+  header->slot_bytes = slot_bytes;
+  header->total_bytes = Bytes(ranks, slot_bytes);
+  auto* blocks = static_cast<std::byte*>(memory) + RoundUp(sizeof(Header));
+  for (int r = 0; r < ranks; ++r) new (blocks + r * RoundUp(sizeof(RankBlock))) RankBlock;
+  // The magic last: an arena is attachable only once it is whole.
+  std::atomic_thread_fence(std::memory_order_release);
+  header->magic = kMagic;
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The header of the arena in `memory`, if it describes an arena of at most `size` bytes.
+template <typename Header>
+Header* CheckedHeader(void* memory, size_t size, int max_ranks) {
+  if (memory == nullptr || size < sizeof(Header)) return nullptr;
+  auto* header = static_cast<Header*>(memory);
+  if (header->magic != kMagic || header->version != kVersion || header->ranks < 1 ||
+      header->ranks > static_cast<uint32_t>(max_ranks) || header->slot_bytes == 0 ||
+      header->slot_bytes > (size_t{1} << 30) || header->total_bytes > size) {
+    return nullptr;
+  }
+  return header;
+}
+
+}  // namespace
+
+absl::StatusOr<NodeArena> NodeArena::Attach(void* memory, size_t size, int rank) {
+  Header* header = CheckedHeader<Header>(memory, size, kMaxRanks);
+  if (header == nullptr ||
+      header->total_bytes != Bytes(static_cast<int>(header->ranks), header->slot_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", size, " bytes given are not an initialized arena"));
+  }
+  const int ranks = static_cast<int>(header->ranks);
+  if (rank < 0 || rank >= ranks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not one of the arena's ", ranks, " ranks"));
+  }
+  NodeArena arena(static_cast<std::byte*>(memory), rank, ranks,
+                  static_cast<size_t>(header->slot_bytes));
+  arena.next_op_ = arena.block(rank).arrived.load(std::memory_order_acquire);
+  return arena;
+}
+
+void AbortArena(void* memory, size_t size, const absl::Status& reason) {
+  // Header is private to NodeArena; the checked view goes through Attach's rules.
+  absl::StatusOr<NodeArena> arena = NodeArena::Attach(memory, size, 0);
+  if (arena.ok()) arena->Abort(reason);
+}
+
+NodeArena::Header& NodeArena::header() const { return *reinterpret_cast<Header*>(base_); }
+
+NodeArena::RankBlock& NodeArena::block(int rank) const {
+  return *reinterpret_cast<RankBlock*>(base_ + RoundUp(sizeof(Header)) +
+                                       static_cast<size_t>(rank) * RoundUp(sizeof(RankBlock)));
+}
+
+std::byte* NodeArena::input(int rank, uint64_t op) const {
+  const size_t data =
+      RoundUp(sizeof(Header)) + static_cast<size_t>(ranks_) * RoundUp(sizeof(RankBlock));
+  const size_t slot = RoundUp(slot_bytes_);
+  return base_ + data + (static_cast<size_t>(rank) * 4 + op % 2) * slot;
+}
+
+std::byte* NodeArena::result(int rank, uint64_t op) const {
+  return input(rank, op) + 2 * RoundUp(slot_bytes_);
+}
+
+void NodeArena::Abort(const absl::Status& reason) { header().Abort(reason); }
+
+absl::Status NodeArena::aborted() const { return header().Reason(); }
+
+NodeArena::Counters NodeArena::counters(int rank) const {
+  Counters counters;
+  if (rank < 0 || rank >= ranks_) return counters;
+  const RankBlock& b = block(rank);
+  counters.operations = b.operations.load(std::memory_order_relaxed);
+  counters.bytes = b.bytes.load(std::memory_order_relaxed);
+  counters.wait_ns = b.wait_ns.load(std::memory_order_relaxed);
+  return counters;
+}
+
+uint64_t NodeArena::Begin(const Signature& signature) {
+  const uint64_t op = ++next_op_;
+  block(rank_).signatures[op % 2] = signature;
+  return op;
+}
+
+void NodeArena::Raise(std::atomic<uint64_t> RankBlock::*flag, uint64_t op) {
+  (block(rank_).*flag).store(op, std::memory_order_seq_cst);
+  Header& h = header();
+  h.bell.fetch_add(1, std::memory_order_seq_cst);
+  if (h.sleepers.load(std::memory_order_seq_cst) != 0) FutexWake(h.bell);
+}
+
+absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_t op,
+                                 const std::string& what, absl::Time deadline) {
+  Header& h = header();
+  auto all_there = [&] {
+    for (int r = 0; r < ranks_; ++r) {
+      if ((block(r).*flag).load(std::memory_order_acquire) < op) return false;
+    }
+    return true;
+  };
+  auto done = [&] { return all_there() || h.abort_state.load(std::memory_order_acquire) != 0; };
+  if (!SpinUntil(kSpin, /*busy=*/absl::ZeroDuration(), done)) {
+    while (true) {
+      const uint32_t seen = h.bell.load(std::memory_order_seq_cst);
+      h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+      if (done()) {
+        h.sleepers.fetch_sub(1, std::memory_order_relaxed);
+        break;
+      }
+      const absl::Time now = absl::Now();
+      if (now >= deadline) {
+        h.sleepers.fetch_sub(1, std::memory_order_relaxed);
+        std::vector<int> late;
+        for (int r = 0; r < ranks_; ++r) {
+          if ((block(r).*flag).load(std::memory_order_acquire) < op) late.push_back(r);
+        }
+        Abort(absl::DeadlineExceededError(
+            absl::StrCat("local rank ", rank_, " waited past its deadline for local rank",
+                         late.size() == 1 ? " " : "s ", absl::StrJoin(late, ", "), " at operation ",
+                         op, " (", what, ") in the node's shared arena")));
+        break;
+      }
+      FutexWait(h.bell, seen, std::min(kSlice, deadline - now));
+      h.sleepers.fetch_sub(1, std::memory_order_relaxed);
+    }
+  }
+  return aborted();
+}
+
+absl::Status NodeArena::CheckSignatures(uint64_t op) {
+  const Signature& mine = block(rank_).signatures[op % 2];
+  for (int r = 0; r < ranks_; ++r) {
+    const Signature theirs = block(r).signatures[op % 2];
+    if (theirs == mine) continue;
+    const int a = std::min(r, rank_);
+    const Signature& sa = a == rank_ ? mine : theirs;
+    const Signature& sb = a == rank_ ? theirs : mine;
+    Abort(absl::FailedPreconditionError(
+        absl::StrCat("ranks called different collectives as operation ", op,
+                     " in the node's shared arena: "
+                     "local rank ",
+                     a, " called ", sa.Describe(), ", local rank ", std::max(r, rank_), " called ",
+                     sb.Describe())));
+    return aborted();
+  }
+  return absl::OkStatus();
+}
+
+void NodeArena::Count(size_t bytes, absl::Duration waited) {
+  RankBlock& b = block(rank_);
+  b.operations.fetch_add(1, std::memory_order_relaxed);
+  b.bytes.fetch_add(bytes, std::memory_order_relaxed);
+  b.wait_ns.fetch_add(static_cast<uint64_t>(absl::ToInt64Nanoseconds(waited)),
+                      std::memory_order_relaxed);
+}
+
+absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, DataType type,
+                                  ReduceOp op, absl::Time deadline) {
+  const size_t element = DataTypeSize(type);
+  const size_t bytes = count * element;
+  if (count > slot_bytes_ / element) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all_reduce of ", bytes, " bytes does not fit the arena's ", slot_bytes_, "-byte slots"));
+  }
+  if (absl::Status status = aborted(); !status.ok()) return status;
+  Signature signature;
+  signature.collective = static_cast<uint32_t>(Collective::kAllReduce);
+  signature.type = static_cast<uint32_t>(type);
+  signature.op = static_cast<uint32_t>(op);
+  signature.count = count;
+  const uint64_t n = Begin(signature);
+  if (bytes > 0) std::memcpy(input(rank_, n), send, bytes);
+  Raise(&RankBlock::arrived, n);
+  absl::Duration waited;
+  absl::Time started = absl::Now();
+  const std::string what = signature.Describe();
+  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, n, what, deadline));
+  waited += absl::Now() - started;
+  BATON_RETURN_IF_ERROR(CheckSignatures(n));
+  std::vector<const void*> sources(static_cast<size_t>(ranks_));
+  const Kernels& kernels = HostKernels();
+  if (bytes <= kWholeReduceBytes || ranks_ == 1) {
+    for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n);
+    if (bytes > 0) kernels.ReduceMany(type, op, recv, sources, count);
+    if (op == ReduceOp::kAvg && count > 0) kernels.Divide(type, recv, count, ranks_);
+  } else {
+    // Rank r reduces elements [first(r), first(r + 1)) into its result slot.
+    auto first = [&](int r) {
+      return count * static_cast<size_t>(r) / static_cast<size_t>(ranks_);
+    };
+    const size_t from = first(rank_);
+    const size_t length = first(rank_ + 1) - from;
+    for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n) + from * element;
+    std::byte* part = result(rank_, n) + from * element;
+    if (length > 0) {
+      kernels.ReduceMany(type, op, part, sources, length);
+      if (op == ReduceOp::kAvg) kernels.Divide(type, part, length, ranks_);
+    }
+    Raise(&RankBlock::reduced, n);
+    started = absl::Now();
+    BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, what, deadline));
+    waited += absl::Now() - started;
+    for (int r = 0; r < ranks_; ++r) {
+      const size_t at = first(r) * element;
+      const size_t part_bytes = (first(r + 1) - first(r)) * element;
+      if (part_bytes > 0)
+        std::memcpy(static_cast<std::byte*>(recv) + at, result(r, n) + at, part_bytes);
+    }
+  }
+  Count(bytes, waited);
+  return absl::OkStatus();
+}
+
+absl::Status NodeArena::Broadcast(const void* send, void* recv, size_t count, DataType type,
+                                  int root, absl::Time deadline) {
+  const size_t bytes = count * DataTypeSize(type);
+  if (count > slot_bytes_ / DataTypeSize(type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "broadcast of ", bytes, " bytes does not fit the arena's ", slot_bytes_, "-byte slots"));
+  }
+  if (root < 0 || root >= ranks_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("root ", root, " is not one of the arena's ", ranks_, " ranks"));
+  }
+  if (absl::Status status = aborted(); !status.ok()) return status;
+  Signature signature;
+  signature.collective = static_cast<uint32_t>(Collective::kBroadcast);
+  signature.type = static_cast<uint32_t>(type);
+  signature.root = root;
+  signature.count = count;
+  const uint64_t n = Begin(signature);
+  if (rank_ == root && bytes > 0) std::memcpy(input(rank_, n), send, bytes);
+  Raise(&RankBlock::arrived, n);
+  const absl::Time started = absl::Now();
+  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, n, signature.Describe(), deadline));
+  const absl::Duration waited = absl::Now() - started;
+  BATON_RETURN_IF_ERROR(CheckSignatures(n));
+  if (bytes > 0 && (rank_ != root || recv != send)) std::memcpy(recv, input(root, n), bytes);
+  Count(bytes, waited);
+  return absl::OkStatus();
+}
+
+absl::Status NodeArena::Barrier(absl::Time deadline) {
+  if (absl::Status status = aborted(); !status.ok()) return status;
+  Signature signature;
+  signature.collective = static_cast<uint32_t>(Collective::kBarrier);
+  const uint64_t n = Begin(signature);
+  Raise(&RankBlock::arrived, n);
+  const absl::Time started = absl::Now();
+  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, n, signature.Describe(), deadline));
+  const absl::Duration waited = absl::Now() - started;
+  BATON_RETURN_IF_ERROR(CheckSignatures(n));
+  Count(0, waited);
+  return absl::OkStatus();
+}
+
+}  // namespace baton::collective

@@ -1,0 +1,126 @@
+#pragma once
+
+// Where the ranks of one communicator on one node meet for small operations without the daemon
+// on the critical path (as MPI's vader and NCCL's shm transport do): shared memory that the
+// daemon sets up, with a control block per rank and, per rank, two input slots and two result
+// slots (operation k uses set k % 2, so a rank may write operation k + 1's input while slower
+// peers still read operation k's). An operation is two rounds of flags at most:
+//
+//   all_reduce, up to kWholeReduceBytes: each rank writes its input and its signature, raises its
+//     `arrived` to k, waits for every peer's, checks the signatures, and reduces all inputs
+//     itself (one round);
+//   all_reduce, larger (up to the slot size): as above, then each rank reduces its 1/L of the
+//     elements into its result slot, raises `reduced`, waits for every peer's and copies every
+//     rank's part out (a reduce-scatter then all-gather in shared memory: two rounds);
+//   broadcast: the root writes, everyone copies (one round); barrier: one round, no data.
+//
+// Waiting spins briefly (yielding the core between looks), then blocks on the arena's bell (a
+// futex every raise rings when someone sleeps), in slices, so that ranks on a small machine do
+// not starve each other. Calls that differ between ranks (the signatures of operation k) fail
+// every rank with FailedPrecondition naming both; a rank that waits past its deadline aborts the
+// arena naming the ranks it waited for; Abort (the daemon, when a rank dies or the communicator
+// is aborted) fails every waiting and later operation with its reason.
+//
+// Trust: the ranks sharing an arena belong to one communicator (one job); each can spoil the
+// others' results, as with any shared buffer, but nothing here reads outside the arena because
+// of what is in it: sizes and counts come from the caller and the header is checked at Attach.
+//
+// The data path is the element-wise kernels (collective/kernels.h) and memcpy on host memory;
+// for device memory the same rounds would run with the device's kernels reading peers' mapped
+// slots in the rank's stream (docs/node-arena.md).
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "collective/algorithm.h"
+#include "collective/data_type.h"
+
+namespace baton::collective {
+
+class NodeArena {
+ public:
+  static constexpr int kMaxRanks = 64;
+  // all_reduce up to this many bytes: every rank reduces all inputs (one round of flags).
+  static constexpr size_t kWholeReduceBytes = 4096;
+
+  // The bytes an arena for `ranks` ranks with slots of `slot_bytes` needs.
+  static size_t Bytes(int ranks, size_t slot_bytes);
+
+  // Writes a fresh arena into `memory` (`size` bytes, zeroed by the caller or not): done once,
+  // by whoever creates it (the daemon), before any rank attaches. InvalidArgument when the sizes
+  // do not fit.
+  static absl::Status Initialize(void* memory, size_t size, int ranks, size_t slot_bytes);
+
+  // Rank `rank`'s handle on an initialized arena of `size` bytes; InvalidArgument when the header
+  // does not describe an arena of that size, or `rank` is not one of its ranks. The memory must
+  // outlive the handle. One thread at a time per handle (operations of one rank are sequential).
+  static absl::StatusOr<NodeArena> Attach(void* memory, size_t size, int rank);
+
+  int rank() const { return rank_; }
+  int ranks() const { return ranks_; }
+  size_t slot_bytes() const { return slot_bytes_; }
+
+  // The operations. Buffers are host memory of count elements of `type` (send may equal recv);
+  // count * size of type must fit a slot (InvalidArgument otherwise, before anything is shared).
+  // Errors: FailedPrecondition when ranks called different operations, DeadlineExceeded (after
+  // aborting the arena) at `deadline`, or the arena's abort reason.
+  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                         absl::Time deadline);
+  absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
+                         absl::Time deadline);
+  absl::Status Barrier(absl::Time deadline);
+
+  // Fails every waiting and later operation of every rank with `reason` (not OK); the first
+  // reason stays. Any rank, or the daemon (through AbortArena), may call it.
+  void Abort(const absl::Status& reason);
+  // OK, or the reason the arena was aborted.
+  absl::Status aborted() const;
+
+  // What rank `rank` has done, for the daemon's metrics (read without stopping anyone).
+  struct Counters {
+    uint64_t operations = 0;
+    uint64_t bytes = 0;    // of the operations' buffers
+    uint64_t wait_ns = 0;  // waiting for peers
+  };
+  Counters counters(int rank) const;
+
+ private:
+  struct Header;
+  struct RankBlock;
+  struct Signature;
+
+  NodeArena(std::byte* base, int rank, int ranks, size_t slot_bytes)
+      : base_(base), rank_(rank), ranks_(ranks), slot_bytes_(slot_bytes) {}
+
+  Header& header() const;
+  RankBlock& block(int rank) const;
+  std::byte* input(int rank, uint64_t op) const;
+  std::byte* result(int rank, uint64_t op) const;
+
+  // Publishes this rank's signature for the next operation and returns its number.
+  uint64_t Begin(const Signature& signature);
+  // Raises this rank's `flag` (arrived or reduced) to `op` and rings the bell.
+  void Raise(std::atomic<uint64_t> RankBlock::*flag, uint64_t op);
+  // Waits until every rank's `flag` reached `op`; `what` describes the operation for errors.
+  absl::Status AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_t op,
+                        const std::string& what, absl::Time deadline);
+  // FailedPrecondition (after aborting) unless every rank's signature of `op` equals this one's.
+  absl::Status CheckSignatures(uint64_t op);
+  void Count(size_t bytes, absl::Duration waited);
+
+  std::byte* base_;
+  int rank_;
+  int ranks_;
+  size_t slot_bytes_;
+  uint64_t next_op_ = 0;  // this rank's operations so far (the first is 1)
+};
+
+// Aborts the arena in `memory` (`size` bytes) without being one of its ranks (the daemon).
+void AbortArena(void* memory, size_t size, const absl::Status& reason);
+
+}  // namespace baton::collective

@@ -1,0 +1,211 @@
+// collective/node_arena.h: ranks as threads and as forked processes on one arena, every result
+// checked; calls that differ, a rank that never comes, an abort from outside (the daemon's, when
+// a rank dies), and headers that are not an arena.
+
+#include "collective/node_arena.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace baton::collective {
+namespace {
+
+constexpr size_t kSlot = 64 << 10;
+
+// Shared anonymous memory (visible to forked children) holding an initialized arena.
+class SharedArena {
+ public:
+  SharedArena(int ranks, size_t slot_bytes) : size_(NodeArena::Bytes(ranks, slot_bytes)) {
+    memory_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    EXPECT_NE(memory_, MAP_FAILED);
+    EXPECT_TRUE(NodeArena::Initialize(memory_, size_, ranks, slot_bytes).ok());
+  }
+  ~SharedArena() { munmap(memory_, size_); }
+  void* memory() const { return memory_; }
+  size_t size() const { return size_; }
+  NodeArena Attach(int rank) const {
+    absl::StatusOr<NodeArena> arena = NodeArena::Attach(memory_, size_, rank);
+    EXPECT_TRUE(arena.ok()) << arena.status();
+    return *arena;
+  }
+
+ private:
+  size_t size_;
+  void* memory_;
+};
+
+void RunThreads(int ranks, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) threads.emplace_back(body, r);
+  for (std::thread& t : threads) t.join();
+}
+
+float Value(int rank, size_t i, int round) {
+  return static_cast<float>(rank * 100 + static_cast<int>(i % 50) + round);
+}
+
+// A sequence of all_reduces (both paths), broadcasts and barriers on every rank.
+void Operations(NodeArena& arena, int rounds) {
+  const int ranks = arena.ranks();
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (int round = 0; round < rounds; ++round) {
+    for (const size_t count : {size_t{2}, size_t{1000}, size_t{1025}, kSlot / sizeof(float)}) {
+      std::vector<float> data(count);
+      for (size_t i = 0; i < count; ++i) data[i] = Value(arena.rank(), i, round);
+      ASSERT_TRUE(arena
+                      .AllReduce(data.data(), data.data(), count, DataType::kFloat32,
+                                 ReduceOp::kSum, deadline)
+                      .ok());
+      for (size_t i = 0; i < count; ++i) {
+        float sum = 0;
+        for (int r = 0; r < ranks; ++r) sum += Value(r, i, round);
+        ASSERT_EQ(data[i], sum) << "count " << count << " element " << i << " round " << round;
+      }
+    }
+    std::vector<int64_t> in(77), out(77, -1);
+    for (size_t i = 0; i < in.size(); ++i) in[i] = arena.rank() * 1000 + static_cast<int>(i);
+    const int root = round % ranks;
+    ASSERT_TRUE(
+        arena.Broadcast(in.data(), out.data(), in.size(), DataType::kInt64, root, deadline).ok());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], root * 1000 + static_cast<int>(i));
+    ASSERT_TRUE(arena.Barrier(deadline).ok());
+  }
+}
+
+TEST(NodeArenaTest, ThreadsAgreeOnEveryOperation) {
+  for (const int ranks : {1, 2, 4}) {
+    SharedArena shared(ranks, kSlot);
+    RunThreads(ranks, [&](int rank) {
+      NodeArena arena = shared.Attach(rank);
+      Operations(arena, 20);
+      EXPECT_EQ(arena.counters(rank).operations, 20u * 6);
+    });
+  }
+}
+
+TEST(NodeArenaTest, AverageAndMaxOnBothPaths) {
+  SharedArena shared(3, kSlot);
+  RunThreads(3, [&](int rank) {
+    NodeArena arena = shared.Attach(rank);
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    for (const size_t count : {size_t{3}, size_t{5000}}) {
+      std::vector<double> data(count, 3.0 * rank);
+      ASSERT_TRUE(arena
+                      .AllReduce(data.data(), data.data(), count, DataType::kFloat64,
+                                 ReduceOp::kAvg, deadline)
+                      .ok());
+      for (double v : data) ASSERT_EQ(v, 3.0);  // (0 + 3 + 6) / 3
+      std::vector<int32_t> ints(count, rank), max(count, -1);
+      ASSERT_TRUE(
+          arena
+              .AllReduce(ints.data(), max.data(), count, DataType::kInt32, ReduceOp::kMax, deadline)
+              .ok());
+      for (int32_t v : max) ASSERT_EQ(v, 2);
+    }
+  });
+}
+
+TEST(NodeArenaTest, DifferentCallsFailEveryRankNamingBoth) {
+  SharedArena shared(4, kSlot);
+  std::vector<absl::Status> first(4), later(4);
+  RunThreads(4, [&](int rank) {
+    NodeArena arena = shared.Attach(rank);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    float data[3] = {1, 2, 3};
+    first[rank] = arena.AllReduce(data, data, rank == 2 ? 3 : 2, DataType::kFloat32, ReduceOp::kSum,
+                                  deadline);
+    later[rank] = arena.Barrier(deadline);
+  });
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(first[r])) << r << ": " << first[r];
+    EXPECT_NE(first[r].message().find("local rank 2 called all_reduce(float32, sum, count 3)"), std::string::npos)
+        << first[r];
+    EXPECT_EQ(later[r], first[r]) << "the arena stays aborted";
+  }
+}
+
+TEST(NodeArenaTest, ARankThatNeverComesFailsThePeersAtTheirDeadline) {
+  SharedArena shared(4, kSlot);
+  std::vector<absl::Status> status(3);
+  RunThreads(3, [&](int rank) {  // rank 3 never calls
+    NodeArena arena = shared.Attach(rank);
+    const absl::Time deadline = absl::Now() + absl::Milliseconds(rank == 0 ? 200 : 5000);
+    status[rank] = arena.Barrier(deadline);
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(absl::IsDeadlineExceeded(status[r])) << status[r];
+    EXPECT_NE(status[r].message().find("local rank 0 waited past its deadline for local rank 3"),
+              std::string::npos)
+        << status[r];
+  }
+}
+
+// Ranks as processes; one of them dies before its third operation, and the parent (standing in
+// for the daemon, which sees the rank's session end) aborts the arena: the others fail with the
+// reason instead of waiting for their deadline.
+TEST(NodeArenaTest, ProcessesAndADeadRankAbortedFromOutside) {
+  constexpr int kRanks = 4;
+  SharedArena shared(kRanks, kSlot);
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      NodeArena arena = shared.Attach(rank);
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      for (int op = 0;; ++op) {
+        if (rank == 3 && op == 2) _exit(0);  // dies
+        float x = static_cast<float>(rank);
+        const absl::Status status =
+            arena.AllReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, deadline);
+        if (!status.ok()) {
+          _exit(absl::IsAborted(status) &&
+                        status.message().find("local rank 3 died") != std::string::npos
+                    ? 10
+                    : 11);
+        }
+        if (x != 6.0f) _exit(12);
+      }
+    }
+    children.push_back(pid);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(children[3], &status, 0), children[3]);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  AbortArena(shared.memory(), shared.size(), absl::AbortedError("local rank 3 died"));
+  for (int rank = 0; rank < 3; ++rank) {
+    ASSERT_EQ(waitpid(children[rank], &status, 0), children[rank]);
+    EXPECT_TRUE(WIFEXITED(status)) << rank;
+    EXPECT_EQ(WEXITSTATUS(status), 10) << "rank " << rank;
+  }
+}
+
+TEST(NodeArenaTest, AttachChecksTheHeaderAndTheRank) {
+  std::vector<std::byte> garbage(NodeArena::Bytes(2, 4096), std::byte{0x5a});
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(NodeArena::Attach(garbage.data(), garbage.size(), 0).status()));
+  SharedArena shared(2, 4096);
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(NodeArena::Attach(shared.memory(), shared.size(), 2).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(NodeArena::Attach(shared.memory(), 100, 0).status()));
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(NodeArena::Initialize(shared.memory(), shared.size(), 3, 4096)))
+      << "three ranks do not fit";
+  NodeArena arena = shared.Attach(0);
+  std::vector<float> big(4096 / sizeof(float) + 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(arena.AllReduce(big.data(), big.data(), big.size(),
+                                                      DataType::kFloat32, ReduceOp::kSum,
+                                                      absl::InfiniteFuture())));
+  EXPECT_TRUE(arena.aborted().ok()) << "a refused call shares nothing";
+}
+
+}  // namespace
+}  // namespace baton::collective
