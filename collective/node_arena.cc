@@ -122,8 +122,8 @@ absl::Status NodeArena::Initialize(void* memory, size_t size, int ranks, size_t 
   header->total_bytes = Bytes(ranks, slot_bytes);
   auto* blocks = static_cast<std::byte*>(memory) + RoundUp(sizeof(Header));
   for (int r = 0; r < ranks; ++r) new (blocks + r * RoundUp(sizeof(RankBlock))) RankBlock;
-  // The magic last: an arena is attachable only once it is whole.
-  std::atomic_thread_fence(std::memory_order_release);
+  // The magic last: an arena is attachable only once it is whole. (Ranks attach after the
+  // arena's descriptor reached them, which orders this before their reads.)
   header->magic = kMagic;
   return absl::OkStatus();
 }
@@ -282,26 +282,17 @@ void NodeArena::Count(size_t bytes, absl::Duration waited) {
 absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op, absl::Time deadline) {
   const size_t element = DataTypeSize(type);
-  const size_t bytes = count * element;
-  if (count > slot_bytes_ / element) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "all_reduce of ", bytes, " bytes does not fit the arena's ", slot_bytes_, "-byte slots"));
-  }
-  if (absl::Status status = aborted(); !status.ok()) return status;
   Signature signature;
   signature.collective = static_cast<uint32_t>(Collective::kAllReduce);
   signature.type = static_cast<uint32_t>(type);
   signature.op = static_cast<uint32_t>(op);
   signature.count = count;
-  const uint64_t n = Begin(signature);
-  if (bytes > 0) std::memcpy(input(rank_, n), send, bytes);
-  Raise(&RankBlock::arrived, n);
+  BATON_RETURN_IF_ERROR(Fits(signature, 1));
+  const size_t bytes = count * element;
+  uint64_t n = 0;
   absl::Duration waited;
-  absl::Time started = absl::Now();
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
   const std::string what = signature.Describe();
-  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, n, what, deadline));
-  waited += absl::Now() - started;
-  BATON_RETURN_IF_ERROR(CheckSignatures(n));
   std::vector<const void*> sources(static_cast<size_t>(ranks_));
   const Kernels& kernels = HostKernels();
   if (bytes <= kWholeReduceBytes || ranks_ == 1) {
@@ -322,7 +313,7 @@ absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, Da
       if (op == ReduceOp::kAvg) kernels.Divide(type, part, length, ranks_);
     }
     Raise(&RankBlock::reduced, n);
-    started = absl::Now();
+    const absl::Time started = absl::Now();
     BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, what, deadline));
     waited += absl::Now() - started;
     for (int r = 0; r < ranks_; ++r) {
@@ -336,45 +327,124 @@ absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, Da
   return absl::OkStatus();
 }
 
+absl::Status NodeArena::Fits(const Signature& signature, size_t blocks) const {
+  const size_t element = DataTypeSize(static_cast<DataType>(signature.type));
+  if (element > 0 && signature.count <= slot_bytes_ / element / blocks) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(signature.Describe(), " does not fit the arena's ", slot_bytes_, "-byte slots"));
+}
+
+absl::Status NodeArena::OneRound(const Signature& signature, const void* send, size_t bytes,
+                                 absl::Time deadline, uint64_t& op, absl::Duration& waited) {
+  const std::string what = signature.Describe();
+  if (absl::Status status = aborted(); !status.ok()) return status;
+  op = Begin(signature);
+  if (send != nullptr && bytes > 0) std::memcpy(input(rank_, op), send, bytes);
+  Raise(&RankBlock::arrived, op);
+  const absl::Time started = absl::Now();
+  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, op, what, deadline));
+  waited += absl::Now() - started;
+  return CheckSignatures(op);
+}
+
 absl::Status NodeArena::Broadcast(const void* send, void* recv, size_t count, DataType type,
                                   int root, absl::Time deadline) {
-  const size_t bytes = count * DataTypeSize(type);
-  if (count > slot_bytes_ / DataTypeSize(type)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "broadcast of ", bytes, " bytes does not fit the arena's ", slot_bytes_, "-byte slots"));
-  }
   if (root < 0 || root >= ranks_) {
     return absl::InvalidArgumentError(
         absl::StrCat("root ", root, " is not one of the arena's ", ranks_, " ranks"));
   }
-  if (absl::Status status = aborted(); !status.ok()) return status;
   Signature signature;
   signature.collective = static_cast<uint32_t>(Collective::kBroadcast);
   signature.type = static_cast<uint32_t>(type);
   signature.root = root;
   signature.count = count;
-  const uint64_t n = Begin(signature);
-  if (rank_ == root && bytes > 0) std::memcpy(input(rank_, n), send, bytes);
-  Raise(&RankBlock::arrived, n);
-  const absl::Time started = absl::Now();
-  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, n, signature.Describe(), deadline));
-  const absl::Duration waited = absl::Now() - started;
-  BATON_RETURN_IF_ERROR(CheckSignatures(n));
+  BATON_RETURN_IF_ERROR(Fits(signature, 1));
+  const size_t bytes = count * DataTypeSize(type);
+  uint64_t n = 0;
+  absl::Duration waited;
+  BATON_RETURN_IF_ERROR(
+      OneRound(signature, rank_ == root ? send : nullptr, bytes, deadline, n, waited));
   if (bytes > 0 && (rank_ != root || recv != send)) std::memcpy(recv, input(root, n), bytes);
   Count(bytes, waited);
   return absl::OkStatus();
 }
 
+absl::Status NodeArena::AllGather(const void* send, void* recv, size_t count, DataType type,
+                                  absl::Time deadline) {
+  Signature signature;
+  signature.collective = static_cast<uint32_t>(Collective::kAllGather);
+  signature.type = static_cast<uint32_t>(type);
+  signature.count = count;
+  BATON_RETURN_IF_ERROR(Fits(signature, 1));
+  const size_t bytes = count * DataTypeSize(type);
+  uint64_t n = 0;
+  absl::Duration waited;
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
+  for (int r = 0; r < ranks_ && bytes > 0; ++r) {
+    std::memcpy(static_cast<std::byte*>(recv) + static_cast<size_t>(r) * bytes, input(r, n), bytes);
+  }
+  Count(bytes, waited);
+  return absl::OkStatus();
+}
+
+absl::Status NodeArena::Reduce(const void* send, void* recv, size_t count, DataType type,
+                               ReduceOp op, int root, absl::Time deadline) {
+  if (root < 0 || root >= ranks_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("root ", root, " is not one of the arena's ", ranks_, " ranks"));
+  }
+  Signature signature;
+  signature.collective = static_cast<uint32_t>(Collective::kReduce);
+  signature.type = static_cast<uint32_t>(type);
+  signature.op = static_cast<uint32_t>(op);
+  signature.root = root;
+  signature.count = count;
+  BATON_RETURN_IF_ERROR(Fits(signature, 1));
+  const size_t bytes = count * DataTypeSize(type);
+  uint64_t n = 0;
+  absl::Duration waited;
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
+  if (rank_ == root && count > 0) {
+    std::vector<const void*> sources(static_cast<size_t>(ranks_));
+    for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n);
+    HostKernels().ReduceMany(type, op, recv, sources, count);
+    if (op == ReduceOp::kAvg) HostKernels().Divide(type, recv, count, ranks_);
+  }
+  Count(bytes, waited);
+  return absl::OkStatus();
+}
+
+absl::Status NodeArena::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
+                                      ReduceOp op, absl::Time deadline) {
+  Signature signature;
+  signature.collective = static_cast<uint32_t>(Collective::kReduceScatter);
+  signature.type = static_cast<uint32_t>(type);
+  signature.op = static_cast<uint32_t>(op);
+  signature.count = count;
+  BATON_RETURN_IF_ERROR(Fits(signature, static_cast<size_t>(ranks_)));
+  const size_t block = count * DataTypeSize(type);
+  const size_t bytes = block * static_cast<size_t>(ranks_);
+  uint64_t n = 0;
+  absl::Duration waited;
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
+  if (count > 0) {
+    std::vector<const void*> sources(static_cast<size_t>(ranks_));
+    for (int r = 0; r < ranks_; ++r) {
+      sources[r] = input(r, n) + static_cast<size_t>(rank_) * block;
+    }
+    HostKernels().ReduceMany(type, op, recv, sources, count);
+    if (op == ReduceOp::kAvg) HostKernels().Divide(type, recv, count, ranks_);
+  }
+  Count(bytes, waited);
+  return absl::OkStatus();
+}
+
 absl::Status NodeArena::Barrier(absl::Time deadline) {
-  if (absl::Status status = aborted(); !status.ok()) return status;
   Signature signature;
   signature.collective = static_cast<uint32_t>(Collective::kBarrier);
-  const uint64_t n = Begin(signature);
-  Raise(&RankBlock::arrived, n);
-  const absl::Time started = absl::Now();
-  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, n, signature.Describe(), deadline));
-  const absl::Duration waited = absl::Now() - started;
-  BATON_RETURN_IF_ERROR(CheckSignatures(n));
+  uint64_t n = 0;
+  absl::Duration waited;
+  BATON_RETURN_IF_ERROR(OneRound(signature, nullptr, 0, deadline, n, waited));
   Count(0, waited);
   return absl::OkStatus();
 }

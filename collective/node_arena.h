@@ -73,6 +73,17 @@ class NodeArena {
                          absl::Time deadline);
   absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
                          absl::Time deadline);
+  // all_gather: `count` elements from each rank, recv holds ranks() * count (rank r's at r *
+  // count); send may be recv's own block (in place).
+  absl::Status AllGather(const void* send, void* recv, size_t count, DataType type,
+                         absl::Time deadline);
+  // reduce: recv (count elements, the root's only) = op over every rank's send.
+  absl::Status Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                      int root, absl::Time deadline);
+  // reduce_scatter: send holds ranks() * count elements; recv (count) = op over every rank's
+  // block `rank()`.
+  absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                             absl::Time deadline);
   absl::Status Barrier(absl::Time deadline);
 
   // Fails every waiting and later operation of every rank with `reason` (not OK); the first
@@ -111,6 +122,14 @@ class NodeArena {
                         const std::string& what, absl::Time deadline);
   // FailedPrecondition (after aborting) unless every rank's signature of `op` equals this one's.
   absl::Status CheckSignatures(uint64_t op);
+  // InvalidArgument unless `blocks` blocks of the signature's count fit a slot.
+  absl::Status Fits(const Signature& signature, size_t blocks) const;
+  // The start of every operation (the caller checked the size with Fits): the abort reason if
+  // any; else publishes `signature`, copies `bytes` of `send` (if not null) into this
+  // rank's input slot, raises `arrived`, waits for every rank and checks the signatures. Sets
+  // `op` to the operation's number and adds the wait to `waited`.
+  absl::Status OneRound(const Signature& signature, const void* send, size_t bytes,
+                        absl::Time deadline, uint64_t& op, absl::Duration& waited);
   void Count(size_t bytes, absl::Duration waited);
 
   std::byte* base_;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -77,6 +78,38 @@ void Operations(NodeArena& arena, int rounds) {
     ASSERT_TRUE(
         arena.Broadcast(in.data(), out.data(), in.size(), DataType::kInt64, root, deadline).ok());
     for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], root * 1000 + static_cast<int>(i));
+    // all_gather, in place (send is this rank's block of recv) every other round.
+    std::vector<int32_t> gathered(3 * ranks, -1);
+    const int32_t mine[3] = {arena.rank(), round, 7};
+    const int32_t* send = mine;
+    if (round % 2 == 1) {
+      std::copy(mine, mine + 3, gathered.begin() + 3 * arena.rank());
+      send = gathered.data() + 3 * arena.rank();
+    }
+    ASSERT_TRUE(arena.AllGather(send, gathered.data(), 3, DataType::kInt32, deadline).ok());
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_EQ(gathered[3 * r], r);
+      ASSERT_EQ(gathered[3 * r + 1], round);
+      ASSERT_EQ(gathered[3 * r + 2], 7);
+    }
+    // reduce to a rotating root; reduce_scatter of ranks blocks of 5.
+    float value = static_cast<float>(arena.rank() + round);
+    float reduced = -1;
+    ASSERT_TRUE(
+        arena.Reduce(&value, &reduced, 1, DataType::kFloat32, ReduceOp::kMax, root, deadline).ok());
+    const float expected = arena.rank() == root ? static_cast<float>(ranks - 1 + round) : -1;
+    ASSERT_EQ(reduced, expected) << "the root's only; elsewhere untouched";
+    std::vector<int64_t> blocks(5 * ranks), block(5, -1);
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int64_t>(i) + arena.rank();
+    ASSERT_TRUE(arena
+                    .ReduceScatter(blocks.data(), block.data(), 5, DataType::kInt64, ReduceOp::kSum,
+                                   deadline)
+                    .ok());
+    for (size_t i = 0; i < 5; ++i) {
+      int64_t sum = 0;
+      for (int r = 0; r < ranks; ++r) sum += static_cast<int64_t>(5 * arena.rank() + i) + r;
+      ASSERT_EQ(block[i], sum) << i;
+    }
     ASSERT_TRUE(arena.Barrier(deadline).ok());
   }
 }
@@ -87,7 +120,7 @@ TEST(NodeArenaTest, ThreadsAgreeOnEveryOperation) {
     RunThreads(ranks, [&](int rank) {
       NodeArena arena = shared.Attach(rank);
       Operations(arena, 20);
-      EXPECT_EQ(arena.counters(rank).operations, 20u * 6);
+      EXPECT_EQ(arena.counters(rank).operations, 20u * 9);
     });
   }
 }
@@ -127,7 +160,8 @@ TEST(NodeArenaTest, DifferentCallsFailEveryRankNamingBoth) {
   });
   for (int r = 0; r < 4; ++r) {
     EXPECT_TRUE(absl::IsFailedPrecondition(first[r])) << r << ": " << first[r];
-    EXPECT_NE(first[r].message().find("local rank 2 called all_reduce(float32, sum, count 3)"), std::string::npos)
+    EXPECT_NE(first[r].message().find("local rank 2 called all_reduce(float32, sum, count 3)"),
+              std::string::npos)
         << first[r];
     EXPECT_EQ(later[r], first[r]) << "the arena stays aborted";
   }
@@ -204,6 +238,15 @@ TEST(NodeArenaTest, AttachChecksTheHeaderAndTheRank) {
   EXPECT_TRUE(absl::IsInvalidArgument(arena.AllReduce(big.data(), big.data(), big.size(),
                                                       DataType::kFloat32, ReduceOp::kSum,
                                                       absl::InfiniteFuture())));
+  EXPECT_TRUE(absl::IsInvalidArgument(arena.AllReduce(big.data(), big.data(), SIZE_MAX / 2,
+                                                      DataType::kFloat32, ReduceOp::kSum,
+                                                      absl::InfiniteFuture())))
+      << "a count whose bytes overflow";
+  EXPECT_TRUE(absl::IsInvalidArgument(arena.ReduceScatter(
+      big.data(), big.data(), 600, DataType::kFloat32, ReduceOp::kSum, absl::InfiniteFuture())))
+      << "2 blocks of 2400 bytes do not fit 4096";
+  EXPECT_TRUE(absl::IsInvalidArgument(arena.Reduce(big.data(), big.data(), 1, DataType::kFloat32,
+                                                   ReduceOp::kSum, 5, absl::InfiniteFuture())));
   EXPECT_TRUE(arena.aborted().ok()) << "a refused call shares nothing";
 }
 
