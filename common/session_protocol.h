@@ -28,7 +28,7 @@ namespace baton::session {
 
 inline constexpr uint32_t kMagic = 0x53544242;  // "BBTS"
 // 2: device memory and events.
-inline constexpr uint32_t kVersion = 2;
+inline constexpr uint32_t kVersion = 3;
 
 enum class RequestType : uint32_t {
   kOpen = 1,
@@ -36,6 +36,7 @@ enum class RequestType : uint32_t {
   kRelease = 3,
   kRegisterDevice = 4,
   kRegisterEvents = 5,
+  kOpenArena = 6,  // the node arena of a communicator (collective/node_arena.h); one fd back
 };
 
 // The most segments of one device registration, and events of one event set.
@@ -72,16 +73,22 @@ struct Request {
   char client_name[64] = {};  // kOpen: free text for logs, NUL-terminated
   DeviceMemory device;        // kRegisterDevice
   EventSet events;            // kRegisterEvents
+  uint64_t comm_tag = 0;      // kOpenArena: the communicator
+  int32_t rank = 0;           // kOpenArena: a rank of it this session holds
+  uint32_t reserved2 = 0;
 };
 
 struct Reply {
   int32_t code = 0;  // absl::StatusCode
   uint32_t reserved = 0;
-  uint64_t session_id = 0;  // kOpen
-  uint64_t buffer_id = 0;   // kRegister
-  char token[40] = {};      // kOpen: 32 hex digits, NUL-terminated
-  char node_name[64] = {};  // kOpen, NUL-terminated
-  char message[256] = {};   // the error, NUL-terminated
+  uint64_t session_id = 0;   // kOpen
+  uint64_t buffer_id = 0;    // kRegister
+  char token[40] = {};       // kOpen: 32 hex digits, NUL-terminated
+  char node_name[64] = {};   // kOpen, NUL-terminated
+  char message[256] = {};    // the error, NUL-terminated
+  uint64_t arena_bytes = 0;  // kOpenArena: the arena's size (its memfd comes with the reply)
+  int32_t arena_rank = 0;    // kOpenArena: the rank's place among the arena's ranks
+  uint32_t reserved2 = 0;
 };
 
 // The gRPC metadata key that carries the session token.

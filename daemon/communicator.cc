@@ -1,11 +1,14 @@
 #include "daemon/communicator.h"
 
+#include <fcntl.h>
+
 #include <algorithm>
 #include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collective/node_arena.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
@@ -114,6 +117,30 @@ absl::Status Communicator::CheckAttached(int rank, uint64_t session_id) const {
   return CheckAttachedLocked(index, rank, session_id);
 }
 
+absl::StatusOr<Communicator::Arena> Communicator::OpenArena(int rank, uint64_t session_id) {
+  const int index = LocalIndex(rank);
+  absl::MutexLock lock(&mu_);
+  BATON_RETURN_IF_ERROR(CheckAttachedLocked(index, rank, session_id));
+  if (plan_.daemons.size() != 1 || local_ranks_.size() < 2) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("communicator ", absl::Hex(plan_.comm_tag),
+                     " has no node arena: it needs two or more ranks, all on one node"));
+  }
+  if (!aborted_.ok()) return aborted_;
+  const int ranks = static_cast<int>(local_ranks_.size());
+  const size_t bytes = collective::NodeArena::Bytes(ranks, kArenaSlotBytes);
+  if (arena_ == nullptr) {
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemory> memory,
+                           SharedMemory::Create(bytes, "baton-arena"));
+    BATON_RETURN_IF_ERROR(
+        collective::NodeArena::Initialize(memory->data(), bytes, ranks, kArenaSlotBytes));
+    arena_ = std::move(memory);
+  }
+  const int fd = fcntl(arena_->fd(), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) return absl::ResourceExhaustedError("no descriptor left to share the node arena");
+  return Arena{fd, bytes, index};
+}
+
 absl::Status Communicator::CheckAttachedLocked(int index, int rank, uint64_t session_id) const {
   if (index >= 0 && sessions_[index] == session_id) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat("rank ", rank, " of communicator ",
@@ -187,6 +214,11 @@ void Communicator::Abort(const absl::Status& reason, bool notify_peers) {
   }
   endpoint_->Abort(plan_.comm_tag, reason);
   point_to_point_.Abort(reason);
+  {
+    // Ranks waiting in the node arena fail with the reason too (a rank that went away, an abort).
+    absl::MutexLock lock(&mu_);
+    if (arena_ != nullptr) collective::AbortArena(arena_->data(), arena_->size(), reason);
+  }
   if (notify_peers && notify_abort_) notify_abort_(plan_, reason);
 }
 

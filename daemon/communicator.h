@@ -30,6 +30,7 @@
 #include "collective/operation_runner.h"
 #include "collective/point_to_point.h"
 #include "collective/tuner.h"
+#include "common/shared_memory.h"
 #include "daemon/plan.h"
 #include "transport/transport.h"
 
@@ -132,6 +133,18 @@ class Communicator {
   // cheapest first (collective/tuner.h); empty when it has a single daemon.
   std::vector<collective::AlgorithmCost> Predict(collective::Collective kind, size_t bytes) const;
 
+  // The node arena of `rank` (which `session_id` must hold; PermissionDenied otherwise): the
+  // shared memory where the communicator's ranks meet for small operations without this daemon
+  // (collective/node_arena.h), made on first use. FailedPrecondition unless every rank of the
+  // communicator is on this node and there are at least two. Abort aborts the arena too.
+  struct Arena {
+    int fd = -1;  // a copy of the arena's descriptor, the caller's to close
+    uint64_t bytes = 0;
+    int rank = 0;  // the rank's place among the arena's ranks (its local index)
+  };
+  static constexpr size_t kArenaSlotBytes = size_t{64} << 10;
+  absl::StatusOr<Arena> OpenArena(int rank, uint64_t session_id);
+
   // "active" or "aborted: <reason>".
   std::string State() const;
   uint64_t ops_completed() const;
@@ -189,6 +202,7 @@ class Communicator {
   uint64_t ops_completed_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<SharedMemory> arena_ ABSL_GUARDED_BY(mu_);  // made by OpenArena
 
   std::thread executor_;
 };

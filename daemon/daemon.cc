@@ -241,6 +241,13 @@ class DaemonImpl final : public Daemon {
                            ParseIdList("allowed_gids", config_.allowed_gids));
     sessions.allowed_uids.assign(uids.begin(), uids.end());
     sessions.allowed_gids.assign(gids.begin(), gids.end());
+    sessions.open_arena = [node = node_.get()](
+                              uint64_t session_id, uint64_t comm_tag,
+                              int rank) -> absl::StatusOr<SessionServerOptions::Arena> {
+      BATON_ASSIGN_OR_RETURN(Communicator::Arena arena,
+                             node->OpenArena(session_id, comm_tag, rank));
+      return SessionServerOptions::Arena{arena.fd, arena.bytes, arena.rank};
+    };
     BATON_ASSIGN_OR_RETURN(
         session_server_,
         SessionServer::Start(std::move(sessions), &node_->sessions(),

@@ -590,6 +590,15 @@ absl::StatusOr<Plan> Node::JoinRank(const std::string& secret, int world_size, i
   return rendezvous_.Join(secret, world_size, rank, member, deadline);
 }
 
+absl::StatusOr<Communicator::Arena> Node::OpenArena(uint64_t session_id, uint64_t comm_tag,
+                                                    int rank) {
+  std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
+  if (comm == nullptr) {
+    return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(comm_tag)));
+  }
+  return comm->OpenArena(rank, session_id);
+}
+
 absl::Status Node::AbortCommunicator(uint64_t session_id, uint64_t comm_tag, int rank,
                                      const std::string& reason) {
   std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);

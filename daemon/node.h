@@ -126,6 +126,9 @@ class Node {
   // daemon with Aborted("communicator aborted by rank R: reason"). PermissionDenied unless the
   // session has `rank` attached; NotFound for an unknown communicator. Idempotent: only the first
   // reason is kept.
+  // The node arena of communicator `comm_tag` for `rank`, which `session_id` must hold
+  // (Communicator::OpenArena).
+  absl::StatusOr<Communicator::Arena> OpenArena(uint64_t session_id, uint64_t comm_tag, int rank);
   absl::Status AbortCommunicator(uint64_t session_id, uint64_t comm_tag, int rank,
                                  const std::string& reason);
 

@@ -120,6 +120,11 @@ absl::StatusOr<SessionRequest> DecodeSessionRequest(std::span<const std::byte> d
       return DecodeEvents(request.events, passed_fds);
     case session::RequestType::kRelease:
       return SessionRelease{request.buffer_id};
+    case session::RequestType::kOpenArena:
+      if (request.rank < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("rank ", request.rank, " is negative"));
+      }
+      return SessionOpenArena{request.comm_tag, request.rank};
     default:
       return absl::InvalidArgumentError(absl::StrCat("unknown request type ", request.type));
   }

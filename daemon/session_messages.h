@@ -39,8 +39,14 @@ struct SessionRegisterEvents {
   std::vector<device::EventHandle> events;
   bool with_fds = false;
 };
+// kOpenArena: the node arena of communicator `comm_tag`, for rank `rank` (which the session must
+// hold; the node checks).
+struct SessionOpenArena {
+  uint64_t comm_tag = 0;
+  int rank = 0;
+};
 using SessionRequest = std::variant<SessionOpen, SessionRegister, SessionRelease,
-                                    SessionRegisterDevice, SessionRegisterEvents>;
+                                    SessionRegisterDevice, SessionRegisterEvents, SessionOpenArena>;
 
 // Decodes `datagram`, which arrived with `passed_fds` descriptors on a connection that has a
 // session already (`has_session`) or not. Every error is a reason to close the connection after

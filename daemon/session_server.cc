@@ -282,6 +282,17 @@ bool SessionServer::Handle(Connection& connection) {
     reply.buffer_id = *id;
     return answer(absl::OkStatus());
   }
+  if (const auto* arena = std::get_if<SessionOpenArena>(&*request)) {
+    if (!options_.open_arena) return answer(absl::UnimplementedError("no node arenas here"));
+    absl::StatusOr<SessionServerOptions::Arena> opened =
+        options_.open_arena(connection.session_id, arena->comm_tag, arena->rank);
+    if (!opened.ok()) return answer(opened.status());
+    const device::UniqueFd shared(opened->fd);  // closed once sent
+    reply.arena_bytes = opened->bytes;
+    reply.arena_rank = opened->rank;
+    reply.code = static_cast<int32_t>(absl::StatusCode::kOk);
+    return SendPacket(connection.fd, &reply, sizeof(reply), opened->fd).ok();
+  }
   const auto& release = std::get<SessionRelease>(*request);
   return answer(sessions_->ReleaseBuffer(connection.session_id, release.buffer_id));
 }

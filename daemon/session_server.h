@@ -33,6 +33,14 @@ struct SessionServerOptions {
   // When non-empty, only processes of these uids or with these primary gids may open sessions.
   std::vector<uid_t> allowed_uids;
   std::vector<gid_t> allowed_gids;
+  // kOpenArena: the node arena of a communicator for a rank the session holds (Node::OpenArena).
+  // The server sends the descriptor with the reply, then closes it.
+  struct Arena {
+    int fd = -1;
+    uint64_t bytes = 0;
+    int rank = 0;  // the rank's place among the arena's ranks
+  };
+  std::function<absl::StatusOr<Arena>(uint64_t session_id, uint64_t comm_tag, int rank)> open_arena;
 };
 
 class SessionServer {

@@ -30,6 +30,7 @@
 #include "client/lib/channel_client.h"
 #include "client/lib/group.h"
 #include "client/lib/session.h"
+#include "collective/node_arena.h"
 #include "common/shared_memory.h"
 #include "common/spin.h"
 #include "common/status_macros.h"
@@ -454,6 +455,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     if (IsDeviceMemory(call.send, send_bytes) || IsDeviceMemory(call.recv, recv_bytes)) {
       return RunOnStream(call, send_bytes, recv_bytes, options);
     }
+    BATON_ASSIGN_OR_RETURN(collective::NodeArena * arena, ArenaFor(call));
+    if (arena != nullptr) return RunInArena(*arena, call, options);
     if (send_bytes > 0) {
       BATON_ASSIGN_OR_RETURN(send_ref, InBuffer("send", call.send, send_bytes, element));
     }
@@ -579,6 +582,97 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     });
     Submit(*std::move(call), options, std::move(request));
     return absl::OkStatus();
+  }
+
+  // The node arena (collective/node_arena.h) when `call` runs there: with $BATON_ARENA=1, every
+  // rank on this node (one daemon, two or more ranks), a collective the arena has, no algorithm
+  // asked for, and a size that fits its slots. Every rank decides alike from the same call, so no
+  // rank waits in the arena for a peer that went to the daemon. Opened on the first such call;
+  // null when the daemon has none for it; an error when opening it failed otherwise (the call
+  // fails rather than go to the daemon while its peers wait in the arena).
+  absl::StatusOr<collective::NodeArena*> ArenaFor(const Call& call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    using collective::Collective;
+    if (daemon_count_ != 1 || world_size_ < 2 || call.spec.algorithm) return nullptr;
+    const collective::OpSpec& spec = call.spec;
+    size_t blocks = 1;
+    switch (spec.collective) {
+      case Collective::kAllReduce:
+      case Collective::kBroadcast:
+      case Collective::kAllGather:
+      case Collective::kReduce:
+      case Collective::kBarrier:
+        break;
+      case Collective::kReduceScatter:
+        blocks = static_cast<size_t>(world_size_);
+        break;
+      default:
+        return nullptr;
+    }
+    if (arena_state_ == ArenaState::kUnknown) BATON_RETURN_IF_ERROR(OpenArena());
+    if (arena_state_ != ArenaState::kOpen) return nullptr;
+    const size_t element = collective::DataTypeSize(spec.type);
+    if (spec.collective != Collective::kBarrier &&
+        spec.count > arena_->slot_bytes() / element / blocks) {
+      return nullptr;
+    }
+    return &*arena_;
+  }
+
+  // Looks for the node arena once ($BATON_ARENA=1): every rank of the communicator gets the same
+  // answer from the daemon (FailedPrecondition: it has none for this communicator), so they all
+  // use it or none does. Other errors are returned and looked for again on the next call.
+  absl::Status OpenArena() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const char* env = std::getenv("BATON_ARENA");
+    if (env == nullptr || std::string_view(env) != "1") {
+      arena_state_ = ArenaState::kNone;
+      return absl::OkStatus();
+    }
+    absl::StatusOr<Session::Arena> opened = session_->OpenArena(tag_, rank_);
+    if (absl::IsFailedPrecondition(opened.status())) {
+      arena_state_ = ArenaState::kNone;
+      return absl::OkStatus();
+    }
+    if (!opened.ok()) return opened.status();
+    BATON_ASSIGN_OR_RETURN(collective::NodeArena attached,
+                           collective::NodeArena::Attach(opened->memory->data(),
+                                                         opened->memory->size(), opened->rank));
+    arena_memory_ = std::move(opened->memory);
+    arena_.emplace(attached);
+    arena_state_ = ArenaState::kOpen;
+    return absl::OkStatus();
+  }
+
+  absl::Status RunInArena(collective::NodeArena& arena, Call& call, const CallOptions& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const collective::OpSpec& spec = call.spec;
+    const absl::Time deadline = absl::Now() + options.timeout;
+    absl::Status status;
+    using collective::Collective;
+    switch (spec.collective) {
+      case Collective::kAllReduce:
+        status = arena.AllReduce(call.send, call.recv, spec.count, spec.type, spec.op, deadline);
+        break;
+      case Collective::kBroadcast:
+        status = arena.Broadcast(call.send, call.recv, spec.count, spec.type, spec.root, deadline);
+        break;
+      case Collective::kAllGather:
+        status = arena.AllGather(call.send, call.recv, spec.count, spec.type, deadline);
+        break;
+      case Collective::kReduce:
+        status =
+            arena.Reduce(call.send, call.recv, spec.count, spec.type, spec.op, spec.root, deadline);
+        break;
+      case Collective::kReduceScatter:
+        status =
+            arena.ReduceScatter(call.send, call.recv, spec.count, spec.type, spec.op, deadline);
+        break;
+      default:
+        status = arena.Barrier(deadline);
+        break;
+    }
+    if (status.ok()) last_algorithm_ = "arena";
+    return status;
   }
 
   // Whether [data, data + bytes) is device memory of this process (false without a device).
@@ -759,6 +853,11 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   void* staging_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t staging_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_algorithm_ ABSL_GUARDED_BY(mu_);
+  // The node arena: not looked for yet, open, or none (ArenaFor).
+  enum class ArenaState { kUnknown, kOpen, kNone };
+  ArenaState arena_state_ ABSL_GUARDED_BY(mu_) = ArenaState::kUnknown;
+  std::shared_ptr<SharedMemory> arena_memory_ ABSL_GUARDED_BY(mu_);
+  std::optional<collective::NodeArena> arena_ ABSL_GUARDED_BY(mu_);
 
   struct Queued {
     Call call;

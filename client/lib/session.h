@@ -105,7 +105,9 @@ class Session {
   // goes away).
   int socket_fd() const { return fd_; }
   // Set once the daemon hung up.
-  void MarkLost() { lost_.store(true); }
+  // The daemon went away: later requests fail, and ranks waiting in this session's node arenas
+  // fail at once instead of at their deadline.
+  void MarkLost();
   bool lost() const { return lost_.load(); }
 
   absl::StatusOr<void*> Allocate(size_t bytes) {
@@ -149,6 +151,13 @@ class Session {
   // daemon must not keep a mapping of freed memory). InvalidArgument when it is not registered.
   absl::Status Deregister(const void* data);
   // Opens `events` (their handles) at the daemon; returns the event set's id.
+  // The node arena of communicator `comm_tag` for `rank` (the daemon's, shared with the node's
+  // other ranks of it), mapped here, and the rank's place in it.
+  struct Arena {
+    std::shared_ptr<SharedMemory> memory;  // the session keeps a weak reference (MarkLost)
+    int rank = 0;
+  };
+  absl::StatusOr<Arena> OpenArena(uint64_t comm_tag, int rank);
   absl::StatusOr<uint64_t> RegisterEvents(const std::vector<const device::Event*>& events);
 
   // Takes a buffer from Allocate out of the session: the daemon releases it, and the memory
@@ -214,8 +223,11 @@ class Session {
 
   // Sends `request` (with `pass_fds` attached) and waits for its reply; the reply's error as a
   // status.
+  // Sends `request` (with `pass_fds`) and waits for the reply; a descriptor that comes with the
+  // reply goes to `*received_fd` when it is given (the caller owns it), else is closed.
   absl::StatusOr<session::Reply> Exchange(const session::Request& request,
-                                          std::span<const int> pass_fds, absl::Duration timeout) {
+                                          std::span<const int> pass_fds, absl::Duration timeout,
+                                          int* received_fd = nullptr) {
     absl::MutexLock lock(&socket_mu_);
     absl::Status sent = SendPacketWithFds(fd_, &request, sizeof(request), pass_fds);
     if (!sent.ok()) {
@@ -226,7 +238,12 @@ class Session {
     int stray = -1;
     absl::StatusOr<size_t> got =
         RecvPacket(fd_, &reply, sizeof(reply), &stray, absl::Now() + timeout);
-    if (stray >= 0) close(stray);
+    if (stray >= 0 &&
+        (received_fd == nullptr || !got.ok() || *got != sizeof(reply) || reply.code != 0)) {
+      close(stray);
+      stray = -1;
+    }
+    if (received_fd != nullptr) *received_fd = stray;
     if (!got.ok()) return got.status();
     if (*got != sizeof(reply)) {
       return absl::UnavailableError(*got == 0 ? "batond closed the session"
@@ -249,6 +266,7 @@ class Session {
   absl::Mutex socket_mu_;  // one request and its reply at a time
   absl::Mutex mu_;
   std::map<std::byte*, Buffer> buffers_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::weak_ptr<SharedMemory>> arenas_ ABSL_GUARDED_BY(mu_);  // OpenArena's
 
   // Registered device allocations by base address.
   struct DeviceBuffer {

@@ -51,6 +51,17 @@ TEST(SessionMessagesTest, DecodesEachRequest) {
   decoded = Decode(release, 0, true);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(std::get<SessionRelease>(*decoded).buffer_id, 7u);
+
+  session::Request arena = RequestOf(session::RequestType::kOpenArena);
+  arena.comm_tag = 0xabc;
+  arena.rank = 3;
+  decoded = Decode(arena, 0, true);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(std::get<SessionOpenArena>(*decoded).comm_tag, 0xabcu);
+  EXPECT_EQ(std::get<SessionOpenArena>(*decoded).rank, 3);
+  arena.rank = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(Decode(arena, 0, true).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition(Decode(arena, 0, false).status())) << "needs a session";
 }
 
 TEST(SessionMessagesTest, ANameThatFillsItsFieldIsCut) {

@@ -1,0 +1,189 @@
+// The node arena through real daemons ($BATON_ARENA=1; collective/node_arena.h): on one node the
+// small collectives of a communicator run in shared memory without the daemon, with their
+// results, the calls that differ between ranks, and a rank that goes away without destroying the
+// communicator (the daemon aborts the arena, so its peers fail at once); large calls, calls that
+// span daemons and forced algorithms still go through the daemon. Ranks are threads.
+
+#include <stdlib.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/lib/client_core.h"
+#include "gtest/gtest.h"
+#include "tests/testing/local_test_cluster.h"
+
+namespace baton {
+namespace {
+
+using core::CallOptions;
+using core::Client;
+using core::Communicator;
+using core::DataType;
+using core::ReduceOp;
+
+class ArenaTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    setenv("BATON_ARENA", "1", 1);
+    cluster_ = new testing::LocalTestCluster(2, {}, /*tls=*/false);
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  static std::unique_ptr<Client> Connect(int daemon) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(cluster_->socket(daemon));
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  // Runs body(rank, comm, client) on one thread per rank, rank r on daemon daemon_of(r).
+  static void RunRanks(int world, const std::function<int(int)>& daemon_of,
+                       const std::function<void(int, Communicator&, Client&)>& body) {
+    ASSERT_TRUE(cluster_->ok());
+    absl::StatusOr<std::string> id = Connect(0)->CreateCommId();
+    ASSERT_TRUE(id.ok()) << id.status();
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < world; ++rank) {
+      threads.emplace_back([&, rank] {
+        std::unique_ptr<Client> client = Connect(daemon_of(rank));
+        ASSERT_NE(client, nullptr);
+        absl::StatusOr<std::unique_ptr<Communicator>> comm =
+            client->Join(*id, world, rank, absl::Seconds(30));
+        ASSERT_TRUE(comm.ok()) << comm.status();
+        body(rank, **comm, *client);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  static testing::LocalTestCluster* cluster_;
+};
+testing::LocalTestCluster* ArenaTest::cluster_ = nullptr;
+
+TEST_F(ArenaTest, SmallCollectivesOnOneNodeRunInTheArena) {
+  RunRanks(
+      4, [](int) { return 0; },
+      [](int rank, Communicator& comm, Client&) {
+        const int world = comm.world_size();
+        std::vector<float> data(1000);
+        for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(rank + i);
+        ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                   ReduceOp::kSum)
+                        .ok());
+        EXPECT_EQ(comm.last_algorithm(), "arena");
+        for (size_t i = 0; i < data.size(); ++i) ASSERT_EQ(data[i], 6.0f + 4.0f * i) << i;
+
+        int64_t root_value = rank == 2 ? 42 : -1;
+        ASSERT_TRUE(comm.Broadcast(&root_value, &root_value, 1, DataType::kInt64, 2).ok());
+        EXPECT_EQ(root_value, 42);
+        EXPECT_EQ(comm.last_algorithm(), "arena");
+
+        std::vector<int32_t> gathered(world, -1);
+        const int32_t mine = rank * 10;
+        ASSERT_TRUE(comm.AllGather(&mine, gathered.data(), 1, DataType::kInt32).ok());
+        for (int r = 0; r < world; ++r) EXPECT_EQ(gathered[r], r * 10);
+
+        double max = rank;
+        double result = -1;
+        ASSERT_TRUE(comm.Reduce(&max, &result, 1, DataType::kFloat64, ReduceOp::kMax, 1).ok());
+        EXPECT_EQ(result, rank == 1 ? 3.0 : -1.0);
+
+        std::vector<int32_t> blocks(world * 2);
+        for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int32_t>(i);
+        std::vector<int32_t> block(2, -1);
+        ASSERT_TRUE(
+            comm.ReduceScatter(blocks.data(), block.data(), 2, DataType::kInt32, ReduceOp::kSum)
+                .ok());
+        EXPECT_EQ(block[0], world * 2 * rank);
+        EXPECT_EQ(block[1], world * (2 * rank + 1));
+        ASSERT_TRUE(comm.Barrier().ok());
+        EXPECT_EQ(comm.last_algorithm(), "arena");
+
+        // Larger than a slot, or with an algorithm asked for: through the daemon.
+        std::vector<float> big(100 * 1024, 1.0f);
+        ASSERT_TRUE(
+            comm.AllReduce(big.data(), big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum)
+                .ok());
+        EXPECT_EQ(comm.last_algorithm(), "local");
+        EXPECT_EQ(big.back(), 4.0f);
+        CallOptions ring;
+        ring.algorithm = collective::Algorithm::kRing;
+        float one = 1;
+        ASSERT_TRUE(comm.AllReduce(&one, &one, 1, DataType::kFloat32, ReduceOp::kSum, ring).ok());
+        EXPECT_EQ(comm.last_algorithm(), "local");
+        // And back in the arena, in order with what went through the daemon.
+        ASSERT_TRUE(comm.AllReduce(&one, &one, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+        EXPECT_EQ(one, 16.0f);
+        EXPECT_EQ(comm.last_algorithm(), "arena");
+      });
+}
+
+TEST_F(ArenaTest, RanksOnTwoNodesGoThroughTheDaemons) {
+  RunRanks(
+      2, [](int rank) { return rank; },
+      [](int, Communicator& comm, Client&) {
+        float x = 1;
+        ASSERT_TRUE(comm.AllReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+        EXPECT_EQ(x, 2.0f);
+        EXPECT_NE(comm.last_algorithm(), "arena");
+      });
+}
+
+TEST_F(ArenaTest, DifferentCallsFailEveryRank) {
+  RunRanks(
+      3, [](int) { return 0; },
+      [](int rank, Communicator& comm, Client&) {
+        float data[2] = {1, 2};
+        const absl::Status status =
+            comm.AllReduce(data, data, rank == 1 ? 2 : 1, DataType::kFloat32, ReduceOp::kSum);
+        EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
+        EXPECT_NE(status.message().find("local rank 1 called all_reduce(float32, sum, count 2)"),
+                  std::string::npos)
+            << status;
+      });
+}
+
+// A rank whose process goes away (its session ends) while its peers wait in the arena: the daemon
+// aborts the communicator and the arena, so they fail at once, not at their deadline.
+TEST_F(ArenaTest, ARankThatGoesAwayFailsItsPeersAtOnce) {
+  ASSERT_TRUE(cluster_->ok());
+  absl::StatusOr<std::string> id = Connect(0)->CreateCommId();
+  ASSERT_TRUE(id.ok());
+  absl::Status survivor;
+  absl::Duration took;
+  std::thread rank0([&] {
+    std::unique_ptr<Client> client = Connect(0);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = client->Join(*id, 2, 0, absl::Seconds(30));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    float value = 1;
+    ASSERT_TRUE((*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+    const absl::Time start = absl::Now();
+    // Rank 1 never calls again: its client goes away instead.
+    survivor = (*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
+                                  CallOptions(absl::Seconds(60)));
+    took = absl::Now() - start;
+  });
+  {
+    std::unique_ptr<Client> client = Connect(0);
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = client->Join(*id, 2, 1, absl::Seconds(30));
+    ASSERT_TRUE(comm.ok()) << comm.status();
+    float value = 1;
+    ASSERT_TRUE((*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+    EXPECT_EQ((*comm)->last_algorithm(), "arena");
+    absl::SleepFor(absl::Milliseconds(100));  // rank 0 is waiting in the arena by now
+    client.reset();  // the session ends; the communicator was never destroyed
+  }
+  rank0.join();
+  EXPECT_TRUE(absl::IsUnavailable(survivor)) << survivor;
+  EXPECT_NE(survivor.message().find("went away"), std::string::npos) << survivor;
+  EXPECT_LT(took, absl::Seconds(10)) << "well before the 60 s deadline";
+}
+
+}  // namespace
+}  // namespace baton
