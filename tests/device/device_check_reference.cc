@@ -45,7 +45,9 @@ size_t VCount(int from, int to, size_t base) {
 }
 // A uniformly drawn integer in [-bound, bound].
 int64_t Uniform(uint64_t h, int64_t bound) {
-  return static_cast<int64_t>(h % (2 * static_cast<uint64_t>(bound) + 1)) - bound;
+  // In unsigned arithmetic, which wraps, so that a bound near INT64_MAX cannot overflow.
+  const auto span = static_cast<uint64_t>(bound);
+  return static_cast<int64_t>(h % (2 * span + 1) - span);
 }
 
 bool PowerOfTwo(int n) { return (n & (n - 1)) == 0; }
@@ -351,7 +353,9 @@ uint64_t ReducedBits(const Case& c, int world, size_t index) {
         case BATON_SUM:
         case BATON_AVG:
           acc += x;
-          signed_sum += SignExtend(x, t);
+          // Wrapping like the kernels' integers (a plain signed += would be undefined there).
+          signed_sum = static_cast<int64_t>(static_cast<uint64_t>(signed_sum) +
+                                            static_cast<uint64_t>(SignExtend(x, t)));
           break;
         case BATON_PROD:
           acc *= x;
