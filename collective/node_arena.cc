@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,18 @@ struct NodeArena::Signature {
   uint64_t count = 0;
 
   friend bool operator==(const Signature&, const Signature&) = default;
+
+  // The fields a call fills; the others stay 0, so that ranks compare equal.
+  static Signature Of(Collective collective, DataType type, uint64_t count,
+                      std::optional<ReduceOp> op = std::nullopt, int root = 0) {
+    Signature signature;
+    signature.collective = static_cast<uint32_t>(collective);
+    signature.type = static_cast<uint32_t>(type);
+    signature.op = op ? static_cast<uint32_t>(*op) : 0;
+    signature.root = root;
+    signature.count = count;
+    return signature;
+  }
 
   std::string Describe() const {
     OpSpec spec;
@@ -282,11 +295,7 @@ void NodeArena::Count(size_t bytes, absl::Duration waited) {
 absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op, absl::Time deadline) {
   const size_t element = DataTypeSize(type);
-  Signature signature;
-  signature.collective = static_cast<uint32_t>(Collective::kAllReduce);
-  signature.type = static_cast<uint32_t>(type);
-  signature.op = static_cast<uint32_t>(op);
-  signature.count = count;
+  const Signature signature = Signature::Of(Collective::kAllReduce, type, count, op);
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * element;
   uint64_t n = 0;
@@ -353,11 +362,8 @@ absl::Status NodeArena::Broadcast(const void* send, void* recv, size_t count, Da
     return absl::InvalidArgumentError(
         absl::StrCat("root ", root, " is not one of the arena's ", ranks_, " ranks"));
   }
-  Signature signature;
-  signature.collective = static_cast<uint32_t>(Collective::kBroadcast);
-  signature.type = static_cast<uint32_t>(type);
-  signature.root = root;
-  signature.count = count;
+  const Signature signature =
+      Signature::Of(Collective::kBroadcast, type, count, std::nullopt, root);
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
   uint64_t n = 0;
@@ -371,10 +377,7 @@ absl::Status NodeArena::Broadcast(const void* send, void* recv, size_t count, Da
 
 absl::Status NodeArena::AllGather(const void* send, void* recv, size_t count, DataType type,
                                   absl::Time deadline) {
-  Signature signature;
-  signature.collective = static_cast<uint32_t>(Collective::kAllGather);
-  signature.type = static_cast<uint32_t>(type);
-  signature.count = count;
+  const Signature signature = Signature::Of(Collective::kAllGather, type, count);
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
   uint64_t n = 0;
@@ -393,12 +396,7 @@ absl::Status NodeArena::Reduce(const void* send, void* recv, size_t count, DataT
     return absl::InvalidArgumentError(
         absl::StrCat("root ", root, " is not one of the arena's ", ranks_, " ranks"));
   }
-  Signature signature;
-  signature.collective = static_cast<uint32_t>(Collective::kReduce);
-  signature.type = static_cast<uint32_t>(type);
-  signature.op = static_cast<uint32_t>(op);
-  signature.root = root;
-  signature.count = count;
+  const Signature signature = Signature::Of(Collective::kReduce, type, count, op, root);
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
   uint64_t n = 0;
@@ -416,11 +414,7 @@ absl::Status NodeArena::Reduce(const void* send, void* recv, size_t count, DataT
 
 absl::Status NodeArena::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
                                       ReduceOp op, absl::Time deadline) {
-  Signature signature;
-  signature.collective = static_cast<uint32_t>(Collective::kReduceScatter);
-  signature.type = static_cast<uint32_t>(type);
-  signature.op = static_cast<uint32_t>(op);
-  signature.count = count;
+  const Signature signature = Signature::Of(Collective::kReduceScatter, type, count, op);
   BATON_RETURN_IF_ERROR(Fits(signature, static_cast<size_t>(ranks_)));
   const size_t block = count * DataTypeSize(type);
   const size_t bytes = block * static_cast<size_t>(ranks_);
