@@ -38,10 +38,11 @@ inline constexpr uint32_t kVersion = 3;
 // event `event_slot` of its event set `event_set` (session_protocol.h kRegisterEvents) on its
 // stream before it submitted, and its stream waits until `stream_done` reaches `stream_value`
 // before it runs the work enqueued after the operation. The daemon waits for the event before it
-// touches the buffers, and stores `stream_value` into `stream_done` once the operation is over,
-// whatever its outcome, before it publishes the result: a stream never waits forever on a
-// daemon that answered. When the daemon does not answer (it died, or the channel broke), the
-// client stores the value itself.
+// touches the buffers. When the operation succeeded it stores `stream_value` into `stream_done`
+// before it publishes the result, so the stream moves on without waiting for the client. When it
+// failed, or the daemon does not answer (it died, the channel broke), the client stores the value
+// after it has recorded the failure as the communicator's asynchronous error: whoever synchronises
+// the stream past a failed operation then sees its error.
 
 // One operation, as the client API describes it. Enumerations are collective/ values; the
 // reader validates them.

@@ -105,9 +105,12 @@ void ChannelServer::Serve(uint32_t seen) {
       algorithm = call.status();
     }
     channel::WriteResult(page_->result, algorithm.status(), algorithm.ok() ? *algorithm : "");
-    // The rank's stream moves on once the operation is over, whatever its outcome; the client
-    // reads the outcome from the result (its asynchronous error).
-    if (op.stream_value != 0) channel::ReleaseStream(page_->stream_done, op.stream_value);
+    // A rank's stream moves on at once after an operation that succeeded. After a failure the
+    // client releases it once it has recorded the error (submission_channel.h), so the error is
+    // visible to whoever synchronises the stream.
+    if (op.stream_value != 0 && algorithm.ok()) {
+      channel::ReleaseStream(page_->stream_done, op.stream_value);
+    }
     channel::Publish(page_->completed, seen, page_->client_sleeping);
   }
   // Whatever the client submits from now on fails at once instead of waiting for its deadline.

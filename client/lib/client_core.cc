@@ -297,6 +297,10 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
                              "the communicator was destroyed before its group ended"));
     }
     DrainQueue();
+    {
+      absl::MutexLock lock(&stream_mu_);
+      streams_closed_ = true;
+    }
     absl::MutexLock lock(&mu_);
     if (destroyed_) return absl::OkStatus();
     destroyed_ = true;
@@ -529,15 +533,19 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     uint32_t value = 0;
     {
       absl::MutexLock lock(&stream_mu_);
+      if (streams_closed_) return absl::FailedPreconditionError("communicator was destroyed");
       if (!async_error_.ok()) return async_error_;
-      ChannelClient::Streams* streams = nullptr;
-      {
+      if (streams_ == nullptr) {
+        // The first stream-ordered call only. Later ones never take mu_: an operation holds it
+        // until it finishes, and a stream-ordered one finishes only when its stream reaches it,
+        // which may need this call to return first.
         absl::MutexLock channel_lock(&mu_);
         if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
-        BATON_ASSIGN_OR_RETURN(streams, channel_->EnableStreams(device));
+        BATON_ASSIGN_OR_RETURN(streams_, channel_->EnableStreams(device));
         stream_done_ = &channel_->stream_done();
-        event_set_ = streams->event_set;
+        event_set_ = streams_->event_set;
       }
+      ChannelClient::Streams* streams = streams_;
       value = ++stream_issued_;
       if (value == 0) value = ++stream_issued_;  // 0 means "not stream-ordered"
       const uint32_t slot = value % ChannelClient::kEvents;
@@ -574,10 +582,14 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     }
     auto request = std::make_shared<PendingRequest>();
     request->OnComplete([this, value, stream = options.stream](const absl::Status& status) {
+      {
+        absl::MutexLock lock(&stream_mu_);
+        if (!status.ok() && async_error_.ok()) async_error_ = status;
+      }
+      // After the error is recorded: a stream synchronised past this call sees it.
       channel::ReleaseStream(*stream_done_, value);
       StreamClaims::Get().Release(stream, tag_);
       absl::MutexLock lock(&stream_mu_);
-      if (!status.ok() && async_error_.ok()) async_error_ = status;
       stream_finished_ = value;
     });
     Submit(*std::move(call), options, std::move(request));
@@ -880,6 +892,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   uint32_t stream_issued_ ABSL_GUARDED_BY(stream_mu_) = 0;
   uint32_t stream_finished_ ABSL_GUARDED_BY(stream_mu_) = 0;
   absl::Status async_error_ ABSL_GUARDED_BY(stream_mu_);
+  ChannelClient::Streams* streams_ ABSL_GUARDED_BY(stream_mu_) = nullptr;  // once enabled
+  bool streams_closed_ ABSL_GUARDED_BY(stream_mu_) = false;                // destroyed
   std::atomic<uint32_t>* stream_done_ = nullptr;  // written once, before the first call queues
   uint64_t event_set_ = 0;                        // likewise
 };
