@@ -18,7 +18,7 @@ namespace baton::collective {
 namespace {
 
 constexpr uint64_t kMagic = 0x616e6572616e7462ULL;  // "btnarena" read little-endian
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;                    // 2: counters by collective
 constexpr size_t kAlign = 64;
 constexpr size_t kReasonBytes = 240;
 // How long a waiter looks (yielding its core between looks) before it blocks on the bell.
@@ -108,10 +108,58 @@ struct NodeArena::RankBlock {
   alignas(kAlign) std::atomic<uint64_t> arrived{0};  // the last operation whose input is in
   std::atomic<uint64_t> reduced{0};                  // the last whose part of the result is in
   Signature signatures[2];                           // of operations with odd and even numbers
-  std::atomic<uint64_t> operations{0};
-  std::atomic<uint64_t> bytes{0};
-  std::atomic<uint64_t> wait_ns{0};
+  // The rank's counters by collective; written by the rank only, read by anyone.
+  struct Tally {
+    std::atomic<uint64_t> operations{0};
+    std::atomic<uint64_t> failed{0};
+    std::atomic<uint64_t> bytes{0};
+    std::atomic<uint64_t> busy_ns{0};
+    std::atomic<uint64_t> wait_ns{0};
+  };
+  Tally tallies[kCountedKinds];
 };
+
+// Counts one operation of the rank in its tally when it goes out of scope: failed unless Done.
+class NodeArena::OpTally {
+ public:
+  OpTally(const NodeArena& arena, Collective collective)
+      : tally_(arena.block(arena.rank_).tallies[static_cast<int>(collective)]),
+        started_(absl::Now()) {}
+  OpTally(const OpTally&) = delete;
+  OpTally& operator=(const OpTally&) = delete;
+  ~OpTally() {
+    (done_ ? tally_.operations : tally_.failed).fetch_add(1, std::memory_order_relaxed);
+    tally_.bytes.fetch_add(bytes_, std::memory_order_relaxed);
+    tally_.busy_ns.fetch_add(Nanoseconds(absl::Now() - started_), std::memory_order_relaxed);
+    tally_.wait_ns.fetch_add(Nanoseconds(waited), std::memory_order_relaxed);
+  }
+
+  void Done(size_t bytes) {
+    done_ = true;
+    bytes_ = bytes;
+  }
+
+  absl::Duration waited;  // the operation's waits for peers add up here
+
+ private:
+  static uint64_t Nanoseconds(absl::Duration d) {
+    return static_cast<uint64_t>(std::max<int64_t>(absl::ToInt64Nanoseconds(d), 0));
+  }
+
+  RankBlock::Tally& tally_;
+  const absl::Time started_;
+  bool done_ = false;
+  size_t bytes_ = 0;
+};
+
+NodeArena::Counters& NodeArena::Counters::operator+=(const Counters& other) {
+  operations += other.operations;
+  failed += other.failed;
+  bytes += other.bytes;
+  busy_ns += other.busy_ns;
+  wait_ns += other.wait_ns;
+  return *this;
+}
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
@@ -204,13 +252,16 @@ void NodeArena::Abort(const absl::Status& reason) { header().Abort(reason); }
 
 absl::Status NodeArena::aborted() const { return header().Reason(); }
 
-NodeArena::Counters NodeArena::counters(int rank) const {
+NodeArena::Counters NodeArena::counters(int rank, Collective collective) const {
   Counters counters;
-  if (rank < 0 || rank >= ranks_) return counters;
-  const RankBlock& b = block(rank);
-  counters.operations = b.operations.load(std::memory_order_relaxed);
-  counters.bytes = b.bytes.load(std::memory_order_relaxed);
-  counters.wait_ns = b.wait_ns.load(std::memory_order_relaxed);
+  const int kind = static_cast<int>(collective);
+  if (rank < 0 || rank >= ranks_ || kind < 0 || kind >= kCountedKinds) return counters;
+  const RankBlock::Tally& tally = block(rank).tallies[kind];
+  counters.operations = tally.operations.load(std::memory_order_relaxed);
+  counters.failed = tally.failed.load(std::memory_order_relaxed);
+  counters.bytes = tally.bytes.load(std::memory_order_relaxed);
+  counters.busy_ns = tally.busy_ns.load(std::memory_order_relaxed);
+  counters.wait_ns = tally.wait_ns.load(std::memory_order_relaxed);
   return counters;
 }
 
@@ -284,14 +335,6 @@ absl::Status NodeArena::CheckSignatures(uint64_t op) {
   return absl::OkStatus();
 }
 
-void NodeArena::Count(size_t bytes, absl::Duration waited) {
-  RankBlock& b = block(rank_);
-  b.operations.fetch_add(1, std::memory_order_relaxed);
-  b.bytes.fetch_add(bytes, std::memory_order_relaxed);
-  b.wait_ns.fetch_add(static_cast<uint64_t>(absl::ToInt64Nanoseconds(waited)),
-                      std::memory_order_relaxed);
-}
-
 absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op, absl::Time deadline) {
   const size_t element = DataTypeSize(type);
@@ -299,8 +342,8 @@ absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, Da
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * element;
   uint64_t n = 0;
-  absl::Duration waited;
-  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
+  OpTally tally(*this, Collective::kAllReduce);
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, tally.waited));
   const std::string what = signature.Describe();
   std::vector<const void*> sources(static_cast<size_t>(ranks_));
   const Kernels& kernels = HostKernels();
@@ -324,7 +367,7 @@ absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, Da
     Raise(&RankBlock::reduced, n);
     const absl::Time started = absl::Now();
     BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, what, deadline));
-    waited += absl::Now() - started;
+    tally.waited += absl::Now() - started;
     for (int r = 0; r < ranks_; ++r) {
       const size_t at = first(r) * element;
       const size_t part_bytes = (first(r + 1) - first(r)) * element;
@@ -332,7 +375,7 @@ absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, Da
         std::memcpy(static_cast<std::byte*>(recv) + at, result(r, n) + at, part_bytes);
     }
   }
-  Count(bytes, waited);
+  tally.Done(bytes);
   return absl::OkStatus();
 }
 
@@ -367,11 +410,11 @@ absl::Status NodeArena::Broadcast(const void* send, void* recv, size_t count, Da
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
   uint64_t n = 0;
-  absl::Duration waited;
+  OpTally tally(*this, Collective::kBroadcast);
   BATON_RETURN_IF_ERROR(
-      OneRound(signature, rank_ == root ? send : nullptr, bytes, deadline, n, waited));
+      OneRound(signature, rank_ == root ? send : nullptr, bytes, deadline, n, tally.waited));
   if (bytes > 0 && (rank_ != root || recv != send)) std::memcpy(recv, input(root, n), bytes);
-  Count(bytes, waited);
+  tally.Done(bytes);
   return absl::OkStatus();
 }
 
@@ -381,12 +424,12 @@ absl::Status NodeArena::AllGather(const void* send, void* recv, size_t count, Da
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
   uint64_t n = 0;
-  absl::Duration waited;
-  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
+  OpTally tally(*this, Collective::kAllGather);
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, tally.waited));
   for (int r = 0; r < ranks_ && bytes > 0; ++r) {
     std::memcpy(static_cast<std::byte*>(recv) + static_cast<size_t>(r) * bytes, input(r, n), bytes);
   }
-  Count(bytes, waited);
+  tally.Done(bytes);
   return absl::OkStatus();
 }
 
@@ -400,15 +443,15 @@ absl::Status NodeArena::Reduce(const void* send, void* recv, size_t count, DataT
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
   uint64_t n = 0;
-  absl::Duration waited;
-  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
+  OpTally tally(*this, Collective::kReduce);
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, tally.waited));
   if (rank_ == root && count > 0) {
     std::vector<const void*> sources(static_cast<size_t>(ranks_));
     for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n);
     HostKernels().ReduceMany(type, op, recv, sources, count);
     if (op == ReduceOp::kAvg) HostKernels().Divide(type, recv, count, ranks_);
   }
-  Count(bytes, waited);
+  tally.Done(bytes);
   return absl::OkStatus();
 }
 
@@ -419,8 +462,8 @@ absl::Status NodeArena::ReduceScatter(const void* send, void* recv, size_t count
   const size_t block = count * DataTypeSize(type);
   const size_t bytes = block * static_cast<size_t>(ranks_);
   uint64_t n = 0;
-  absl::Duration waited;
-  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
+  OpTally tally(*this, Collective::kReduceScatter);
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, tally.waited));
   if (count > 0) {
     std::vector<const void*> sources(static_cast<size_t>(ranks_));
     for (int r = 0; r < ranks_; ++r) {
@@ -429,7 +472,7 @@ absl::Status NodeArena::ReduceScatter(const void* send, void* recv, size_t count
     HostKernels().ReduceMany(type, op, recv, sources, count);
     if (op == ReduceOp::kAvg) HostKernels().Divide(type, recv, count, ranks_);
   }
-  Count(bytes, waited);
+  tally.Done(bytes);
   return absl::OkStatus();
 }
 
@@ -437,9 +480,9 @@ absl::Status NodeArena::Barrier(absl::Time deadline) {
   Signature signature;
   signature.collective = static_cast<uint32_t>(Collective::kBarrier);
   uint64_t n = 0;
-  absl::Duration waited;
-  BATON_RETURN_IF_ERROR(OneRound(signature, nullptr, 0, deadline, n, waited));
-  Count(0, waited);
+  OpTally tally(*this, Collective::kBarrier);
+  BATON_RETURN_IF_ERROR(OneRound(signature, nullptr, 0, deadline, n, tally.waited));
+  tally.Done(0);
   return absl::OkStatus();
 }
 

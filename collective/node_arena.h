@@ -92,18 +92,25 @@ class NodeArena {
   // OK, or the reason the arena was aborted.
   absl::Status aborted() const;
 
-  // What rank `rank` has done, for the daemon's metrics (read without stopping anyone).
+  // What rank `rank` has done with one collective, for the daemon's metrics (read without
+  // stopping anyone). Kept for the collectives the arena has (those before kCountedKinds).
   struct Counters {
-    uint64_t operations = 0;
-    uint64_t bytes = 0;    // of the operations' buffers
-    uint64_t wait_ns = 0;  // waiting for peers
+    uint64_t operations = 0;  // completed
+    uint64_t failed = 0;      // failed after they began (not refused for their size)
+    uint64_t bytes = 0;       // of the completed operations' buffers
+    uint64_t busy_ns = 0;     // in operations, completed or failed
+    uint64_t wait_ns = 0;     // of busy_ns, waiting for peers
+
+    Counters& operator+=(const Counters& other);
   };
-  Counters counters(int rank) const;
+  static constexpr int kCountedKinds = static_cast<int>(Collective::kBarrier) + 1;
+  Counters counters(int rank, Collective collective) const;
 
  private:
   struct Header;
   struct RankBlock;
   struct Signature;
+  class OpTally;
 
   NodeArena(std::byte* base, int rank, int ranks, size_t slot_bytes)
       : base_(base), rank_(rank), ranks_(ranks), slot_bytes_(slot_bytes) {}
@@ -130,7 +137,6 @@ class NodeArena {
   // `op` to the operation's number and adds the wait to `waited`.
   absl::Status OneRound(const Signature& signature, const void* send, size_t bytes,
                         absl::Time deadline, uint64_t& op, absl::Duration& waited);
-  void Count(size_t bytes, absl::Duration waited);
 
   std::byte* base_;
   int rank_;

@@ -293,9 +293,45 @@ std::string Communicator::State() const {
   return absl::StrCat("aborted: ", aborted_.message());
 }
 
-uint64_t Communicator::ops_completed() const {
+ArenaCounts& operator+=(ArenaCounts& sum, const ArenaCounts& more) {
+  for (size_t kind = 0; kind < sum.size(); ++kind) sum[kind] += more[kind];
+  return sum;
+}
+
+ArenaCounts Communicator::ArenaCounters() const {
+  ArenaCounts counts{};
   absl::MutexLock lock(&mu_);
-  return ops_completed_;
+  if (arena_ == nullptr) return counts;
+  absl::StatusOr<collective::NodeArena> view =
+      collective::NodeArena::Attach(arena_->data(), arena_->size(), 0);
+  if (!view.ok()) return counts;  // the daemon initialized it: cannot happen
+  const auto ranks = static_cast<uint64_t>(view->ranks());
+  for (int kind = 0; kind < collective::NodeArena::kCountedKinds; ++kind) {
+    collective::NodeArena::Counters& count = counts[kind];
+    uint64_t busy_ns = 0;
+    uint64_t wait_ns = 0;
+    for (int rank = 0; rank < view->ranks(); ++rank) {
+      const collective::NodeArena::Counters one =
+          view->counters(rank, static_cast<collective::Collective>(kind));
+      count.operations = std::max(count.operations, one.operations);
+      count.failed = std::max(count.failed, one.failed);
+      count.bytes = std::max(count.bytes, one.bytes);
+      busy_ns += one.busy_ns;
+      wait_ns += one.wait_ns;
+    }
+    count.busy_ns = busy_ns / ranks;
+    count.wait_ns = wait_ns / ranks;
+  }
+  return counts;
+}
+
+uint64_t Communicator::ops_completed() const {
+  uint64_t arena_ops = 0;
+  for (const collective::NodeArena::Counters& count : ArenaCounters()) {
+    arena_ops += count.operations;
+  }
+  absl::MutexLock lock(&mu_);
+  return ops_completed_ + arena_ops;
 }
 
 void Communicator::RunExecutor() {

@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "collective/algorithm.h"
 #include "collective/device_staging.h"
+#include "collective/node_arena.h"
 #include "collective/op_spec.h"
 #include "collective/operation_runner.h"
 #include "collective/point_to_point.h"
@@ -57,6 +58,11 @@ struct OpRecord {
   absl::Duration transport;  // of `total`, blocked on sends and receives to other daemons
   absl::Duration reduce;     // of `total`, in reduction kernels
 };
+
+// A node arena's counters (collective/node_arena.h), indexed by collective::Collective.
+using ArenaCounts =
+    std::array<collective::NodeArena::Counters, collective::NodeArena::kCountedKinds>;
+ArenaCounts& operator+=(ArenaCounts& sum, const ArenaCounts& more);
 
 // Receives every completed operation; must be thread-safe (executors of different communicators
 // call it concurrently).
@@ -145,8 +151,15 @@ class Communicator {
   static constexpr size_t kArenaSlotBytes = size_t{64} << 10;
   absl::StatusOr<Arena> OpenArena(int rank, uint64_t session_id);
 
+  // What the local ranks did in the node arena, by collective (NodeArena::counters; all zero
+  // before the arena exists): operations, failures and bytes as the rank that counted most has
+  // them (every rank counts every operation), busy and wait time as the mean of the ranks'. Read
+  // without stopping the ranks: the daemon sees arena operations without a round trip.
+  ArenaCounts ArenaCounters() const;
+
   // "active" or "aborted: <reason>".
   std::string State() const;
+  // Operations completed, those of the node arena included.
   uint64_t ops_completed() const;
 
  private:

@@ -29,7 +29,16 @@ void CommunicatorRegistry::Remove(uint64_t comm_tag) {
     if (it == communicators_.end()) return;
     removed = std::move(it->second);
     communicators_.erase(it);
+    // In the same critical section as the erase: ArenaTotals counts it exactly once.
+    removed_arena_counts_ += removed->ArenaCounters();
   }
+}
+
+ArenaCounts CommunicatorRegistry::ArenaTotals() const {
+  absl::MutexLock lock(&mu_);
+  ArenaCounts totals = removed_arena_counts_;
+  for (const auto& [tag, comm] : communicators_) totals += comm->ArenaCounters();
+  return totals;
 }
 
 void CommunicatorRegistry::DropSession(uint64_t session_id) {

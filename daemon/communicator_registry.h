@@ -32,11 +32,15 @@ class CommunicatorRegistry {
   // Aborts every communicator (daemon shutdown).
   void AbortAll(const absl::Status& reason, bool notify_peers);
   std::vector<std::shared_ptr<Communicator>> List() const;
+  // The node arena counters of every communicator this daemon has had, the removed ones
+  // included, so that the totals only grow (Prometheus counters).
+  ArenaCounts ArenaTotals() const;
 
  private:
   const Factory factory_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<uint64_t, std::shared_ptr<Communicator>> communicators_ ABSL_GUARDED_BY(mu_);
+  ArenaCounts removed_arena_counts_ ABSL_GUARDED_BY(mu_){};  // of the communicators removed
 };
 
 }  // namespace baton::daemon

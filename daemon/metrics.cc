@@ -248,6 +248,38 @@ class PrometheusMetrics final : public Metrics {
                "Collective operations completed since the daemon started.", MetricType::Counter);
     AddSample(completed, {Label("local_node", local)},
               static_cast<double>(node.collectives_completed()));
+    auto arena_ops = Family("baton_arena_operations_total",
+                            "Operations the ranks of a node ran in their communicator's node "
+                            "arena (shared memory, without the daemon), by outcome.",
+                            MetricType::Counter);
+    auto arena_bytes = Family("baton_arena_bytes_total",
+                              "Bytes of the buffers of the node arena's completed operations "
+                              "(one rank's).",
+                              MetricType::Counter);
+    auto arena_time = Family("baton_arena_time_seconds_total",
+                             "Time the ranks spent in node arena operations, the mean of the "
+                             "local ranks': waiting for peers, and the rest (work).",
+                             MetricType::Counter);
+    const ArenaCounts arena = node.communicators().ArenaTotals();
+    for (int kind = 0; kind < collective::NodeArena::kCountedKinds; ++kind) {
+      const collective::NodeArena::Counters& count = arena[kind];
+      // The collectives the arena runs (all but all_to_all), whether used yet or not.
+      if (static_cast<collective::Collective>(kind) == collective::Collective::kAllToAll) continue;
+      const std::string op(collective::CollectiveName(static_cast<collective::Collective>(kind)));
+      const std::vector<prometheus::ClientMetric::Label> labels = {Label("local_node", local),
+                                                                   Label("op", op)};
+      auto with = [&labels](const char* name, const char* value) {
+        auto extended = labels;
+        extended.push_back(Label(name, value));
+        return extended;
+      };
+      AddSample(arena_ops, with("outcome", "ok"), static_cast<double>(count.operations));
+      AddSample(arena_ops, with("outcome", "error"), static_cast<double>(count.failed));
+      AddSample(arena_bytes, labels, static_cast<double>(count.bytes));
+      const uint64_t work_ns = count.busy_ns - std::min(count.busy_ns, count.wait_ns);
+      AddSample(arena_time, with("phase", "wait"), static_cast<double>(count.wait_ns) * 1e-9);
+      AddSample(arena_time, with("phase", "work"), static_cast<double>(work_ns) * 1e-9);
+    }
     auto refused_total =
         Family("baton_data_refused_messages_total",
                "Messages dropped because their sender is not a daemon of the communicator they "
@@ -263,7 +295,8 @@ class PrometheusMetrics final : public Metrics {
                          &seal_failures, &up,          &rtt,         &data_rtt,
                          &bandwidth,     &probes,      &flagged,     &peer_up,
                          &communicators, &ranks,       &channels,    &completed,
-                         &refused_total, &sessions}) {
+                         &arena_ops,     &arena_bytes, &arena_time,  &refused_total,
+                         &sessions}) {
       families.push_back(std::move(*family));
     }
   }

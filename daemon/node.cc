@@ -189,6 +189,14 @@ uint64_t Node::RefusedMessages() const {
   return refused;
 }
 
+uint64_t Node::collectives_completed() const {
+  uint64_t total = collectives_completed_.load();
+  for (const collective::NodeArena::Counters& count : communicators_.ArenaTotals()) {
+    total += count.operations;
+  }
+  return total;
+}
+
 void Node::RememberMeasured(const std::string& key, std::vector<int64_t> agreed) {
   absl::MutexLock lock(&tuner_mu_);
   tuner_tables_[key] = TunerTable{++tuner_updates_, std::move(agreed)};

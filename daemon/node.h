@@ -164,7 +164,8 @@ class Node {
   int SubmissionChannels();
 
   // Collectives completed on this daemon since it started.
-  uint64_t collectives_completed() const { return collectives_completed_.load(); }
+  // Through the daemon and in node arenas.
+  uint64_t collectives_completed() const;
 
   // Fails every communicator (shutdown), telling peers, and every join waiting here: those of
   // communicators rooted here and those forwarded to other roots.

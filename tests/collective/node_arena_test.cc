@@ -120,7 +120,23 @@ TEST(NodeArenaTest, ThreadsAgreeOnEveryOperation) {
     RunThreads(ranks, [&](int rank) {
       NodeArena arena = shared.Attach(rank);
       Operations(arena, 20);
-      EXPECT_EQ(arena.counters(rank).operations, 20u * 9);
+      // Per round: 4 all_reduces, one each of the others; every rank's bytes are its own.
+      const NodeArena::Counters all_reduce = arena.counters(rank, Collective::kAllReduce);
+      EXPECT_EQ(all_reduce.operations, 20u * 4);
+      EXPECT_EQ(all_reduce.failed, 0u);
+      EXPECT_EQ(all_reduce.bytes, 20u * (2 + 1000 + 1025 + kSlot / sizeof(float)) * 4);
+      EXPECT_GE(all_reduce.busy_ns, all_reduce.wait_ns);
+      for (const Collective other :
+           {Collective::kBroadcast, Collective::kAllGather, Collective::kReduce,
+            Collective::kReduceScatter, Collective::kBarrier}) {
+        EXPECT_EQ(arena.counters(rank, other).operations, 20u) << CollectiveName(other);
+      }
+      EXPECT_EQ(arena.counters(rank, Collective::kBarrier).bytes, 0u);
+      EXPECT_EQ(arena.counters(rank, Collective::kAllToAll).operations, 0u);
+      EXPECT_EQ(arena.counters(rank, Collective::kSend).operations, 0u) << "not counted: zero";
+      if (rank == 0 && ranks > 1) {
+        EXPECT_EQ(arena.counters(1, Collective::kBroadcast).operations, 20u) << "a peer's, read";
+      }
     });
   }
 }
@@ -164,6 +180,12 @@ TEST(NodeArenaTest, DifferentCallsFailEveryRankNamingBoth) {
               std::string::npos)
         << first[r];
     EXPECT_EQ(later[r], first[r]) << "the arena stays aborted";
+  }
+  NodeArena view = shared.Attach(0);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(view.counters(r, Collective::kAllReduce).failed, 1u) << r;
+    EXPECT_EQ(view.counters(r, Collective::kAllReduce).operations, 0u) << r;
+    EXPECT_EQ(view.counters(r, Collective::kBarrier).failed, 1u) << r;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "client/lib/client_core.h"
 #include "gtest/gtest.h"
 #include "tests/testing/local_test_cluster.h"
+#include "tests/testing/metrics_page.h"
 
 namespace baton {
 namespace {
@@ -147,6 +149,46 @@ TEST_F(ArenaTest, DifferentCallsFailEveryRank) {
                   std::string::npos)
             << status;
       });
+}
+
+// The daemon counts what the ranks did in the arena without being asked per operation: its
+// metrics read the ranks' counters, and keep them once the communicator is gone.
+TEST_F(ArenaTest, TheDaemonCountsArenaOperations) {
+  ASSERT_TRUE(cluster_->ok());
+  const std::string address = cluster_->daemons()[0].metrics_address;
+  const std::string all_reduce =
+      R"(baton_arena_operations_total{local_node="node-0",op="all_reduce",outcome="ok"})";
+  const std::string failed =
+      R"(baton_arena_operations_total{local_node="node-0",op="barrier",outcome="error"})";
+  const std::string bytes = R"(baton_arena_bytes_total{local_node="node-0",op="all_reduce"})";
+  const std::string waited =
+      R"(baton_arena_time_seconds_total{local_node="node-0",op="all_reduce",phase="wait"})";
+  const std::string worked =
+      R"(baton_arena_time_seconds_total{local_node="node-0",op="all_reduce",phase="work"})";
+  const std::string completed = R"(baton_collectives_completed_total{local_node="node-0"})";
+  std::map<std::string, double> before = testing::ScrapeMetrics(address);
+  constexpr int kCalls = 25;
+  RunRanks(
+      3, [](int) { return 0; },
+      [](int rank, Communicator& comm, Client&) {
+        std::vector<float> data(16, 1.0f);
+        for (int i = 0; i < kCalls; ++i) {
+          ASSERT_TRUE(comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                     ReduceOp::kSum)
+                          .ok());
+        }
+        EXPECT_EQ(comm.last_algorithm(), "arena");
+        // Every rank but rank 2 waits at a barrier it never reaches: they fail at the deadline.
+        if (rank != 2) {
+          EXPECT_FALSE(comm.Barrier(CallOptions(absl::Milliseconds(300))).ok());
+        }
+      });
+  std::map<std::string, double> after = testing::ScrapeMetrics(address);
+  EXPECT_EQ(after[all_reduce] - before[all_reduce], kCalls);
+  EXPECT_EQ(after[failed] - before[failed], 1) << "counted once, not per rank";
+  EXPECT_EQ(after[bytes] - before[bytes], kCalls * 16 * sizeof(float));
+  EXPECT_GE(after[completed] - before[completed], kCalls);
+  EXPECT_GT(after[waited] + after[worked], before[waited] + before[worked]);
 }
 
 // A rank whose process goes away (its session ends) while its peers wait in the arena: the daemon

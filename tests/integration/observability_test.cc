@@ -23,24 +23,8 @@ namespace {
 using testing::MustConnect;
 using testing::TestCluster;
 
-// Every sample of a /metrics page: "name{labels}" -> value.
-std::map<std::string, double> Samples(const std::string& page) {
-  std::map<std::string, double> samples;
-  std::istringstream lines(page);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line[0] == '#') continue;
-    const size_t space = line.rfind(' ');
-    double value = 0;
-    if (space == std::string::npos || !absl::SimpleAtod(line.substr(space + 1), &value)) continue;
-    samples[line.substr(0, space)] = value;
-  }
-  return samples;
-}
-
 std::map<std::string, double> Scrape(const TestCluster& cluster, int daemon) {
-  const std::string page = testing::HttpGet(cluster.daemons()[daemon].metrics_address, "/metrics");
-  EXPECT_EQ(page.substr(0, 3), "200") << page;
-  return Samples(page.substr(4));
+  return testing::ScrapeMetrics(cluster.daemons()[daemon].metrics_address);
 }
 
 std::string LinkLabels(int peer) {
