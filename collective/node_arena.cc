@@ -38,6 +38,8 @@ struct NodeArena::Signature {
   uint32_t op = 0;
   int32_t root = 0;
   uint64_t count = 0;
+  uint32_t through_daemon = 0;  // 1: the rank ran it through the daemon (RecordDaemonCall)
+  uint32_t padding = 0;
 
   friend bool operator==(const Signature&, const Signature&) = default;
 
@@ -60,7 +62,7 @@ struct NodeArena::Signature {
     spec.op = static_cast<ReduceOp>(op);
     spec.root = root;
     spec.count = count;
-    return spec.Describe();
+    return absl::StrCat(spec.Describe(), through_daemon != 0 ? " through the daemon" : "");
   }
 };
 
@@ -332,6 +334,14 @@ absl::Status NodeArena::CheckSignatures(uint64_t op) {
                      sb.Describe())));
     return aborted();
   }
+  return absl::OkStatus();
+}
+
+absl::Status NodeArena::RecordDaemonCall(const OpSpec& spec) {
+  if (absl::Status status = aborted(); !status.ok()) return status;
+  Signature signature = Signature::Of(spec.collective, spec.type, spec.count, spec.op, spec.root);
+  signature.through_daemon = 1;
+  Raise(&RankBlock::arrived, Begin(signature));
   return absl::OkStatus();
 }
 

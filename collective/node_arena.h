@@ -14,6 +14,9 @@
 //     rank's part out (a reduce-scatter then all-gather in shared memory: two rounds);
 //   broadcast: the root writes, everyone copies (one round); barrier: one round, no data.
 //
+// A collective a rank runs through the daemon instead still takes its number here
+// (RecordDaemonCall), so that ranks whose calls differ never wait in different places.
+//
 // Waiting spins briefly (yielding the core between looks), then blocks on the arena's bell (a
 // futex every raise rings when someone sleeps), in slices, so that ranks on a small machine do
 // not starve each other. Calls that differ between ranks (the signatures of operation k) fail
@@ -39,6 +42,7 @@
 #include "absl/time/time.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
+#include "collective/op_spec.h"
 
 namespace baton::collective {
 
@@ -85,6 +89,13 @@ class NodeArena {
   absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                              absl::Time deadline);
   absl::Status Barrier(absl::Time deadline);
+
+  // A collective this rank runs through the daemon instead (too large for a slot, one the arena
+  // does not have, an algorithm asked for) still takes its operation number here, without
+  // waiting: a peer that runs the same operation in the arena, because its call differs, fails
+  // at once naming both calls instead of waiting for its deadline. Every rank of the arena must
+  // record every collective it does not run here. The arena's abort reason if it was aborted.
+  absl::Status RecordDaemonCall(const OpSpec& spec);
 
   // Fails every waiting and later operation of every rank with `reason` (not OK); the first
   // reason stays. Any rank, or the daemon (through AbortArena), may call it.

@@ -272,6 +272,18 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     aborted_.store(true);
     for (Queued& q : dropped) q.request->Complete(aborted);
     // Then every rank's, through the daemon (which tells the others).
+    absl::Status status = AbortOnDaemon(reason);
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          absl::StrCat("aborted this rank's side; the daemon did not take the "
+                                       "abort to the other ranks: ",
+                                       status.message()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Asks the daemon to abort the communicator with `reason` (it tells the other daemons).
+  absl::Status AbortOnDaemon(absl::string_view reason) {
     v1::AbortCommunicatorRequest request;
     request.set_session_id(session_->id());
     request.set_comm_tag(tag_);
@@ -280,15 +292,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     v1::AbortCommunicatorResponse response;
     grpc::ClientContext context;
     session_->Prepare(context, kAbortTimeout);
-    absl::Status status =
-        FromGrpc(session_->stub()->AbortCommunicator(&context, request, &response));
-    if (!status.ok()) {
-      return absl::Status(status.code(),
-                          absl::StrCat("aborted this rank's side; the daemon did not take the "
-                                       "abort to the other ranks: ",
-                                       status.message()));
-    }
-    return absl::OkStatus();
+    return FromGrpc(session_->stub()->AbortCommunicator(&context, request, &response));
   }
 
   absl::Status Destroy() override {
@@ -446,7 +450,15 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     absl::MutexLock lock(&mu_);  // one operation of this rank at a time; they run in order
     if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
     if (aborted_.load()) return AbortStatus();
-    if (call.stream_value != 0) return RunOnStream(call, send_bytes, recv_bytes, options);
+    // Device memory is the daemon's to reach (registered, never copied by the host); the caller
+    // has finished writing it unless the call is stream-ordered (a call without a stream does
+    // not order itself with one).
+    const bool device_memory = call.stream_value != 0 || IsDeviceMemory(call.send, send_bytes) ||
+                               IsDeviceMemory(call.recv, recv_bytes);
+    if (std::optional<absl::Status> in_arena = TryArena(call, options, device_memory)) {
+      return *in_arena;
+    }
+    if (device_memory) return RunOnStream(call, send_bytes, recv_bytes, options);
 
     // Registered memory is used in place; anything else goes through the staging buffer, which
     // holds the staged input at offset 0 and the staged output after it.
@@ -454,13 +466,6 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     // staging would write past its end.
     std::optional<v1::BufferRef> send_ref, recv_ref;
     const size_t element = collective::DataTypeSize(call.spec.type);
-    // Device memory is the daemon's to reach (registered, never copied by the host); the caller
-    // has finished writing it (a call without a stream does not order itself with one).
-    if (IsDeviceMemory(call.send, send_bytes) || IsDeviceMemory(call.recv, recv_bytes)) {
-      return RunOnStream(call, send_bytes, recv_bytes, options);
-    }
-    BATON_ASSIGN_OR_RETURN(collective::NodeArena * arena, ArenaFor(call));
-    if (arena != nullptr) return RunInArena(*arena, call, options);
     if (send_bytes > 0) {
       BATON_ASSIGN_OR_RETURN(send_ref, InBuffer("send", call.send, send_bytes, element));
     }
@@ -596,50 +601,57 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     return absl::OkStatus();
   }
 
-  // The node arena (collective/node_arena.h) when `call` runs there: with $BATON_ARENA=1, every
-  // rank on this node (one daemon, two or more ranks), a collective the arena has, no algorithm
-  // asked for, and a size that fits its slots. Every rank decides alike from the same call, so no
-  // rank waits in the arena for a peer that went to the daemon. Opened on the first such call;
-  // null when the daemon has none for it; an error when opening it failed otherwise (the call
-  // fails rather than go to the daemon while its peers wait in the arena).
-  absl::StatusOr<collective::NodeArena*> ArenaFor(const Call& call)
+  // The node arena of this communicator (collective/node_arena.h), for a collective: one exists
+  // when every rank is on this node (one daemon, two or more ranks). Opened on the first
+  // collective; null without one, or for a send or recv (outside the collective sequence); an
+  // error when opening it failed otherwise (the call fails rather than go to the daemon while its
+  // peers wait in the arena). Every rank gets the same answer from the daemon, so every rank
+  // uses it or none does.
+  absl::StatusOr<collective::NodeArena*> ArenaOf(const Call& call)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     using collective::Collective;
-    if (daemon_count_ != 1 || world_size_ < 2 || call.spec.algorithm) return nullptr;
+    if (daemon_count_ != 1 || world_size_ < 2 || call.spec.collective == Collective::kSend ||
+        call.spec.collective == Collective::kRecv) {
+      return nullptr;
+    }
+    if (arena_state_ == ArenaState::kUnknown) BATON_RETURN_IF_ERROR(OpenArena());
+    return arena_state_ == ArenaState::kOpen ? &*arena_ : nullptr;
+  }
+
+  // Whether `call` runs in `arena` rather than through the daemon: a collective the arena has,
+  // on host memory, no algorithm asked for, a size that fits its slots, and $BATON_ARENA not 0.
+  // Ranks whose calls match decide alike; a rank whose call differs records it in the arena
+  // (RecordDaemonCall), so that its peers there fail naming both calls.
+  bool RunsInArena(const collective::NodeArena& arena, const Call& call, bool device_memory) const {
+    using collective::Collective;
+    static const bool enabled = [] {
+      const char* env = std::getenv("BATON_ARENA");
+      return env == nullptr || std::string_view(env) != "0";
+    }();
     const collective::OpSpec& spec = call.spec;
+    if (!enabled || device_memory || spec.algorithm) return false;
     size_t blocks = 1;
     switch (spec.collective) {
+      case Collective::kBarrier:
+        return true;
       case Collective::kAllReduce:
       case Collective::kBroadcast:
       case Collective::kAllGather:
       case Collective::kReduce:
-      case Collective::kBarrier:
         break;
       case Collective::kReduceScatter:
         blocks = static_cast<size_t>(world_size_);
         break;
       default:
-        return nullptr;
+        return false;
     }
-    if (arena_state_ == ArenaState::kUnknown) BATON_RETURN_IF_ERROR(OpenArena());
-    if (arena_state_ != ArenaState::kOpen) return nullptr;
     const size_t element = collective::DataTypeSize(spec.type);
-    if (spec.collective != Collective::kBarrier &&
-        spec.count > arena_->slot_bytes() / element / blocks) {
-      return nullptr;
-    }
-    return &*arena_;
+    return element > 0 && spec.count <= arena.slot_bytes() / element / blocks;
   }
 
-  // Looks for the node arena once ($BATON_ARENA=1): every rank of the communicator gets the same
-  // answer from the daemon (FailedPrecondition: it has none for this communicator), so they all
-  // use it or none does. Other errors are returned and looked for again on the next call.
+  // Looks for the node arena once. The daemon answers FailedPrecondition when it has none for
+  // this communicator; other errors are returned and looked for again on the next call.
   absl::Status OpenArena() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const char* env = std::getenv("BATON_ARENA");
-    if (env == nullptr || std::string_view(env) != "1") {
-      arena_state_ = ArenaState::kNone;
-      return absl::OkStatus();
-    }
     absl::StatusOr<Session::Arena> opened = session_->OpenArena(tag_, rank_);
     if (absl::IsFailedPrecondition(opened.status())) {
       arena_state_ = ArenaState::kNone;
@@ -653,6 +665,19 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     arena_.emplace(attached);
     arena_state_ = ArenaState::kOpen;
     return absl::OkStatus();
+  }
+
+  // Runs `call` in the node arena, or records it there before it goes through the daemon
+  // (RecordDaemonCall). Null when it is to run through the daemon.
+  std::optional<absl::Status> TryArena(Call& call, const CallOptions& options, bool device_memory)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<collective::NodeArena*> arena = ArenaOf(call);
+    if (!arena.ok()) return arena.status();
+    if (*arena == nullptr) return std::nullopt;
+    if (RunsInArena(**arena, call, device_memory)) return RunInArena(**arena, call, options);
+    absl::Status recorded = (*arena)->RecordDaemonCall(call.spec);
+    if (!recorded.ok()) return recorded;
+    return std::nullopt;
   }
 
   absl::Status RunInArena(collective::NodeArena& arena, Call& call, const CallOptions& options)
@@ -683,7 +708,14 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
         status = arena.Barrier(deadline);
         break;
     }
-    if (status.ok()) last_algorithm_ = "arena";
+    if (status.ok()) {
+      last_algorithm_ = "arena";
+    } else if (!absl::IsInvalidArgument(status)) {
+      // The arena was aborted (a mismatch, a deadline, the daemon): the communicator failed, as
+      // after a failure through the daemon. A peer waiting in the daemon because its call
+      // differed fails at once with the reason instead of at its deadline.
+      AbortOnDaemon(status.message()).IgnoreError();
+    }
     return status;
   }
 

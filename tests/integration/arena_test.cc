@@ -1,10 +1,8 @@
-// The node arena through real daemons ($BATON_ARENA=1; collective/node_arena.h): on one node the
+// The node arena through real daemons (on by default; collective/node_arena.h): on one node the
 // small collectives of a communicator run in shared memory without the daemon, with their
 // results, the calls that differ between ranks, and a rank that goes away without destroying the
 // communicator (the daemon aborts the arena, so its peers fail at once); large calls, calls that
 // span daemons and forced algorithms still go through the daemon. Ranks are threads.
-
-#include <stdlib.h>
 
 #include <functional>
 #include <map>
@@ -29,10 +27,7 @@ using core::ReduceOp;
 
 class ArenaTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    setenv("BATON_ARENA", "1", 1);
-    cluster_ = new testing::LocalTestCluster(2, {}, /*tls=*/false);
-  }
+  static void SetUpTestSuite() { cluster_ = new testing::LocalTestCluster(2, {}, /*tls=*/false); }
   static void TearDownTestSuite() {
     delete cluster_;
     cluster_ = nullptr;
@@ -149,6 +144,32 @@ TEST_F(ArenaTest, DifferentCallsFailEveryRank) {
                   std::string::npos)
             << status;
       });
+}
+
+// Calls that differ so that one rank runs its call in the arena and another through the daemon
+// (here: sizes on both sides of the slot) fail both at once naming both calls, not at the
+// deadline: the daemon's rank records its call in the arena, and the arena's rank aborts the
+// communicator on the daemon.
+TEST_F(ArenaTest, CallsThatDifferAcrossTheSlotSizeFailAtOnce) {
+  std::vector<absl::Status> status(2);
+  std::vector<absl::Duration> took(2);
+  RunRanks(
+      2, [](int) { return 0; },
+      [&](int rank, Communicator& comm, Client&) {
+        std::vector<float> data(rank == 0 ? 10 : 100 * 1024, 1.0f);
+        const absl::Time start = absl::Now();
+        status[rank] = comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                      ReduceOp::kSum, CallOptions(absl::Seconds(60)));
+        took[rank] = absl::Now() - start;
+      });
+  const std::string both =
+      "local rank 0 called all_reduce(float32, sum, count 10), local rank 1 called "
+      "all_reduce(float32, sum, count 102400) through the daemon";
+  EXPECT_TRUE(absl::IsFailedPrecondition(status[0])) << status[0];
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(status[rank].message().find(both), std::string::npos) << rank << ": " << status[rank];
+    EXPECT_LT(took[rank], absl::Seconds(10)) << rank << ": well before the 60 s deadline";
+  }
 }
 
 // The daemon counts what the ranks did in the arena without being asked per operation: its

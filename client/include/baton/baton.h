@@ -238,9 +238,10 @@ BATON_API baton_code_t baton_comm_destroy(baton_comm_t* comm);
 BATON_API baton_code_t baton_comm_split(baton_comm_t* comm, int color, int key, int64_t timeout_ms,
                                         baton_comm_t** out);
 
-/* The algorithm the daemon ran for the last successful operation of this rank ("ring", "tree",
- * "direct", "doubling", "halving_doubling", or "local" when every rank is on one daemon; "" before
- * the first), written NUL terminated into `name`. BATON_OUT_OF_RANGE if `name_size` is too
+/* The algorithm that ran the last successful operation of this rank ("ring", "tree", "direct",
+ * "doubling", "halving_doubling"; "local" when every rank is on one daemon and the daemon ran it,
+ * "arena" when the ranks ran it in their node arena without the daemon; "" before the first),
+ * written NUL terminated into `name`. BATON_OUT_OF_RANGE if `name_size` is too
  * small (32 always suffices). */
 BATON_API baton_code_t baton_comm_last_algorithm(const baton_comm_t* comm, char* name,
                                                  size_t name_size);

@@ -504,7 +504,7 @@ class Communicator {
     return std::make_unique<Communicator>(out);
   }
 
-  // The algorithm the daemon ran for the last successful operation ("ring", ..., "local").
+  // The algorithm that ran the last successful operation ("ring", ..., "local", "arena").
   std::string last_algorithm() const {
     char name[64] = {};
     if (baton_comm_last_algorithm(handle_, name, sizeof(name)) != BATON_OK) return "";
