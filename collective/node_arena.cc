@@ -1,10 +1,12 @@
 #include "collective/node_arena.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collective/kernels.h"
@@ -21,8 +23,21 @@ constexpr uint64_t kMagic = 0x616e6572616e7462ULL;  // "btnarena" read little-en
 constexpr uint32_t kVersion = 2;                    // 2: counters by collective
 constexpr size_t kAlign = 64;
 constexpr size_t kReasonBytes = 240;
-// How long a waiter looks (yielding its core between looks) before it blocks on the bell.
-constexpr absl::Duration kSpin = absl::Microseconds(20);
+// How long a waiter looks (yielding its core between looks) before it blocks on the bell, unless
+// $BATON_ARENA_SPIN_US says otherwise (docs/node-arena.md).
+constexpr absl::Duration kDefaultSpin = absl::Microseconds(20);
+
+absl::Duration SpinLimit() {
+  static const absl::Duration limit = [] {
+    const char* env = std::getenv("BATON_ARENA_SPIN_US");
+    int64_t us = 0;
+    if (env == nullptr || !absl::SimpleAtoi(env, &us) || us < 0 || us > 1'000'000) {
+      return kDefaultSpin;
+    }
+    return absl::Microseconds(us);
+  }();
+  return limit;
+}
 // A blocked waiter wakes at least this often to look at the abort word and its deadline.
 constexpr absl::Duration kSlice = absl::Milliseconds(50);
 
@@ -290,7 +305,7 @@ absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_
     return true;
   };
   auto done = [&] { return all_there() || h.abort_state.load(std::memory_order_acquire) != 0; };
-  if (!SpinUntil(kSpin, /*busy=*/absl::ZeroDuration(), done)) {
+  if (!SpinUntil(SpinLimit(), /*busy=*/absl::ZeroDuration(), done)) {
     while (true) {
       const uint32_t seen = h.bell.load(std::memory_order_seq_cst);
       h.sleepers.fetch_add(1, std::memory_order_seq_cst);

@@ -13,6 +13,7 @@
 
 #include "client/lib/client_core.h"
 #include "gtest/gtest.h"
+#include "tests/testing/core_ranks.h"
 #include "tests/testing/local_test_cluster.h"
 #include "tests/testing/metrics_page.h"
 
@@ -34,29 +35,14 @@ class ArenaTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Client> Connect(int daemon) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(cluster_->socket(daemon));
-    EXPECT_TRUE(client.ok()) << client.status();
-    return client.ok() ? *std::move(client) : nullptr;
+    return testing::ConnectCore(*cluster_, daemon);
   }
 
-  // Runs body(rank, comm, client) on one thread per rank, rank r on daemon daemon_of(r).
+  // Runs body(rank, comm, client) on one thread per rank of a new communicator of `world` ranks,
+  // rank r on daemon daemon_of(r).
   static void RunRanks(int world, const std::function<int(int)>& daemon_of,
                        const std::function<void(int, Communicator&, Client&)>& body) {
-    ASSERT_TRUE(cluster_->ok());
-    absl::StatusOr<std::string> id = Connect(0)->CreateCommId();
-    ASSERT_TRUE(id.ok()) << id.status();
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < world; ++rank) {
-      threads.emplace_back([&, rank] {
-        std::unique_ptr<Client> client = Connect(daemon_of(rank));
-        ASSERT_NE(client, nullptr);
-        absl::StatusOr<std::unique_ptr<Communicator>> comm =
-            client->Join(*id, world, rank, absl::Seconds(30));
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        body(rank, **comm, *client);
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    testing::RunCoreRanks(*cluster_, world, daemon_of, body);
   }
 
   static testing::LocalTestCluster* cluster_;

@@ -21,6 +21,7 @@
 #include "client/lib/client_core.h"
 #include "device/host_fake.h"
 #include "gtest/gtest.h"
+#include "tests/testing/core_ranks.h"
 #include "tests/testing/local_test_cluster.h"
 
 namespace baton {
@@ -53,36 +54,14 @@ class DeviceTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Client> Connect(int daemon) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(cluster_->socket(daemon));
-    EXPECT_TRUE(client.ok()) << client.status();
-    return client.ok() ? *std::move(client) : nullptr;
+    return testing::ConnectCore(*cluster_, daemon);
   }
 
   // Runs body(rank, comm, client) on one thread per rank of a new communicator of `world` ranks,
   // rank r on daemon daemon_of(r).
   static void RunRanks(int world, const std::function<int(int)>& daemon_of,
                        const std::function<void(int, Communicator&, Client&)>& body) {
-    ASSERT_TRUE(cluster_->ok());
-    std::string id;
-    {
-      std::unique_ptr<Client> client = Connect(0);
-      ASSERT_NE(client, nullptr);
-      absl::StatusOr<std::string> created = client->CreateCommId();
-      ASSERT_TRUE(created.ok()) << created.status();
-      id = *created;
-    }
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < world; ++rank) {
-      threads.emplace_back([&, rank] {
-        std::unique_ptr<Client> client = Connect(daemon_of(rank));
-        ASSERT_NE(client, nullptr);
-        absl::StatusOr<std::unique_ptr<Communicator>> comm =
-            client->Join(id, world, rank, absl::Seconds(30));
-        ASSERT_TRUE(comm.ok()) << comm.status();
-        body(rank, **comm, *client);
-      });
-    }
-    for (std::thread& t : threads) t.join();
+    testing::RunCoreRanks(*cluster_, world, daemon_of, body);
   }
 
   static testing::LocalTestCluster* cluster_;
