@@ -296,7 +296,7 @@ void NodeArena::Raise(std::atomic<uint64_t> RankBlock::*flag, uint64_t op) {
 }
 
 absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_t op,
-                                 const std::string& what, absl::Time deadline) {
+                                 const Signature& signature, absl::Time deadline) {
   Header& h = header();
   auto all_there = [&] {
     for (int r = 0; r < ranks_; ++r) {
@@ -323,7 +323,7 @@ absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_
         Abort(absl::DeadlineExceededError(
             absl::StrCat("local rank ", rank_, " waited past its deadline for local rank",
                          late.size() == 1 ? " " : "s ", absl::StrJoin(late, ", "), " at operation ",
-                         op, " (", what, ") in the node's shared arena")));
+                         op, " (", signature.Describe(), ") in the node's shared arena")));
         break;
       }
       FutexWait(h.bell, seen, std::min(kSlice, deadline - now));
@@ -369,7 +369,6 @@ absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, Da
   uint64_t n = 0;
   OpTally tally(*this, Collective::kAllReduce);
   BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, tally.waited));
-  const std::string what = signature.Describe();
   std::vector<const void*> sources(static_cast<size_t>(ranks_));
   const Kernels& kernels = HostKernels();
   if (bytes <= kWholeReduceBytes || ranks_ == 1) {
@@ -391,7 +390,7 @@ absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, Da
     }
     Raise(&RankBlock::reduced, n);
     const absl::Time started = absl::Now();
-    BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, what, deadline));
+    BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, signature, deadline));
     tally.waited += absl::Now() - started;
     for (int r = 0; r < ranks_; ++r) {
       const size_t at = first(r) * element;
@@ -413,13 +412,12 @@ absl::Status NodeArena::Fits(const Signature& signature, size_t blocks) const {
 
 absl::Status NodeArena::OneRound(const Signature& signature, const void* send, size_t bytes,
                                  absl::Time deadline, uint64_t& op, absl::Duration& waited) {
-  const std::string what = signature.Describe();
   if (absl::Status status = aborted(); !status.ok()) return status;
   op = Begin(signature);
   if (send != nullptr && bytes > 0) std::memcpy(input(rank_, op), send, bytes);
   Raise(&RankBlock::arrived, op);
   const absl::Time started = absl::Now();
-  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, op, what, deadline));
+  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, op, signature, deadline));
   waited += absl::Now() - started;
   return CheckSignatures(op);
 }

@@ -135,9 +135,9 @@ class NodeArena {
   uint64_t Begin(const Signature& signature);
   // Raises this rank's `flag` (arrived or reduced) to `op` and rings the bell.
   void Raise(std::atomic<uint64_t> RankBlock::*flag, uint64_t op);
-  // Waits until every rank's `flag` reached `op`; `what` describes the operation for errors.
+  // Waits until every rank's `flag` reached `op` (of `signature`, described only in errors).
   absl::Status AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_t op,
-                        const std::string& what, absl::Time deadline);
+                        const Signature& signature, absl::Time deadline);
   // FailedPrecondition (after aborting) unless every rank's signature of `op` equals this one's.
   absl::Status CheckSignatures(uint64_t op);
   // InvalidArgument unless `blocks` blocks of the signature's count fit a slot.

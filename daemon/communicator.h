@@ -148,7 +148,9 @@ class Communicator {
     uint64_t bytes = 0;
     int rank = 0;  // the rank's place among the arena's ranks (its local index)
   };
-  static constexpr size_t kArenaSlotBytes = size_t{64} << 10;
+  // Operations up to a slot run in the arena. 256 KiB: on one node with 4 ranks the arena beat
+  // the daemon up to there (docs/node-arena.md, compare_allreduce.sh); 4 slots a rank.
+  static constexpr size_t kArenaSlotBytes = size_t{256} << 10;
   absl::StatusOr<Arena> OpenArena(int rank, uint64_t session_id);
 
   // What the local ranks did in the node arena, by collective (NodeArena::counters; all zero
