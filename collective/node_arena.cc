@@ -296,10 +296,12 @@ void NodeArena::Raise(std::atomic<uint64_t> RankBlock::*flag, uint64_t op) {
 }
 
 absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_t op,
-                                 const Signature& signature, absl::Time deadline) {
+                                 const Signature& signature, absl::Time deadline, int only) {
   Header& h = header();
+  const int first = only < 0 ? 0 : only;
+  const int last = only < 0 ? ranks_ : only + 1;
   auto all_there = [&] {
-    for (int r = 0; r < ranks_; ++r) {
+    for (int r = first; r < last; ++r) {
       if ((block(r).*flag).load(std::memory_order_acquire) < op) return false;
     }
     return true;
@@ -317,7 +319,7 @@ absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_
       if (now >= deadline) {
         h.sleepers.fetch_sub(1, std::memory_order_relaxed);
         std::vector<int> late;
-        for (int r = 0; r < ranks_; ++r) {
+        for (int r = first; r < last; ++r) {
           if ((block(r).*flag).load(std::memory_order_acquire) < op) late.push_back(r);
         }
         Abort(absl::DeadlineExceededError(
@@ -350,6 +352,71 @@ absl::Status NodeArena::CheckSignatures(uint64_t op) {
     return aborted();
   }
   return absl::OkStatus();
+}
+
+absl::Status NodeArena::LocalPhase(
+    const Signature& signature, const void* send, size_t send_bytes, void* recv,
+    size_t result_bytes, absl::Time deadline,
+    const std::function<void(uint64_t op, std::byte* buffer)>& combine, const AcrossNodes& across) {
+  uint64_t n = 0;
+  absl::Duration waited;
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, send_bytes, deadline, n, waited));
+  std::byte* buffer = result(0, n);
+  if (rank_ == 0) {
+    if (combine) combine(n, buffer);
+    if (absl::Status status = across(result_bytes > 0 ? buffer : nullptr); !status.ok()) {
+      Abort(status);
+      return aborted();  // the first reason, if something else aborted the arena meanwhile
+    }
+    Raise(&RankBlock::reduced, n);
+  } else {
+    BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, signature, deadline, /*only=*/0));
+  }
+  if (recv != nullptr && result_bytes > 0) std::memcpy(recv, buffer, result_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status NodeArena::AllReduceAcross(const void* send, void* recv, size_t count, DataType type,
+                                        ReduceOp op, absl::Time deadline,
+                                        const AcrossNodes& across) {
+  if (op == ReduceOp::kAvg) {
+    return absl::InvalidArgumentError(
+        "an average across nodes is a sum here: the node does not know the world size");
+  }
+  const Signature signature = Signature::Of(Collective::kAllReduce, type, count, op);
+  BATON_RETURN_IF_ERROR(Fits(signature, 1));
+  const size_t bytes = count * DataTypeSize(type);
+  auto reduce = [&](uint64_t n, std::byte* buffer) {
+    if (count == 0) return;
+    std::vector<const void*> sources(static_cast<size_t>(ranks_));
+    for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n);
+    HostKernels().ReduceMany(type, op, buffer, sources, count);
+  };
+  return LocalPhase(signature, send, bytes, recv, bytes, deadline, reduce, across);
+}
+
+absl::Status NodeArena::BroadcastAcross(const void* send, void* recv, size_t count, DataType type,
+                                        int local_root, absl::Time deadline,
+                                        const AcrossNodes& across) {
+  if (local_root < -1 || local_root >= ranks_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "local root ", local_root, " is not -1 or one of the arena's ", ranks_, " ranks"));
+  }
+  const Signature signature =
+      Signature::Of(Collective::kBroadcast, type, count, std::nullopt, local_root);
+  BATON_RETURN_IF_ERROR(Fits(signature, 1));
+  const size_t bytes = count * DataTypeSize(type);
+  auto from_root = [&](uint64_t n, std::byte* buffer) {
+    if (local_root >= 0 && bytes > 0) std::memcpy(buffer, input(local_root, n), bytes);
+  };
+  return LocalPhase(signature, rank_ == local_root ? send : nullptr, bytes, recv, bytes, deadline,
+                    from_root, across);
+}
+
+absl::Status NodeArena::BarrierAcross(absl::Time deadline, const AcrossNodes& across) {
+  Signature signature;
+  signature.collective = static_cast<uint32_t>(Collective::kBarrier);
+  return LocalPhase(signature, nullptr, 0, nullptr, 0, deadline, nullptr, across);
 }
 
 absl::Status NodeArena::RecordDaemonCall(const OpSpec& spec) {

@@ -35,6 +35,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -90,6 +91,23 @@ class NodeArena {
                              absl::Time deadline);
   absl::Status Barrier(absl::Time deadline);
 
+  // Operations that span nodes: the node's local ranks meet here, local rank 0 runs the
+  // inter-node step through the daemon by calling `across` on a buffer in the arena holding the
+  // node's part (in place: the result replaces it), and every local rank copies the result out.
+  // A failure of `across` aborts the arena with its reason, so the other local ranks fail with
+  // it. Not counted in counters() (the daemon counts the inter-node step). `across` receives
+  // null for a barrier.
+  using AcrossNodes = std::function<absl::Status(void* buffer)>;
+  // all_reduce of the node's inputs, then `across` on their reduction. op must not be kAvg (the
+  // caller divides by the world size: the node does not know it).
+  absl::Status AllReduceAcross(const void* send, void* recv, size_t count, DataType type,
+                               ReduceOp op, absl::Time deadline, const AcrossNodes& across);
+  // broadcast from `local_root` (a local index) or, with local_root -1, from a rank on another
+  // node: `across` broadcasts the buffer, which holds the root's data when it is on this node.
+  absl::Status BroadcastAcross(const void* send, void* recv, size_t count, DataType type,
+                               int local_root, absl::Time deadline, const AcrossNodes& across);
+  absl::Status BarrierAcross(absl::Time deadline, const AcrossNodes& across);
+
   // A collective this rank runs through the daemon instead (too large for a slot, one the arena
   // does not have, an algorithm asked for) still takes its operation number here, without
   // waiting: a peer that runs the same operation in the arena, because its call differs, fails
@@ -135,9 +153,17 @@ class NodeArena {
   uint64_t Begin(const Signature& signature);
   // Raises this rank's `flag` (arrived or reduced) to `op` and rings the bell.
   void Raise(std::atomic<uint64_t> RankBlock::*flag, uint64_t op);
-  // Waits until every rank's `flag` reached `op` (of `signature`, described only in errors).
+  // Waits until every rank's `flag` (or only rank `only`'s, if not -1) reached `op` (of
+  // `signature`, described only in errors).
   absl::Status AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_t op,
-                        const Signature& signature, absl::Time deadline);
+                        const Signature& signature, absl::Time deadline, int only = -1);
+  // The local phase of an operation across nodes: one round with `send_bytes` of `send`; then
+  // local rank 0 lets `combine` fill its result slot from the inputs, runs `across` on it, and
+  // raises `reduced`; the others wait for that. Every rank then copies `result_bytes` to `recv`.
+  absl::Status LocalPhase(const Signature& signature, const void* send, size_t send_bytes,
+                          void* recv, size_t result_bytes, absl::Time deadline,
+                          const std::function<void(uint64_t op, std::byte* buffer)>& combine,
+                          const AcrossNodes& across);
   // FailedPrecondition (after aborting) unless every rank's signature of `op` equals this one's.
   absl::Status CheckSignatures(uint64_t op);
   // InvalidArgument unless `blocks` blocks of the signature's count fit a slot.

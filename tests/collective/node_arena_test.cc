@@ -10,12 +10,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "absl/synchronization/mutex.h"
 
 namespace baton::collective {
 namespace {
@@ -242,6 +246,130 @@ TEST(NodeArenaTest, ProcessesAndADeadRankAbortedFromOutside) {
     EXPECT_TRUE(WIFEXITED(status)) << rank;
     EXPECT_EQ(WEXITSTATUS(status), 10) << "rank " << rank;
   }
+}
+
+// Two nodes' leaders meeting in place of the daemons: each hands in its node's buffer and gets
+// back the element-wise sum of both (all_reduce), or the root node's buffer (broadcast).
+class TwoLeaders {
+ public:
+  absl::Status Sum(int node, float* buffer, size_t count) {
+    return Meet(node, buffer, count, [&](const std::vector<float>& other) {
+      for (size_t i = 0; i < count; ++i) buffer[i] += other[i];
+    });
+  }
+  absl::Status From(int node, int root_node, float* buffer, size_t count) {
+    return Meet(node, buffer, count, [&](const std::vector<float>& other) {
+      if (node != root_node) std::copy(other.begin(), other.end(), buffer);
+    });
+  }
+
+ private:
+  absl::Status Meet(int node, const float* buffer, size_t count,
+                    const std::function<void(const std::vector<float>&)>& take) {
+    absl::MutexLock lock(&mu_);
+    const int round = rounds_[node]++;
+    posted_[node][round] = std::vector<float>(buffer, buffer + count);
+    auto other_posted = [&] { return posted_[1 - node].count(round) > 0; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&other_posted), absl::Seconds(30))) {
+      return absl::DeadlineExceededError("the other node never came");
+    }
+    take(posted_[1 - node][round]);
+    return absl::OkStatus();
+  }
+
+  absl::Mutex mu_;
+  int rounds_[2] ABSL_GUARDED_BY(mu_) = {0, 0};
+  std::map<int, std::vector<float>> posted_[2] ABSL_GUARDED_BY(mu_);
+};
+
+TEST(NodeArenaTest, OperationsAcrossNodesRunTheirLocalPhaseHere) {
+  constexpr int kNodes = 2;
+  constexpr int kLocal = 3;
+  SharedArena node0(kLocal, kSlot);
+  SharedArena node1(kLocal, kSlot);
+  SharedArena* nodes[kNodes] = {&node0, &node1};
+  TwoLeaders leaders;
+  std::vector<std::thread> threads;
+  std::atomic<int> across_calls{0};
+  for (int node = 0; node < kNodes; ++node) {
+    for (int local = 0; local < kLocal; ++local) {
+      threads.emplace_back([&, node, local] {
+        NodeArena arena = nodes[node]->Attach(local);
+        const absl::Time deadline = absl::Now() + absl::Seconds(60);
+        const int rank = node * kLocal + local;
+        for (const size_t count : {size_t{1}, size_t{3000}}) {
+          std::vector<float> data(count);
+          for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(rank * 10 + i % 7);
+          ASSERT_TRUE(arena
+                          .AllReduceAcross(data.data(), data.data(), count, DataType::kFloat32,
+                                           ReduceOp::kSum, deadline,
+                                           [&](void* buffer) {
+                                             ++across_calls;
+                                             return leaders.Sum(node, static_cast<float*>(buffer),
+                                                                count);
+                                           })
+                          .ok());
+          for (size_t i = 0; i < count; ++i) {
+            float sum = 0;
+            for (int r = 0; r < kNodes * kLocal; ++r) sum += static_cast<float>(r * 10 + i % 7);
+            ASSERT_EQ(data[i], sum) << "count " << count << " element " << i;
+          }
+        }
+        // broadcast from global rank 4 (node 1, local 1), then from rank 0 (node 0, local 0).
+        for (const int root : {4, 0}) {
+          float value = rank == root ? 42.0f + root : -1.0f;
+          const int root_node = root / kLocal;
+          const int local_root = root_node == node ? root % kLocal : -1;
+          ASSERT_TRUE(arena
+                          .BroadcastAcross(&value, &value, 1, DataType::kFloat32, local_root,
+                                           deadline,
+                                           [&](void* buffer) {
+                                             return leaders.From(node, root_node,
+                                                                 static_cast<float*>(buffer), 1);
+                                           })
+                          .ok());
+          EXPECT_EQ(value, 42.0f + root) << "rank " << rank << " root " << root;
+        }
+        ASSERT_TRUE(arena
+                        .BarrierAcross(deadline,
+                                       [&](void* buffer) {
+                                         EXPECT_EQ(buffer, nullptr);
+                                         float none = 0;
+                                         return leaders.Sum(node, &none, 0);
+                                       })
+                        .ok());
+        EXPECT_EQ(arena.counters(local, Collective::kAllReduce).operations, 0u)
+            << "the daemon counts operations across nodes";
+      });
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(across_calls.load(), kNodes * 2) << "once per node and call: local rank 0's";
+}
+
+TEST(NodeArenaTest, AFailedInterNodeStepFailsEveryLocalRankWithItsReason) {
+  SharedArena shared(3, kSlot);
+  std::vector<absl::Status> status(3);
+  RunThreads(3, [&](int rank) {
+    NodeArena arena = shared.Attach(rank);
+    float value = 1;
+    status[rank] = arena.AllReduceAcross(
+        &value, &value, 1, DataType::kFloat32, ReduceOp::kSum, absl::Now() + absl::Seconds(30),
+        [](void*) { return absl::UnavailableError("node-1 went away"); });
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(absl::IsUnavailable(status[r])) << r << ": " << status[r];
+    EXPECT_EQ(status[r].message(), "node-1 went away") << r;
+  }
+  SharedArena other(2, kSlot);
+  RunThreads(2, [&](int rank) {
+    NodeArena arena = other.Attach(rank);
+    float value = 1;
+    EXPECT_TRUE(absl::IsInvalidArgument(
+        arena.AllReduceAcross(&value, &value, 1, DataType::kFloat32, ReduceOp::kAvg,
+                              absl::InfiniteFuture(), [](void*) { return absl::OkStatus(); })))
+        << "the caller divides";
+  });
 }
 
 TEST(NodeArenaTest, AttachChecksTheHeaderAndTheRank) {
