@@ -125,6 +125,7 @@ struct NodeArena::RankBlock {
   alignas(kAlign) std::atomic<uint64_t> arrived{0};  // the last operation whose input is in
   std::atomic<uint64_t> reduced{0};                  // the last whose part of the result is in
   Signature signatures[2];                           // of operations with odd and even numbers
+  std::atomic<uint64_t> rooted{0};  // the last operation across nodes whose root this rank is
   // The rank's counters by collective; written by the rank only, read by anyone.
   struct Tally {
     std::atomic<uint64_t> operations{0};
@@ -379,10 +380,6 @@ absl::Status NodeArena::LocalPhase(
 absl::Status NodeArena::AllReduceAcross(const void* send, void* recv, size_t count, DataType type,
                                         ReduceOp op, absl::Time deadline,
                                         const AcrossNodes& across) {
-  if (op == ReduceOp::kAvg) {
-    return absl::InvalidArgumentError(
-        "an average across nodes is a sum here: the node does not know the world size");
-  }
   const Signature signature = Signature::Of(Collective::kAllReduce, type, count, op);
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
@@ -390,27 +387,30 @@ absl::Status NodeArena::AllReduceAcross(const void* send, void* recv, size_t cou
     if (count == 0) return;
     std::vector<const void*> sources(static_cast<size_t>(ranks_));
     for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n);
-    HostKernels().ReduceMany(type, op, buffer, sources, count);
+    HostKernels().ReduceMany(type, op == ReduceOp::kAvg ? ReduceOp::kSum : op, buffer, sources,
+                             count);
   };
   return LocalPhase(signature, send, bytes, recv, bytes, deadline, reduce, across);
 }
 
 absl::Status NodeArena::BroadcastAcross(const void* send, void* recv, size_t count, DataType type,
-                                        int local_root, absl::Time deadline,
+                                        int root, bool is_root, absl::Time deadline,
                                         const AcrossNodes& across) {
-  if (local_root < -1 || local_root >= ranks_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "local root ", local_root, " is not -1 or one of the arena's ", ranks_, " ranks"));
-  }
   const Signature signature =
-      Signature::Of(Collective::kBroadcast, type, count, std::nullopt, local_root);
+      Signature::Of(Collective::kBroadcast, type, count, std::nullopt, root);
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
+  // Marked before OneRound raises `arrived`, which publishes it.
+  if (is_root) block(rank_).rooted.store(next_op_ + 1, std::memory_order_relaxed);
   auto from_root = [&](uint64_t n, std::byte* buffer) {
-    if (local_root >= 0 && bytes > 0) std::memcpy(buffer, input(local_root, n), bytes);
+    for (int r = 0; r < ranks_ && bytes > 0; ++r) {
+      if (block(r).rooted.load(std::memory_order_relaxed) == n) {
+        std::memcpy(buffer, input(r, n), bytes);
+      }
+    }
   };
-  return LocalPhase(signature, rank_ == local_root ? send : nullptr, bytes, recv, bytes, deadline,
-                    from_root, across);
+  return LocalPhase(signature, is_root ? send : nullptr, bytes, recv, bytes, deadline, from_root,
+                    across);
 }
 
 absl::Status NodeArena::BarrierAcross(absl::Time deadline, const AcrossNodes& across) {

@@ -98,14 +98,15 @@ class NodeArena {
   // it. Not counted in counters() (the daemon counts the inter-node step). `across` receives
   // null for a barrier.
   using AcrossNodes = std::function<absl::Status(void* buffer)>;
-  // all_reduce of the node's inputs, then `across` on their reduction. op must not be kAvg (the
-  // caller divides by the world size: the node does not know it).
+  // all_reduce: `across` gets the reduction of the node's inputs (their sum for kAvg: the
+  // inter-node step averages over the world).
   absl::Status AllReduceAcross(const void* send, void* recv, size_t count, DataType type,
                                ReduceOp op, absl::Time deadline, const AcrossNodes& across);
-  // broadcast from `local_root` (a local index) or, with local_root -1, from a rank on another
-  // node: `across` broadcasts the buffer, which holds the root's data when it is on this node.
-  absl::Status BroadcastAcross(const void* send, void* recv, size_t count, DataType type,
-                               int local_root, absl::Time deadline, const AcrossNodes& across);
+  // broadcast from global rank `root`, which is this rank when `is_root` (one local rank at most
+  // says so; none when the root is on another node): `across` broadcasts the buffer, which holds
+  // the root's data when it is on this node.
+  absl::Status BroadcastAcross(const void* send, void* recv, size_t count, DataType type, int root,
+                               bool is_root, absl::Time deadline, const AcrossNodes& across);
   absl::Status BarrierAcross(absl::Time deadline, const AcrossNodes& across);
 
   // A collective this rank runs through the daemon instead (too large for a slot, one the arena
