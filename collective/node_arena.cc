@@ -126,6 +126,7 @@ struct NodeArena::RankBlock {
   std::atomic<uint64_t> reduced{0};                  // the last whose part of the result is in
   Signature signatures[2];                           // of operations with odd and even numbers
   std::atomic<uint64_t> rooted{0};  // the last operation across nodes whose root this rank is
+  char notes[2][kNoteBytes] = {};   // rank 0's: what `across` returned, by operation parity
   // The rank's counters by collective; written by the rank only, read by anyone.
   struct Tally {
     std::atomic<uint64_t> operations{0};
@@ -133,6 +134,7 @@ struct NodeArena::RankBlock {
     std::atomic<uint64_t> bytes{0};
     std::atomic<uint64_t> busy_ns{0};
     std::atomic<uint64_t> wait_ns{0};
+    std::atomic<uint64_t> local_phases{0};
   };
   Tally tallies[kCountedKinds];
 };
@@ -176,6 +178,7 @@ NodeArena::Counters& NodeArena::Counters::operator+=(const Counters& other) {
   bytes += other.bytes;
   busy_ns += other.busy_ns;
   wait_ns += other.wait_ns;
+  local_phases += other.local_phases;
   return *this;
 }
 
@@ -280,6 +283,7 @@ NodeArena::Counters NodeArena::counters(int rank, Collective collective) const {
   counters.bytes = tally.bytes.load(std::memory_order_relaxed);
   counters.busy_ns = tally.busy_ns.load(std::memory_order_relaxed);
   counters.wait_ns = tally.wait_ns.load(std::memory_order_relaxed);
+  counters.local_phases = tally.local_phases.load(std::memory_order_relaxed);
   return counters;
 }
 
@@ -355,7 +359,7 @@ absl::Status NodeArena::CheckSignatures(uint64_t op) {
   return absl::OkStatus();
 }
 
-absl::Status NodeArena::LocalPhase(
+absl::StatusOr<std::string> NodeArena::LocalPhase(
     const Signature& signature, const void* send, size_t send_bytes, void* recv,
     size_t result_bytes, absl::Time deadline,
     const std::function<void(uint64_t op, std::byte* buffer)>& combine, const AcrossNodes& across) {
@@ -363,23 +367,31 @@ absl::Status NodeArena::LocalPhase(
   absl::Duration waited;
   BATON_RETURN_IF_ERROR(OneRound(signature, send, send_bytes, deadline, n, waited));
   std::byte* buffer = result(0, n);
+  char* note = block(0).notes[n % 2];
   if (rank_ == 0) {
     if (combine) combine(n, buffer);
-    if (absl::Status status = across(result_bytes > 0 ? buffer : nullptr); !status.ok()) {
-      Abort(status);
+    absl::StatusOr<std::string> done = across(result_bytes > 0 ? buffer : nullptr);
+    if (!done.ok()) {
+      Abort(done.status());
       return aborted();  // the first reason, if something else aborted the arena meanwhile
     }
+    const size_t length = std::min(done->size(), kNoteBytes - 1);
+    std::memcpy(note, done->data(), length);
+    note[length] = '\0';
     Raise(&RankBlock::reduced, n);
   } else {
     BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, signature, deadline, /*only=*/0));
   }
   if (recv != nullptr && result_bytes > 0) std::memcpy(recv, buffer, result_bytes);
-  return absl::OkStatus();
+  block(rank_).tallies[static_cast<int>(signature.collective)].local_phases.fetch_add(
+      1, std::memory_order_relaxed);
+  return std::string(note, strnlen(note, kNoteBytes));
 }
 
-absl::Status NodeArena::AllReduceAcross(const void* send, void* recv, size_t count, DataType type,
-                                        ReduceOp op, absl::Time deadline,
-                                        const AcrossNodes& across) {
+absl::StatusOr<std::string> NodeArena::AllReduceAcross(const void* send, void* recv, size_t count,
+                                                       DataType type, ReduceOp op,
+                                                       absl::Time deadline,
+                                                       const AcrossNodes& across) {
   const Signature signature = Signature::Of(Collective::kAllReduce, type, count, op);
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
@@ -393,9 +405,10 @@ absl::Status NodeArena::AllReduceAcross(const void* send, void* recv, size_t cou
   return LocalPhase(signature, send, bytes, recv, bytes, deadline, reduce, across);
 }
 
-absl::Status NodeArena::BroadcastAcross(const void* send, void* recv, size_t count, DataType type,
-                                        int root, bool is_root, absl::Time deadline,
-                                        const AcrossNodes& across) {
+absl::StatusOr<std::string> NodeArena::BroadcastAcross(const void* send, void* recv, size_t count,
+                                                       DataType type, int root, bool is_root,
+                                                       absl::Time deadline,
+                                                       const AcrossNodes& across) {
   const Signature signature =
       Signature::Of(Collective::kBroadcast, type, count, std::nullopt, root);
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
@@ -413,7 +426,8 @@ absl::Status NodeArena::BroadcastAcross(const void* send, void* recv, size_t cou
                     across);
 }
 
-absl::Status NodeArena::BarrierAcross(absl::Time deadline, const AcrossNodes& across) {
+absl::StatusOr<std::string> NodeArena::BarrierAcross(absl::Time deadline,
+                                                     const AcrossNodes& across) {
   Signature signature;
   signature.collective = static_cast<uint32_t>(Collective::kBarrier);
   return LocalPhase(signature, nullptr, 0, nullptr, 0, deadline, nullptr, across);

@@ -95,19 +95,23 @@ class NodeArena {
   // inter-node step through the daemon by calling `across` on a buffer in the arena holding the
   // node's part (in place: the result replaces it), and every local rank copies the result out.
   // A failure of `across` aborts the arena with its reason, so the other local ranks fail with
-  // it. Not counted in counters() (the daemon counts the inter-node step). `across` receives
-  // null for a barrier.
-  using AcrossNodes = std::function<absl::Status(void* buffer)>;
+  // it. Counted in counters() as local_phases only (the daemon counts the operation). `across`
+  // receives null for a barrier, and returns a short note for every local rank (the algorithm that
+  // ran between nodes; up to kNoteBytes - 1 characters kept), which the operations return.
+  using AcrossNodes = std::function<absl::StatusOr<std::string>(void* buffer)>;
+  static constexpr size_t kNoteBytes = 32;
   // all_reduce: `across` gets the reduction of the node's inputs (their sum for kAvg: the
   // inter-node step averages over the world).
-  absl::Status AllReduceAcross(const void* send, void* recv, size_t count, DataType type,
-                               ReduceOp op, absl::Time deadline, const AcrossNodes& across);
+  absl::StatusOr<std::string> AllReduceAcross(const void* send, void* recv, size_t count,
+                                              DataType type, ReduceOp op, absl::Time deadline,
+                                              const AcrossNodes& across);
   // broadcast from global rank `root`, which is this rank when `is_root` (one local rank at most
   // says so; none when the root is on another node): `across` broadcasts the buffer, which holds
   // the root's data when it is on this node.
-  absl::Status BroadcastAcross(const void* send, void* recv, size_t count, DataType type, int root,
-                               bool is_root, absl::Time deadline, const AcrossNodes& across);
-  absl::Status BarrierAcross(absl::Time deadline, const AcrossNodes& across);
+  absl::StatusOr<std::string> BroadcastAcross(const void* send, void* recv, size_t count,
+                                              DataType type, int root, bool is_root,
+                                              absl::Time deadline, const AcrossNodes& across);
+  absl::StatusOr<std::string> BarrierAcross(absl::Time deadline, const AcrossNodes& across);
 
   // A collective this rank runs through the daemon instead (too large for a slot, one the arena
   // does not have, an algorithm asked for) still takes its operation number here, without
@@ -125,11 +129,12 @@ class NodeArena {
   // What rank `rank` has done with one collective, for the daemon's metrics (read without
   // stopping anyone). Kept for the collectives the arena has (those before kCountedKinds).
   struct Counters {
-    uint64_t operations = 0;  // completed
-    uint64_t failed = 0;      // failed after they began (not refused for their size)
-    uint64_t bytes = 0;       // of the completed operations' buffers
-    uint64_t busy_ns = 0;     // in operations, completed or failed
-    uint64_t wait_ns = 0;     // of busy_ns, waiting for peers
+    uint64_t operations = 0;    // completed
+    uint64_t failed = 0;        // failed after they began (not refused for their size)
+    uint64_t bytes = 0;         // of the completed operations' buffers
+    uint64_t busy_ns = 0;       // in operations, completed or failed
+    uint64_t wait_ns = 0;       // of busy_ns, waiting for peers
+    uint64_t local_phases = 0;  // of operations across nodes (AllReduceAcross...), completed
 
     Counters& operator+=(const Counters& other);
   };
@@ -161,10 +166,11 @@ class NodeArena {
   // The local phase of an operation across nodes: one round with `send_bytes` of `send`; then
   // local rank 0 lets `combine` fill its result slot from the inputs, runs `across` on it, and
   // raises `reduced`; the others wait for that. Every rank then copies `result_bytes` to `recv`.
-  absl::Status LocalPhase(const Signature& signature, const void* send, size_t send_bytes,
-                          void* recv, size_t result_bytes, absl::Time deadline,
-                          const std::function<void(uint64_t op, std::byte* buffer)>& combine,
-                          const AcrossNodes& across);
+  absl::StatusOr<std::string> LocalPhase(
+      const Signature& signature, const void* send, size_t send_bytes, void* recv,
+      size_t result_bytes, absl::Time deadline,
+      const std::function<void(uint64_t op, std::byte* buffer)>& combine,
+      const AcrossNodes& across);
   // FailedPrecondition (after aborting) unless every rank's signature of `op` equals this one's.
   absl::Status CheckSignatures(uint64_t op);
   // InvalidArgument unless `blocks` blocks of the signature's count fit a slot.

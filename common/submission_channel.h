@@ -32,7 +32,8 @@ namespace baton::channel {
 inline constexpr uint32_t kMagic = 0x4E435442;  // "BTCN"
 // 2: `peer` in the descriptor, and the per-peer counts of all_to_all_v in the page's tail.
 // 3: stream-ordered operations (device memory): the descriptor's stream fields, `stream_done`.
-inline constexpr uint32_t kVersion = 3;
+// 4: `node_part` in the descriptor.
+inline constexpr uint32_t kVersion = 4;
 
 // Stream-ordered operations (OpDescriptor::stream_value != 0): the rank recorded interprocess
 // event `event_slot` of its event set `event_set` (session_protocol.h kRegisterEvents) on its
@@ -62,6 +63,7 @@ struct OpDescriptor {
   uint64_t event_set = 0;  // stream-ordered: the session's event set
   uint32_t event_slot = 0;
   uint32_t stream_value = 0;  // 0: not stream-ordered
+  uint32_t node_part = 0;     // 1: as the gRPC request's node_part
 };
 
 // Most ranks whose all_to_all_v counts fit the page; larger worlds submit all_to_all_v through

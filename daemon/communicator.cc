@@ -121,10 +121,10 @@ absl::StatusOr<Communicator::Arena> Communicator::OpenArena(int rank, uint64_t s
   const int index = LocalIndex(rank);
   absl::MutexLock lock(&mu_);
   BATON_RETURN_IF_ERROR(CheckAttachedLocked(index, rank, session_id));
-  if (plan_.daemons.size() != 1 || local_ranks_.size() < 2) {
+  if (local_ranks_.size() < 2) {
     return absl::FailedPreconditionError(
         absl::StrCat("communicator ", absl::Hex(plan_.comm_tag),
-                     " has no node arena: it needs two or more ranks, all on one node"));
+                     " has no node arena: it has fewer than two ranks on this node"));
   }
   if (!aborted_.ok()) return aborted_;
   const int ranks = static_cast<int>(local_ranks_.size());
@@ -162,9 +162,20 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
   absl::MutexLock lock(&mu_);
   BATON_RETURN_IF_ERROR(CheckAttachedLocked(index, rank, session_id));
   if (!aborted_.ok()) return aborted_;
-  const uint64_t seq = next_seq_[index]++;
+  const uint64_t seq = next_seq_[index];
+  const bool node_part = request.node_part;
+  if (node_part) {
+    BATON_RETURN_IF_ERROR(CheckNodePartLocked(index, seq, request.spec));
+    // The other local ranks took part in the arena: this is their operation `seq` too.
+    for (uint64_t& next : next_seq_) next = seq + 1;
+  } else {
+    ++next_seq_[index];
+  }
   Slot& slot = slots_[seq];
-  if (slot.parts.empty()) slot.parts.resize(local_ranks_.size());
+  if (slot.parts.empty()) {
+    slot.parts.resize(local_ranks_.size());
+    slot.expected = node_part ? 1 : static_cast<int>(local_ranks_.size());
+  }
   slot.parts[index] = std::move(request);
   slot.deadline = std::min(slot.deadline, deadline);
   ++slot.arrived;
@@ -176,7 +187,7 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return slot.done || !aborted_.ok(); };
   if (!mu_.AwaitWithDeadline(absl::Condition(&finished), deadline)) {
     std::vector<int> missing;
-    for (size_t i = 0; i < slot.parts.size(); ++i) {
+    for (size_t i = 0; i < slot.parts.size() && slot.arrived < slot.expected; ++i) {
       if (!slot.parts[i].has_value()) missing.push_back(local_ranks_[i]);
     }
     const absl::Status timeout = absl::DeadlineExceededError(
@@ -193,7 +204,7 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
                                     : absl::StatusOr<std::string>(slot.result))
                 : absl::StatusOr<std::string>(aborted_);
   if (++slot.collected == slot.arrived && (slot.done || !aborted_.ok()) &&
-      slot.arrived == static_cast<int>(local_ranks_.size())) {
+      slot.arrived == slot.expected) {
     // The executor has taken (or will never take) this slot: the last reader frees it.
     if (slot.done) slots_.erase(seq);
   }
@@ -316,6 +327,7 @@ ArenaCounts Communicator::ArenaCounters() const {
       count.operations = std::max(count.operations, one.operations);
       count.failed = std::max(count.failed, one.failed);
       count.bytes = std::max(count.bytes, one.bytes);
+      count.local_phases = std::max(count.local_phases, one.local_phases);
       busy_ns += one.busy_ns;
       wait_ns += one.wait_ns;
     }
@@ -349,7 +361,33 @@ void Communicator::RunExecutor() {
 bool Communicator::NextIsReady() const {
   if (running_) return false;
   auto it = slots_.find(next_to_run_);
-  return it != slots_.end() && it->second.arrived == static_cast<int>(local_ranks_.size());
+  return it != slots_.end() && it->second.arrived == it->second.expected;
+}
+
+absl::Status Communicator::CheckNodePartLocked(int index, uint64_t seq,
+                                               const collective::OpSpec& spec) const {
+  using collective::Collective;
+  if (spec.collective != Collective::kAllReduce && spec.collective != Collective::kBroadcast &&
+      spec.collective != Collective::kBarrier) {
+    return absl::InvalidArgumentError(absl::StrCat(collective::CollectiveName(spec.collective),
+                                                   " has no local phase in the node arena"));
+  }
+  if (index != 0 || local_ranks_.size() < 2) {
+    return absl::InvalidArgumentError(
+        "only local rank 0 of a node with two or more local ranks submits for the node");
+  }
+  for (size_t i = 0; i < next_seq_.size(); ++i) {
+    if (next_seq_[i] != seq) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "local rank ", local_ranks_[0], " submitted operation ", seq,
+          " for the node while local rank ", local_ranks_[i], " is at operation ", next_seq_[i]));
+    }
+  }
+  if (slots_.contains(seq)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("operation ", seq, " was submitted both for the node and by a local rank"));
+  }
+  return absl::OkStatus();
 }
 
 void Communicator::RunNext() {
@@ -357,10 +395,19 @@ void Communicator::RunNext() {
   Slot& slot = slots_[seq];
   std::vector<OpRequest> requests;
   requests.reserve(slot.parts.size());
-  for (auto& part : slot.parts) requests.push_back(*part);
+  for (auto& part : slot.parts) {
+    if (part.has_value()) requests.push_back(*part);
+  }
   std::vector<collective::LocalPart> parts;
-  parts.reserve(requests.size());
+  parts.reserve(slot.parts.size());
   for (const OpRequest& r : requests) parts.push_back({&r.spec, r.send, r.recv});
+  if (requests.front().node_part &&
+      requests.front().spec.collective == collective::Collective::kBroadcast) {
+    // The schedule reads the root's part by its local index: every local index is the node's
+    // buffer, which holds the root's data when the root is here (in place: send is recv).
+    const OpRequest& node = requests.front();
+    parts.assign(local_ranks_.size(), collective::LocalPart{&node.spec, node.recv, node.recv});
+  }
   running_ = true;
 
   mu_.Unlock();

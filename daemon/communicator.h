@@ -47,6 +47,10 @@ struct OpRequest {
   std::byte* recv = nullptr;
   std::vector<std::shared_ptr<void>> pins;
   const collective::DeviceAccess* device = nullptr;
+  // Local rank 0's part of an all_reduce, broadcast or barrier whose local phase the node arena
+  // ran: it stands for every local rank (its buffer holds the node's reduction or the root's
+  // data, in place), and the other local ranks do not submit the operation.
+  bool node_part = false;
 };
 
 // What an operation cost, reported once it completes (successfully or not).
@@ -167,6 +171,7 @@ class Communicator {
  private:
   struct Slot {
     std::vector<std::optional<OpRequest>> parts;  // by local index
+    int expected = 0;  // the parts it runs with: every local rank's, or one node part
     int arrived = 0;
     int collected = 0;
     bool done = false;
@@ -176,6 +181,11 @@ class Communicator {
   };
 
   absl::Status CheckAttachedLocked(int index, int rank, uint64_t session_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // OK when local rank `index` may submit a node part (OpRequest::node_part) of `spec` as
+  // operation `seq`: local rank 0 of two or more, a collective with a local phase, and every
+  // local rank at that operation with nothing submitted for it yet.
+  absl::Status CheckNodePartLocked(int index, uint64_t seq, const collective::OpSpec& spec) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // A send or recv: it runs at once in the caller's thread, outside the collective sequence.
   // A send or receive of device memory, through host memory.

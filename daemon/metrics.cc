@@ -260,6 +260,10 @@ class PrometheusMetrics final : public Metrics {
                              "Time the ranks spent in node arena operations, the mean of the "
                              "local ranks': waiting for peers, and the rest (work).",
                              MetricType::Counter);
+    auto arena_phases = Family("baton_arena_local_phases_total",
+                               "Operations across nodes whose local phase the node's ranks ran "
+                               "in the node arena (the daemon ran the rest, for the node).",
+                               MetricType::Counter);
     const ArenaCounts arena = node.communicators().ArenaTotals();
     for (int kind = 0; kind < collective::NodeArena::kCountedKinds; ++kind) {
       const collective::NodeArena::Counters& count = arena[kind];
@@ -276,6 +280,7 @@ class PrometheusMetrics final : public Metrics {
       AddSample(arena_ops, with("outcome", "ok"), static_cast<double>(count.operations));
       AddSample(arena_ops, with("outcome", "error"), static_cast<double>(count.failed));
       AddSample(arena_bytes, labels, static_cast<double>(count.bytes));
+      AddSample(arena_phases, labels, static_cast<double>(count.local_phases));
       const uint64_t work_ns = count.busy_ns - std::min(count.busy_ns, count.wait_ns);
       AddSample(arena_time, with("phase", "wait"), static_cast<double>(count.wait_ns) * 1e-9);
       AddSample(arena_time, with("phase", "work"), static_cast<double>(work_ns) * 1e-9);
@@ -295,8 +300,8 @@ class PrometheusMetrics final : public Metrics {
                          &seal_failures, &up,          &rtt,         &data_rtt,
                          &bandwidth,     &probes,      &flagged,     &peer_up,
                          &communicators, &ranks,       &channels,    &completed,
-                         &arena_ops,     &arena_bytes, &arena_time,  &refused_total,
-                         &sessions}) {
+                         &arena_ops,     &arena_bytes, &arena_time,  &arena_phases,
+                         &refused_total, &sessions}) {
       families.push_back(std::move(*family));
     }
   }

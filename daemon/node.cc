@@ -433,6 +433,7 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   BATON_RETURN_IF_ERROR(comm->CheckAttached(call.rank, call.session_id));
   OpRequest request;
   request.spec = call.spec;
+  request.node_part = call.node_part;
   collective::OpSpec& spec = request.spec;
   if (spec.collective == collective::Collective::kBarrier) spec.count = 0;
   if (!spec.Rooted()) spec.root = 0;

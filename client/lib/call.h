@@ -28,6 +28,8 @@ struct Call {
   // event slot recorded on it; 0 and 0 otherwise.
   uint32_t stream_value = 0;
   uint32_t event_slot = 0;
+  // Set by the node arena's local phase (local rank 0): the call stands for every local rank.
+  bool node_part = false;
 };
 
 // Builds the calls of one rank (`rank` of `world_size`); see client_core.h for each contract.

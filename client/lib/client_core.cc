@@ -98,12 +98,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Sess
 class CommunicatorImpl final : public Communicator, public GroupMember {
  public:
   CommunicatorImpl(std::shared_ptr<Session> session, uint64_t tag, int world_size, int rank,
-                   int daemon_count, std::unique_ptr<ChannelClient> channel)
+                   int daemon_count, int local_ranks, std::unique_ptr<ChannelClient> channel)
       : session_(std::move(session)),
         tag_(tag),
         world_size_(world_size),
         rank_(rank),
         daemon_count_(daemon_count),
+        local_ranks_(local_ranks),
         calls_(world_size, rank),
         channel_(std::move(channel)) {}
   ~CommunicatorImpl() override { Destroy().IgnoreError(); }
@@ -455,11 +456,23 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     // not order itself with one).
     const bool device_memory = call.stream_value != 0 || IsDeviceMemory(call.send, send_bytes) ||
                                IsDeviceMemory(call.recv, recv_bytes);
+    if (!device_memory) {
+      // A range that starts in a shared buffer must end in it, wherever the call runs.
+      if (send_bytes > 0)
+        BATON_RETURN_IF_ERROR(InBuffer("send", call.send, send_bytes, 1).status());
+      if (recv_bytes > 0)
+        BATON_RETURN_IF_ERROR(InBuffer("recv", call.recv, recv_bytes, 1).status());
+    }
     if (std::optional<absl::Status> in_arena = TryArena(call, options, device_memory)) {
       return *in_arena;
     }
     if (device_memory) return RunOnStream(call, send_bytes, recv_bytes, options);
+    return RunOnHost(call, send_bytes, recv_bytes, options);
+  }
 
+  // Runs a call on host memory through the daemon.
+  absl::Status RunOnHost(Call& call, size_t send_bytes, size_t recv_bytes,
+                         const CallOptions& options) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     // Registered memory is used in place; anything else goes through the staging buffer, which
     // holds the staged input at offset 0 and the staged output after it.
     // A pointer into an Allocate()d buffer must fit in it: the library knows its size, and
@@ -491,14 +504,19 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
         std::memcpy(staging, call.send, send_bytes);
         send_ref = session_->Find(staging, send_bytes);
       }
-      if (recv_staged) recv_ref = session_->Find(staging + recv_at, recv_bytes);
+      if (recv_staged) {
+        recv_ref = session_->Find(staging + recv_at, recv_bytes);
+        // A node's part is in place: its buffer holds the input (a broadcast root's data).
+        if (call.node_part && !stage_in_place) {
+          std::memcpy(staging + recv_at, call.recv, recv_bytes);
+        }
+      }
     }
     // The channel's page holds the counts of all_to_all_v for worlds up to kMaxVectorRanks;
     // larger ones go through gRPC (in order: this rank has one operation in flight at a time).
     const bool on_channel = channel_ != nullptr && wire::FitsChannel(call.spec);
-    absl::StatusOr<std::string> ran = on_channel
-                                          ? RunOnChannel(call.spec, send_ref, recv_ref, options)
-                                          : RunOnGrpc(call.spec, send_ref, recv_ref, options);
+    absl::StatusOr<std::string> ran = on_channel ? RunOnChannel(call, send_ref, recv_ref, options)
+                                                 : RunOnGrpc(call, send_ref, recv_ref, options);
     if (!ran.ok()) {
       // An abort cut the wait short or cancelled the call: say why.
       if (aborted_.load() && (absl::IsCancelled(ran.status()) || absl::IsAborted(ran.status()))) {
@@ -602,15 +620,15 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   }
 
   // The node arena of this communicator (collective/node_arena.h), for a collective: one exists
-  // when every rank is on this node (one daemon, two or more ranks). Opened on the first
-  // collective; null without one, or for a send or recv (outside the collective sequence); an
-  // error when opening it failed otherwise (the call fails rather than go to the daemon while its
-  // peers wait in the arena). Every rank gets the same answer from the daemon, so every rank
-  // uses it or none does.
+  // when two or more of its ranks are on this rank's daemon. Opened on the first collective; null
+  // without one, or for a send or recv (outside the collective sequence); an error when opening
+  // it failed otherwise (the call fails rather than go to the daemon while its peers wait in the
+  // arena). Every local rank gets the same answer from the daemon, so every one uses it or none
+  // does.
   absl::StatusOr<collective::NodeArena*> ArenaOf(const Call& call)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     using collective::Collective;
-    if (daemon_count_ != 1 || world_size_ < 2 || call.spec.collective == Collective::kSend ||
+    if (local_ranks_ < 2 || call.spec.collective == Collective::kSend ||
         call.spec.collective == Collective::kRecv) {
       return nullptr;
     }
@@ -630,6 +648,13 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     }();
     const collective::OpSpec& spec = call.spec;
     if (!enabled || device_memory || spec.algorithm) return false;
+    if (daemon_count_ > 1) {
+      // Across nodes: the collectives with a local phase (NodeArena::AllReduceAcross...).
+      if (spec.collective == Collective::kBarrier) return true;
+      if (spec.collective != Collective::kAllReduce && spec.collective != Collective::kBroadcast) {
+        return false;
+      }
+    }
     size_t blocks = 1;
     switch (spec.collective) {
       case Collective::kBarrier:
@@ -682,10 +707,33 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
 
   absl::Status RunInArena(collective::NodeArena& arena, Call& call, const CallOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const collective::OpSpec& spec = call.spec;
     const absl::Time deadline = absl::Now() + options.timeout;
     absl::Status status;
+    std::string algorithm = "arena";
+    if (daemon_count_ > 1) {
+      absl::StatusOr<std::string> across = RunAcrossNodes(arena, call, options, deadline);
+      status = across.status();
+      if (across.ok()) algorithm = *std::move(across);
+    } else {
+      status = RunOnNode(arena, call, deadline);
+    }
+    if (status.ok()) {
+      last_algorithm_ = std::move(algorithm);
+    } else if (!absl::IsInvalidArgument(status)) {
+      // The arena was aborted (a mismatch, a deadline, the daemon): the communicator failed, as
+      // after a failure through the daemon. A peer waiting in the daemon because its call
+      // differed fails at once with the reason instead of at its deadline.
+      AbortOnDaemon(status.message()).IgnoreError();
+    }
+    return status;
+  }
+
+  // A collective of a communicator whose ranks are all on this node, in the arena.
+  static absl::Status RunOnNode(collective::NodeArena& arena, const Call& call,
+                                absl::Time deadline) {
+    const collective::OpSpec& spec = call.spec;
     using collective::Collective;
+    absl::Status status;
     switch (spec.collective) {
       case Collective::kAllReduce:
         status = arena.AllReduce(call.send, call.recv, spec.count, spec.type, spec.op, deadline);
@@ -708,15 +756,40 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
         status = arena.Barrier(deadline);
         break;
     }
-    if (status.ok()) {
-      last_algorithm_ = "arena";
-    } else if (!absl::IsInvalidArgument(status)) {
-      // The arena was aborted (a mismatch, a deadline, the daemon): the communicator failed, as
-      // after a failure through the daemon. A peer waiting in the daemon because its call
-      // differed fails at once with the reason instead of at its deadline.
-      AbortOnDaemon(status.message()).IgnoreError();
-    }
     return status;
+  }
+
+  // An all_reduce, broadcast or barrier across nodes whose local phase runs in the arena: local
+  // rank 0 runs the inter-node step through the daemon for the node (Call::node_part), on a
+  // buffer in the arena that holds the node's reduction or the root's data. Returns the
+  // algorithm the daemons ran between nodes.
+  absl::StatusOr<std::string> RunAcrossNodes(collective::NodeArena& arena, const Call& call,
+                                             const CallOptions& options, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    using collective::Collective;
+    const collective::OpSpec& spec = call.spec;
+    const size_t bytes = spec.collective == Collective::kBarrier
+                             ? 0
+                             : spec.count * collective::DataTypeSize(spec.type);
+    auto across = [&](void* buffer)
+                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<std::string> {
+      Call node = call;
+      node.node_part = true;
+      node.send = buffer;
+      node.recv = buffer;
+      BATON_RETURN_IF_ERROR(RunOnHost(node, bytes, bytes, options));
+      return last_algorithm_;
+    };
+    switch (spec.collective) {
+      case Collective::kAllReduce:
+        return arena.AllReduceAcross(call.send, call.recv, spec.count, spec.type, spec.op, deadline,
+                                     across);
+      case Collective::kBroadcast:
+        return arena.BroadcastAcross(call.send, call.recv, spec.count, spec.type, spec.root,
+                                     rank_ == spec.root, deadline, across);
+      default:
+        return arena.BarrierAcross(deadline, across);
+    }
   }
 
   // Whether [data, data + bytes) is device memory of this process (false without a device).
@@ -739,7 +812,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     }
     if (channel_ == nullptr || !wire::FitsChannel(call.spec)) {
       // Not stream-ordered here (OnStream requires the channel).
-      absl::StatusOr<std::string> ran = RunOnGrpc(call.spec, send_ref, recv_ref, options);
+      absl::StatusOr<std::string> ran = RunOnGrpc(call, send_ref, recv_ref, options);
       if (!ran.ok()) return ran.status();
       last_algorithm_ = *std::move(ran);
       return absl::OkStatus();
@@ -758,6 +831,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     op.event_set = call.stream_value != 0 ? event_set_ : 0;
     op.event_slot = call.event_slot;
     op.stream_value = call.stream_value;
+    op.node_part = call.node_part ? 1 : 0;
     absl::StatusOr<std::string> ran = channel_->Run(op, options.timeout, *session_, aborted_);
     if (!ran.ok()) {
       if (aborted_.load() && (absl::IsCancelled(ran.status()) || absl::IsAborted(ran.status()))) {
@@ -802,13 +876,14 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     }
   }
 
-  absl::StatusOr<std::string> RunOnChannel(const collective::OpSpec& spec,
+  absl::StatusOr<std::string> RunOnChannel(const Call& call,
                                            const std::optional<v1::BufferRef>& send,
                                            const std::optional<v1::BufferRef>& recv,
                                            const CallOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     channel::OpDescriptor op;
-    BATON_RETURN_IF_ERROR(wire::ToChannel(spec, &op, &channel_->vectors()));
+    BATON_RETURN_IF_ERROR(wire::ToChannel(call.spec, &op, &channel_->vectors()));
+    op.node_part = call.node_part ? 1 : 0;
     if (send) {
       op.send_buffer = send->buffer_id();
       op.send_offset = send->offset();
@@ -821,15 +896,15 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     return channel_->Run(op, options.timeout, *session_, aborted_);
   }
 
-  absl::StatusOr<std::string> RunOnGrpc(const collective::OpSpec& spec,
-                                        const std::optional<v1::BufferRef>& send,
+  absl::StatusOr<std::string> RunOnGrpc(const Call& call, const std::optional<v1::BufferRef>& send,
                                         const std::optional<v1::BufferRef>& recv,
                                         const CallOptions& options) {
     v1::CollectiveRequest request;
     request.set_session_id(session_->id());
     request.set_comm_tag(tag_);
     request.set_rank(rank_);
-    wire::ToProto(spec, &request);
+    wire::ToProto(call.spec, &request);
+    request.set_node_part(call.node_part);
     request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
     if (send) *request.mutable_send() = *send;
     if (recv) *request.mutable_recv() = *recv;
@@ -889,6 +964,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   const int world_size_;
   const int rank_;
   const int daemon_count_;
+  const int local_ranks_;  // this communicator's ranks on this rank's daemon
   const CallBuilder calls_;
   mutable absl::Mutex mu_;
   // Null when the rank submits over gRPC ($BATON_SUBMIT=grpc, or the daemon refused a channel).
@@ -953,8 +1029,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Sess
         ChannelClient::Open(session, response.comm_tag(), rank);
     if (opened.ok()) channel = *std::move(opened);
   }
-  return std::unique_ptr<Communicator>(new CommunicatorImpl(
-      session, response.comm_tag(), world_size, rank, response.daemon_count(), std::move(channel)));
+  return std::unique_ptr<Communicator>(
+      new CommunicatorImpl(session, response.comm_tag(), world_size, rank, response.daemon_count(),
+                           response.local_ranks(), std::move(channel)));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorImpl::Split(int color, int key,

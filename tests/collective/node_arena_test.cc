@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 
 namespace baton::collective {
 namespace {
@@ -303,10 +304,11 @@ TEST(NodeArenaTest, OperationsAcrossNodesRunTheirLocalPhaseHere) {
           ASSERT_TRUE(arena
                           .AllReduceAcross(data.data(), data.data(), count, DataType::kFloat32,
                                            ReduceOp::kSum, deadline,
-                                           [&](void* buffer) {
+                                           [&](void* buffer) -> absl::StatusOr<std::string> {
                                              ++across_calls;
-                                             return leaders.Sum(node, static_cast<float*>(buffer),
-                                                                count);
+                                             BATON_RETURN_IF_ERROR(leaders.Sum(
+                                                 node, static_cast<float*>(buffer), count));
+                                             return "ring";
                                            })
                           .ok());
           for (size_t i = 0; i < count; ++i) {
@@ -322,21 +324,23 @@ TEST(NodeArenaTest, OperationsAcrossNodesRunTheirLocalPhaseHere) {
           ASSERT_TRUE(arena
                           .BroadcastAcross(&value, &value, 1, DataType::kFloat32, root,
                                            rank == root, deadline,
-                                           [&](void* buffer) {
-                                             return leaders.From(node, root_node,
-                                                                 static_cast<float*>(buffer), 1);
+                                           [&](void* buffer) -> absl::StatusOr<std::string> {
+                                             BATON_RETURN_IF_ERROR(leaders.From(
+                                                 node, root_node, static_cast<float*>(buffer), 1));
+                                             return "ring";
                                            })
                           .ok());
           EXPECT_EQ(value, 42.0f + root) << "rank " << rank << " root " << root;
         }
-        ASSERT_TRUE(arena
-                        .BarrierAcross(deadline,
-                                       [&](void* buffer) {
-                                         EXPECT_EQ(buffer, nullptr);
-                                         float none = 0;
-                                         return leaders.Sum(node, &none, 0);
-                                       })
-                        .ok());
+        absl::StatusOr<std::string> note =
+            arena.BarrierAcross(deadline, [&](void* buffer) -> absl::StatusOr<std::string> {
+              EXPECT_EQ(buffer, nullptr);
+              float none = 0;
+              BATON_RETURN_IF_ERROR(leaders.Sum(node, &none, 0));
+              return "a note longer than the thirty-one characters kept";
+            });
+        ASSERT_TRUE(note.ok()) << note.status();
+        EXPECT_EQ(*note, "a note longer than the thirty-o") << "every local rank's, 31 kept";
         EXPECT_EQ(arena.counters(local, Collective::kAllReduce).operations, 0u)
             << "the daemon counts operations across nodes";
       });
@@ -352,9 +356,13 @@ TEST(NodeArenaTest, AFailedInterNodeStepFailsEveryLocalRankAndAveragesAreSums) {
   RunThreads(3, [&](int rank) {
     NodeArena arena = shared.Attach(rank);
     float value = 1;
-    status[rank] = arena.AllReduceAcross(
-        &value, &value, 1, DataType::kFloat32, ReduceOp::kSum, absl::Now() + absl::Seconds(30),
-        [](void*) { return absl::UnavailableError("node-1 went away"); });
+    status[rank] = arena
+                       .AllReduceAcross(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
+                                        absl::Now() + absl::Seconds(30),
+                                        [](void*) -> absl::StatusOr<std::string> {
+                                          return absl::UnavailableError("node-1 went away");
+                                        })
+                       .status();
   });
   for (int r = 0; r < 3; ++r) {
     EXPECT_TRUE(absl::IsUnavailable(status[r])) << r << ": " << status[r];
@@ -367,9 +375,9 @@ TEST(NodeArenaTest, AFailedInterNodeStepFailsEveryLocalRankAndAveragesAreSums) {
     EXPECT_TRUE(arena
                     .AllReduceAcross(&value, &value, 1, DataType::kFloat32, ReduceOp::kAvg,
                                      absl::Now() + absl::Seconds(30),
-                                     [](void* buffer) {
+                                     [](void* buffer) -> absl::StatusOr<std::string> {
                                        *static_cast<float*>(buffer) /= 4;  // as over 4 ranks
-                                       return absl::OkStatus();
+                                       return "tree";
                                      })
                     .ok());
     EXPECT_EQ(value, 0.75f) << "the node's sum, which the inter-node step averages";

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/lib/client_core.h"
 #include "gtest/gtest.h"
 #include "tests/testing/core_ranks.h"
@@ -116,6 +117,90 @@ TEST_F(ArenaTest, RanksOnTwoNodesGoThroughTheDaemons) {
         EXPECT_EQ(x, 2.0f);
         EXPECT_NE(comm.last_algorithm(), "arena");
       });
+}
+
+// Two ranks on each of two daemons: all_reduce, broadcast and barrier run their local phase in
+// each node's arena and only local rank 0 goes through the daemon, for the node.
+TEST_F(ArenaTest, OperationsAcrossNodesRunTheirLocalPhaseInTheArena) {
+  constexpr int kWorld = 4;
+  auto phases = [](int daemon, const char* op) {
+    return testing::ScrapeMetrics(cluster_->daemons()[daemon].metrics_address)[absl::StrCat(
+        "baton_arena_local_phases_total{local_node=\"node-", daemon, "\",op=\"", op, "\"}")];
+  };
+  const double all_reduce_before[2] = {phases(0, "all_reduce"), phases(1, "all_reduce")};
+  const double broadcast_before = phases(1, "broadcast");
+  const double barrier_before = phases(0, "barrier");
+  RunRanks(
+      kWorld, [](int rank) { return rank / 2; },
+      [](int rank, Communicator& comm, Client&) {
+        for (const size_t count : {size_t{1}, size_t{5000}}) {
+          std::vector<float> data(count);
+          for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>(rank * 100 + i % 13);
+          ASSERT_TRUE(
+              comm.AllReduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum)
+                  .ok());
+          // What the daemons ran between the nodes, on every rank.
+          EXPECT_FALSE(comm.last_algorithm().empty());
+          EXPECT_NE(comm.last_algorithm(), "arena");
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(data[i], static_cast<float>((0 + 100 + 200 + 300) + kWorld * (i % 13))) << i;
+          }
+        }
+        double mean = rank;
+        ASSERT_TRUE(comm.AllReduce(&mean, &mean, 1, DataType::kFloat64, ReduceOp::kAvg).ok());
+        EXPECT_EQ(mean, 1.5);
+        int32_t most = rank * 7;
+        ASSERT_TRUE(comm.AllReduce(&most, &most, 1, DataType::kInt32, ReduceOp::kMax).ok());
+        EXPECT_EQ(most, 21);
+        for (int root = 0; root < kWorld; ++root) {
+          std::vector<int64_t> value(3, rank == root ? 1000 + root : -1);
+          ASSERT_TRUE(
+              comm.Broadcast(value.data(), value.data(), value.size(), DataType::kInt64, root)
+                  .ok());
+          EXPECT_EQ(value, std::vector<int64_t>(3, 1000 + root)) << "root " << root;
+        }
+        ASSERT_TRUE(comm.Barrier().ok());
+        // Other collectives and large calls go through the daemon, in order with the rest.
+        std::vector<int32_t> gathered(kWorld, -1);
+        ASSERT_TRUE(comm.AllGather(&rank, gathered.data(), 1, DataType::kInt32).ok());
+        EXPECT_EQ(gathered, (std::vector<int32_t>{0, 1, 2, 3}));
+        std::vector<float> big(100 * 1024, 1.0f);
+        ASSERT_TRUE(
+            comm.AllReduce(big.data(), big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum)
+                .ok());
+        EXPECT_EQ(big.back(), 4.0f);
+        float one = 1;
+        ASSERT_TRUE(comm.AllReduce(&one, &one, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+        EXPECT_EQ(one, 4.0f);
+      });
+  // Each node ran the local phase of 5 small all_reduces, 4 broadcasts and the barrier (not the
+  // all_gather, nor the all_reduce larger than a slot).
+  for (int daemon = 0; daemon < 2; ++daemon) {
+    EXPECT_EQ(phases(daemon, "all_reduce") - all_reduce_before[daemon], 5) << daemon;
+  }
+  EXPECT_EQ(phases(1, "broadcast") - broadcast_before, 4);
+  EXPECT_EQ(phases(0, "barrier") - barrier_before, 1);
+}
+
+// Nodes whose calls differ: each node's ranks agree, so the arenas pass them, and the daemons'
+// signature check between nodes fails the inter-node step; every rank fails with it at once.
+TEST_F(ArenaTest, CallsThatDifferBetweenNodesFailEveryRank) {
+  std::vector<absl::Status> status(4);
+  std::vector<absl::Duration> took(4);
+  RunRanks(
+      4, [](int rank) { return rank / 2; },
+      [&](int rank, Communicator& comm, Client&) {
+        float data[3] = {1, 2, 3};
+        const absl::Time start = absl::Now();
+        status[rank] = comm.AllReduce(data, data, rank < 2 ? 2 : 3, DataType::kFloat32,
+                                      ReduceOp::kSum, CallOptions(absl::Seconds(60)));
+        took[rank] = absl::Now() - start;
+      });
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(status[rank])) << rank << ": " << status[rank];
+    EXPECT_NE(status[rank].message().find("count 3"), std::string::npos) << status[rank];
+    EXPECT_LT(took[rank], absl::Seconds(10)) << rank << ": well before the 60 s deadline";
+  }
 }
 
 TEST_F(ArenaTest, DifferentCallsFailEveryRank) {
