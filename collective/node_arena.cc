@@ -20,9 +20,9 @@ namespace baton::collective {
 namespace {
 
 constexpr uint64_t kMagic = 0x616e6572616e7462ULL;  // "btnarena" read little-endian
-constexpr uint32_t kVersion = 2;                    // 2: counters by collective
+constexpr uint32_t kVersion = 3;                    // 2: counters by collective; 3: routes agreed
 constexpr size_t kAlign = 64;
-constexpr size_t kReasonBytes = 240;
+constexpr size_t kReasonBytes = 512;
 // How long a waiter looks (yielding its core between looks) before it blocks on the bell, unless
 // $BATON_ARENA_SPIN_US says otherwise (docs/node-arena.md).
 constexpr absl::Duration kDefaultSpin = absl::Microseconds(20);
@@ -54,7 +54,7 @@ struct NodeArena::Signature {
   int32_t root = 0;
   uint64_t count = 0;
   uint32_t through_daemon = 0;  // 1: the rank ran it through the daemon (RecordDaemonCall)
-  uint32_t padding = 0;
+  uint32_t agreeing = 0;        // 1: the round that agrees where it runs (AgreeOnRoute)
 
   friend bool operator==(const Signature&, const Signature&) = default;
 
@@ -77,7 +77,8 @@ struct NodeArena::Signature {
     spec.op = static_cast<ReduceOp>(op);
     spec.root = root;
     spec.count = count;
-    return absl::StrCat(spec.Describe(), through_daemon != 0 ? " through the daemon" : "");
+    return absl::StrCat(spec.Describe(), through_daemon != 0 ? " through the daemon" : "",
+                        agreeing != 0 ? " (agreeing on its route)" : "");
   }
 };
 
@@ -127,6 +128,7 @@ struct NodeArena::RankBlock {
   Signature signatures[2];                           // of operations with odd and even numbers
   std::atomic<uint64_t> rooted{0};  // the last operation across nodes whose root this rank is
   char notes[2][kNoteBytes] = {};   // rank 0's: what `across` returned, by operation parity
+  std::atomic<uint32_t> in_arena[2] = {};  // rank 0's AgreeOnRoute answers, by operation parity
   // The rank's counters by collective; written by the rank only, read by anyone.
   struct Tally {
     std::atomic<uint64_t> operations{0};
@@ -441,46 +443,77 @@ absl::Status NodeArena::RecordDaemonCall(const OpSpec& spec) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> NodeArena::AgreeOnRoute(const OpSpec& spec, bool in_arena,
+                                             absl::Time deadline) {
+  Signature signature = Signature::Of(spec.collective, spec.type, spec.count, spec.op, spec.root);
+  signature.agreeing = 1;
+  // Rank 0's answer, published by the `arrived` that OneRound raises.
+  if (rank_ == 0) block(0).in_arena[(next_op_ + 1) % 2].store(in_arena ? 1 : 0);
+  uint64_t n = 0;
+  absl::Duration waited;
+  BATON_RETURN_IF_ERROR(OneRound(signature, nullptr, 0, deadline, n, waited));
+  return block(0).in_arena[n % 2].load() != 0;
+}
+
 absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, DataType type,
                                   ReduceOp op, absl::Time deadline) {
   const size_t element = DataTypeSize(type);
   const Signature signature = Signature::Of(Collective::kAllReduce, type, count, op);
-  BATON_RETURN_IF_ERROR(Fits(signature, 1));
+  const size_t chunk = element == 0 ? 0 : slot_bytes_ / element;
+  if (chunk == 0 || count > SIZE_MAX / element) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        signature.Describe(), " cannot run in the arena's ", slot_bytes_, "-byte slots"));
+  }
+  OpTally tally(*this, Collective::kAllReduce);
+  // A slot at a time, each an operation number of its own with the whole call's signature.
+  size_t done = 0;
+  do {
+    const size_t part = std::min(chunk, count - done);
+    BATON_RETURN_IF_ERROR(AllReduceChunk(
+        signature, static_cast<const std::byte*>(send) + done * element,
+        static_cast<std::byte*>(recv) + done * element, part, deadline, tally.waited));
+    done += part;
+  } while (done < count);
+  tally.Done(count * element);
+  return absl::OkStatus();
+}
+
+absl::Status NodeArena::AllReduceChunk(const Signature& signature, const void* send, void* recv,
+                                       size_t count, absl::Time deadline, absl::Duration& waited) {
+  const auto type = static_cast<DataType>(signature.type);
+  const auto op = static_cast<ReduceOp>(signature.op);
+  const size_t element = DataTypeSize(type);
   const size_t bytes = count * element;
   uint64_t n = 0;
-  OpTally tally(*this, Collective::kAllReduce);
-  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, tally.waited));
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
   std::vector<const void*> sources(static_cast<size_t>(ranks_));
   const Kernels& kernels = HostKernels();
   if (bytes <= kWholeReduceBytes || ranks_ == 1) {
     for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n);
     if (bytes > 0) kernels.ReduceMany(type, op, recv, sources, count);
     if (op == ReduceOp::kAvg && count > 0) kernels.Divide(type, recv, count, ranks_);
-  } else {
-    // Rank r reduces elements [first(r), first(r + 1)) into its result slot.
-    auto first = [&](int r) {
-      return count * static_cast<size_t>(r) / static_cast<size_t>(ranks_);
-    };
-    const size_t from = first(rank_);
-    const size_t length = first(rank_ + 1) - from;
-    for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n) + from * element;
-    std::byte* part = result(rank_, n) + from * element;
-    if (length > 0) {
-      kernels.ReduceMany(type, op, part, sources, length);
-      if (op == ReduceOp::kAvg) kernels.Divide(type, part, length, ranks_);
-    }
-    Raise(&RankBlock::reduced, n);
-    const absl::Time started = absl::Now();
-    BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, signature, deadline));
-    tally.waited += absl::Now() - started;
-    for (int r = 0; r < ranks_; ++r) {
-      const size_t at = first(r) * element;
-      const size_t part_bytes = (first(r + 1) - first(r)) * element;
-      if (part_bytes > 0)
-        std::memcpy(static_cast<std::byte*>(recv) + at, result(r, n) + at, part_bytes);
-    }
+    return absl::OkStatus();
   }
-  tally.Done(bytes);
+  // Rank r reduces elements [first(r), first(r + 1)) into its result slot.
+  auto first = [&](int r) { return count * static_cast<size_t>(r) / static_cast<size_t>(ranks_); };
+  const size_t from = first(rank_);
+  const size_t length = first(rank_ + 1) - from;
+  for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n) + from * element;
+  std::byte* part = result(rank_, n) + from * element;
+  if (length > 0) {
+    kernels.ReduceMany(type, op, part, sources, length);
+    if (op == ReduceOp::kAvg) kernels.Divide(type, part, length, ranks_);
+  }
+  Raise(&RankBlock::reduced, n);
+  const absl::Time started = absl::Now();
+  BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, signature, deadline));
+  waited += absl::Now() - started;
+  for (int r = 0; r < ranks_; ++r) {
+    const size_t at = first(r) * element;
+    const size_t part_bytes = (first(r + 1) - first(r)) * element;
+    if (part_bytes > 0)
+      std::memcpy(static_cast<std::byte*>(recv) + at, result(r, n) + at, part_bytes);
+  }
   return absl::OkStatus();
 }
 

@@ -9,9 +9,10 @@
 //   all_reduce, up to kWholeReduceBytes: each rank writes its input and its signature, raises its
 //     `arrived` to k, waits for every peer's, checks the signatures, and reduces all inputs
 //     itself (one round);
-//   all_reduce, larger (up to the slot size): as above, then each rank reduces its 1/L of the
-//     elements into its result slot, raises `reduced`, waits for every peer's and copies every
-//     rank's part out (a reduce-scatter then all-gather in shared memory: two rounds);
+//   all_reduce, larger: as above, then each rank reduces its 1/L of the elements into its result
+//     slot, raises `reduced`, waits for every peer's and copies every rank's part out (a
+//     reduce-scatter then all-gather in shared memory: two rounds), a slot at a time: beyond one
+//     slot each slot's worth is an operation number of its own;
 //   broadcast: the root writes, everyone copies (one round); barrier: one round, no data.
 //
 // A collective a rank runs through the daemon instead still takes its number here
@@ -71,7 +72,8 @@ class NodeArena {
   size_t slot_bytes() const { return slot_bytes_; }
 
   // The operations. Buffers are host memory of count elements of `type` (send may equal recv);
-  // count * size of type must fit a slot (InvalidArgument otherwise, before anything is shared).
+  // count * size of type must fit a slot (InvalidArgument otherwise, before anything is shared),
+  // except for AllReduce, which runs a slot at a time.
   // Errors: FailedPrecondition when ranks called different operations, DeadlineExceeded (after
   // aborting the arena) at `deadline`, or the arena's abort reason.
   absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
@@ -90,6 +92,13 @@ class NodeArena {
   absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                              absl::Time deadline);
   absl::Status Barrier(absl::Time deadline);
+
+  // Where a collective that may run either here or through the daemon runs (an all_reduce too
+  // large for one slot, where the ranks reducing in parallel here race one daemon thread): one
+  // round in which every rank offers `spec` and rank 0's `in_arena` is everyone's answer. Takes
+  // an operation number; the call then runs here (taking its own) or through the daemon (taking
+  // none). FailedPrecondition, as for any operation, when ranks' calls differ.
+  absl::StatusOr<bool> AgreeOnRoute(const OpSpec& spec, bool in_arena, absl::Time deadline);
 
   // Operations that span nodes: the node's local ranks meet here, local rank 0 runs the
   // inter-node step through the daemon by calling `across` on a buffer in the arena holding the
@@ -171,6 +180,10 @@ class NodeArena {
       size_t result_bytes, absl::Time deadline,
       const std::function<void(uint64_t op, std::byte* buffer)>& combine,
       const AcrossNodes& across);
+  // One slot's worth of an all_reduce (count elements at most a slot) of `signature`'s type and
+  // operation.
+  absl::Status AllReduceChunk(const Signature& signature, const void* send, void* recv,
+                              size_t count, absl::Time deadline, absl::Duration& waited);
   // FailedPrecondition (after aborting) unless every rank's signature of `op` equals this one's.
   absl::Status CheckSignatures(uint64_t op);
   // InvalidArgument unless `blocks` blocks of the signature's count fit a slot.

@@ -31,6 +31,7 @@
 #include "client/lib/group.h"
 #include "client/lib/session.h"
 #include "collective/node_arena.h"
+#include "collective/route_tuner.h"
 #include "common/shared_memory.h"
 #include "common/spin.h"
 #include "common/status_macros.h"
@@ -636,29 +637,33 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     return arena_state_ == ArenaState::kOpen ? &*arena_ : nullptr;
   }
 
-  // Whether `call` runs in `arena` rather than through the daemon: a collective the arena has,
-  // on host memory, no algorithm asked for, a size that fits its slots, and $BATON_ARENA not 0.
-  // Ranks whose calls match decide alike; a rank whose call differs records it in the arena
-  // (RecordDaemonCall), so that its peers there fail naming both calls.
-  bool RunsInArena(const collective::NodeArena& arena, const Call& call, bool device_memory) const {
+  // Where `call` runs when its communicator has `arena`: in it (a collective the arena has, on
+  // host memory, no algorithm asked for, a size that fits its slots, and $BATON_ARENA not 0),
+  // through the daemon, or where local rank 0's tuner says (an all_reduce within the node too
+  // large for a slot, which the arena runs a slot at a time: kChosen). Ranks whose calls match
+  // decide alike; a rank whose call differs records it in the arena (RecordDaemonCall), so that
+  // its peers there fail naming both calls.
+  enum class ArenaRoute { kArena, kDaemon, kChosen };
+  ArenaRoute RouteIn(const collective::NodeArena& arena, const Call& call,
+                     bool device_memory) const {
     using collective::Collective;
     static const bool enabled = [] {
       const char* env = std::getenv("BATON_ARENA");
       return env == nullptr || std::string_view(env) != "0";
     }();
     const collective::OpSpec& spec = call.spec;
-    if (!enabled || device_memory || spec.algorithm) return false;
+    if (!enabled || device_memory || spec.algorithm) return ArenaRoute::kDaemon;
     if (daemon_count_ > 1) {
       // Across nodes: the collectives with a local phase (NodeArena::AllReduceAcross...).
-      if (spec.collective == Collective::kBarrier) return true;
+      if (spec.collective == Collective::kBarrier) return ArenaRoute::kArena;
       if (spec.collective != Collective::kAllReduce && spec.collective != Collective::kBroadcast) {
-        return false;
+        return ArenaRoute::kDaemon;
       }
     }
     size_t blocks = 1;
     switch (spec.collective) {
       case Collective::kBarrier:
-        return true;
+        return ArenaRoute::kArena;
       case Collective::kAllReduce:
       case Collective::kBroadcast:
       case Collective::kAllGather:
@@ -668,10 +673,14 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
         blocks = static_cast<size_t>(world_size_);
         break;
       default:
-        return false;
+        return ArenaRoute::kDaemon;
     }
     const size_t element = collective::DataTypeSize(spec.type);
-    return element > 0 && spec.count <= arena.slot_bytes() / element / blocks;
+    if (element > 0 && spec.count <= arena.slot_bytes() / element / blocks) {
+      return ArenaRoute::kArena;
+    }
+    return spec.collective == Collective::kAllReduce && daemon_count_ == 1 ? ArenaRoute::kChosen
+                                                                           : ArenaRoute::kDaemon;
   }
 
   // Looks for the node arena once. The daemon answers FailedPrecondition when it has none for
@@ -699,10 +708,46 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     absl::StatusOr<collective::NodeArena*> arena = ArenaOf(call);
     if (!arena.ok()) return arena.status();
     if (*arena == nullptr) return std::nullopt;
-    if (RunsInArena(**arena, call, device_memory)) return RunInArena(**arena, call, options);
+    switch (RouteIn(**arena, call, device_memory)) {
+      case ArenaRoute::kArena:
+        return RunInArena(**arena, call, options);
+      case ArenaRoute::kChosen:
+        return RunWhereChosen(**arena, call, options);
+      case ArenaRoute::kDaemon:
+        break;
+    }
     absl::Status recorded = (*arena)->RecordDaemonCall(call.spec);
     if (!recorded.ok()) return recorded;
     return std::nullopt;
+  }
+
+  // A call that runs in the arena or through the daemon as local rank 0 says: its tuner's choice
+  // (collective/route_tuner.h) unless $BATON_ARENA_LARGE says "arena" or "daemon". Rank 0
+  // measures the call from the agreement on, on either route, for its tuner.
+  absl::Status RunWhereChosen(collective::NodeArena& arena, Call& call, const CallOptions& options)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    static const std::optional<Route> forced = []() -> std::optional<Route> {
+      const char* env = std::getenv("BATON_ARENA_LARGE");
+      if (env == nullptr) return std::nullopt;
+      if (std::string_view(env) == "arena") return Route::kArena;
+      if (std::string_view(env) == "daemon") return Route::kDaemon;
+      return std::nullopt;  // "auto", or anything else (docs/library.md)
+    }();
+    const size_t bytes = call.spec.count * collective::DataTypeSize(call.spec.type);
+    const Route proposed =
+        arena.rank() != 0 ? Route::kArena : forced.value_or(route_tuner_.Choose(bytes));
+    const absl::Time started = absl::Now();
+    absl::StatusOr<bool> in_arena =
+        arena.AgreeOnRoute(call.spec, proposed == Route::kArena, started + options.timeout);
+    if (!in_arena.ok()) {
+      AbortOnDaemon(in_arena.status().message()).IgnoreError();
+      return in_arena.status();
+    }
+    const Route route = *in_arena ? Route::kArena : Route::kDaemon;
+    absl::Status status = route == Route::kArena ? RunInArena(arena, call, options)
+                                                 : RunOnHost(call, bytes, bytes, options);
+    if (status.ok() && arena.rank() == 0) route_tuner_.Add(bytes, route, absl::Now() - started);
+    return status;
   }
 
   absl::Status RunInArena(collective::NodeArena& arena, Call& call, const CallOptions& options)
@@ -978,6 +1023,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   ArenaState arena_state_ ABSL_GUARDED_BY(mu_) = ArenaState::kUnknown;
   std::shared_ptr<SharedMemory> arena_memory_ ABSL_GUARDED_BY(mu_);
   std::optional<collective::NodeArena> arena_ ABSL_GUARDED_BY(mu_);
+  // Local rank 0's: where the calls that may run either in the arena or through the daemon run.
+  using Route = collective::RouteTuner::Route;
+  collective::RouteTuner route_tuner_ ABSL_GUARDED_BY(mu_);
 
   struct Queued {
     Call call;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "collective/op_spec.h"
 #include "common/status_macros.h"
 
 namespace baton::collective {
@@ -165,6 +166,72 @@ TEST(NodeArenaTest, AverageAndMaxOnBothPaths) {
               .ok());
       for (int32_t v : max) ASSERT_EQ(v, 2);
     }
+  });
+}
+
+// all_reduce beyond one slot runs a slot at a time (each an operation number of its own), with
+// the rest of the sequence in order after it; sizes that end mid-slot and mid-element-share.
+TEST(NodeArenaTest, AllReducesLargerThanASlotRunASlotAtATime) {
+  for (const int ranks : {1, 3, 4}) {
+    SharedArena shared(ranks, kSlot);
+    RunThreads(ranks, [&](int rank) {
+      NodeArena arena = shared.Attach(rank);
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      const size_t slot = kSlot / sizeof(float);
+      for (const size_t count : {slot + 1, 3 * slot, 5 * slot + 7}) {
+        std::vector<float> data(count), out(count, -1);
+        for (size_t i = 0; i < count; ++i) data[i] = Value(rank, i, static_cast<int>(count % 13));
+        const bool in_place = count % 2 == 1;
+        float* recv = in_place ? data.data() : out.data();
+        ASSERT_TRUE(
+            arena.AllReduce(data.data(), recv, count, DataType::kFloat32, ReduceOp::kSum, deadline)
+                .ok());
+        for (size_t i = 0; i < count; ++i) {
+          float sum = 0;
+          for (int r = 0; r < ranks; ++r) sum += Value(r, i, static_cast<int>(count % 13));
+          ASSERT_EQ(recv[i], sum) << "count " << count << " element " << i;
+        }
+        std::vector<double> avg(2 * slot, static_cast<double>(rank));
+        ASSERT_TRUE(arena
+                        .AllReduce(avg.data(), avg.data(), avg.size(), DataType::kFloat64,
+                                   ReduceOp::kAvg, deadline)
+                        .ok());
+        for (double v : avg) ASSERT_EQ(v, (ranks - 1) / 2.0);
+        ASSERT_TRUE(arena.Barrier(deadline).ok());
+      }
+      const NodeArena::Counters counted = arena.counters(rank, Collective::kAllReduce);
+      EXPECT_EQ(counted.operations, 6u) << "one per call, not per slot";
+      EXPECT_EQ(counted.bytes, ((slot + 1) + 3 * slot + (5 * slot + 7)) * sizeof(float) +
+                                   3 * 2 * slot * sizeof(double));
+    });
+  }
+}
+
+// AgreeOnRoute: every rank gets rank 0's answer, whatever it offered; a rank whose call differs
+// fails every rank, as any operation does.
+TEST(NodeArenaTest, RanksAgreeOnRankZerosRoute) {
+  SharedArena shared(3, kSlot);
+  OpSpec spec;
+  spec.collective = Collective::kAllReduce;
+  spec.type = DataType::kFloat32;
+  spec.op = ReduceOp::kSum;
+  spec.count = 1'000'000;
+  RunThreads(3, [&](int rank) {
+    NodeArena arena = shared.Attach(rank);
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    for (const bool zero_says : {true, false, false, true}) {
+      const bool offered = rank == 0 ? zero_says : !zero_says;
+      absl::StatusOr<bool> in_arena = arena.AgreeOnRoute(spec, offered, deadline);
+      ASSERT_TRUE(in_arena.ok()) << in_arena.status();
+      EXPECT_EQ(*in_arena, zero_says);
+    }
+    OpSpec differs = spec;
+    if (rank == 1) differs.count += 1;
+    absl::StatusOr<bool> failed = arena.AgreeOnRoute(differs, true, deadline);
+    EXPECT_TRUE(absl::IsFailedPrecondition(failed.status())) << failed.status();
+    EXPECT_NE(failed.status().message().find("count 1000001) (agreeing on its route)"),
+              std::string::npos)
+        << failed.status();
   });
 }
 
@@ -397,9 +464,9 @@ TEST(NodeArenaTest, AttachChecksTheHeaderAndTheRank) {
       << "three ranks do not fit";
   NodeArena arena = shared.Attach(0);
   std::vector<float> big(4096 / sizeof(float) + 1);
-  EXPECT_TRUE(absl::IsInvalidArgument(arena.AllReduce(big.data(), big.data(), big.size(),
-                                                      DataType::kFloat32, ReduceOp::kSum,
-                                                      absl::InfiniteFuture())));
+  EXPECT_TRUE(absl::IsInvalidArgument(arena.Broadcast(
+      big.data(), big.data(), big.size(), DataType::kFloat32, 0, absl::InfiniteFuture())))
+      << "only all_reduce runs a slot at a time";
   EXPECT_TRUE(absl::IsInvalidArgument(arena.AllReduce(big.data(), big.data(), SIZE_MAX / 2,
                                                       DataType::kFloat32, ReduceOp::kSum,
                                                       absl::InfiniteFuture())))

@@ -1,8 +1,9 @@
 // The node arena through real daemons (on by default; collective/node_arena.h): on one node the
 // small collectives of a communicator run in shared memory without the daemon, with their
 // results, the calls that differ between ranks, and a rank that goes away without destroying the
-// communicator (the daemon aborts the arena, so its peers fail at once); large calls, calls that
-// span daemons and forced algorithms still go through the daemon. Ranks are threads.
+// communicator (the daemon aborts the arena, so its peers fail at once); large all_reduces where
+// local rank 0's tuner says; other large calls, calls that span daemons and forced algorithms
+// still go through the daemon. Ranks are threads.
 
 #include <functional>
 #include <map>
@@ -90,12 +91,9 @@ TEST_F(ArenaTest, SmallCollectivesOnOneNodeRunInTheArena) {
         EXPECT_EQ(comm.last_algorithm(), "arena");
 
         // Larger than a slot, or with an algorithm asked for: through the daemon.
-        std::vector<float> big(100 * 1024, 1.0f);
-        ASSERT_TRUE(
-            comm.AllReduce(big.data(), big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum)
-                .ok());
+        std::vector<int64_t> big(40 * 1024, 1);
+        ASSERT_TRUE(comm.Broadcast(big.data(), big.data(), big.size(), DataType::kInt64, 3).ok());
         EXPECT_EQ(comm.last_algorithm(), "local");
-        EXPECT_EQ(big.back(), 4.0f);
         CallOptions ring;
         ring.algorithm = collective::Algorithm::kRing;
         float one = 1;
@@ -229,17 +227,67 @@ TEST_F(ArenaTest, CallsThatDifferAcrossTheSlotSizeFailAtOnce) {
       [&](int rank, Communicator& comm, Client&) {
         std::vector<float> data(rank == 0 ? 10 : 100 * 1024, 1.0f);
         const absl::Time start = absl::Now();
-        status[rank] = comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
-                                      ReduceOp::kSum, CallOptions(absl::Seconds(60)));
+        status[rank] = comm.Broadcast(data.data(), data.data(), data.size(), DataType::kFloat32, 0,
+                                      CallOptions(absl::Seconds(60)));
         took[rank] = absl::Now() - start;
       });
   const std::string both =
-      "local rank 0 called all_reduce(float32, sum, count 10), local rank 1 called "
-      "all_reduce(float32, sum, count 102400) through the daemon";
+      "local rank 0 called broadcast(float32, count 10, root 0), local rank 1 called "
+      "broadcast(float32, count 102400, root 0) through the daemon";
   EXPECT_TRUE(absl::IsFailedPrecondition(status[0])) << status[0];
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_NE(status[rank].message().find(both), std::string::npos) << rank << ": " << status[rank];
     EXPECT_LT(took[rank], absl::Seconds(10)) << rank << ": well before the 60 s deadline";
+  }
+}
+
+// An all_reduce on one node too large for a slot runs in the arena (the ranks reducing their
+// slices a slot at a time) or through the daemon, as local rank 0's tuner says; until it has
+// measured both, calls alternate, so both routes run here, in order with small calls, with every
+// element checked.
+TEST_F(ArenaTest, LargeAllReducesRunWhereLocalRankZeroChooses) {
+  RunRanks(
+      3, [](int) { return 0; },
+      [](int rank, Communicator& comm, Client&) {
+        std::map<std::string, int> routes;
+        // 300,001 floats: four and a bit 256 KiB slots, in place and not.
+        std::vector<float> data(300'001), out(data.size(), -1);
+        for (int round = 0; round < 6; ++round) {
+          for (size_t i = 0; i < data.size(); ++i) {
+            data[i] = static_cast<float>(rank * 1000 + static_cast<int>(i % 997) + round);
+          }
+          const bool in_place = round % 2 == 0;
+          float* recv = in_place ? data.data() : out.data();
+          ASSERT_TRUE(
+              comm.AllReduce(data.data(), recv, data.size(), DataType::kFloat32, ReduceOp::kSum)
+                  .ok());
+          ++routes[comm.last_algorithm()];
+          for (size_t i = 0; i < data.size(); ++i) {
+            const float expected =
+                static_cast<float>(3000 + 3 * (static_cast<int>(i % 997) + round));
+            ASSERT_EQ(recv[i], expected) << "round " << round << " element " << i;
+          }
+          int64_t small = rank;
+          ASSERT_TRUE(comm.AllReduce(&small, &small, 1, DataType::kInt64, ReduceOp::kMax).ok());
+          ASSERT_EQ(small, 2);
+        }
+        EXPECT_EQ(routes["arena"], 3) << "alternating while both routes are measured";
+        EXPECT_EQ(routes["local"], 3);
+      });
+}
+
+TEST_F(ArenaTest, LargeAllReducesThatDifferFailAtOnce) {
+  std::vector<absl::Status> status(2);
+  RunRanks(
+      2, [](int) { return 0; },
+      [&](int rank, Communicator& comm, Client&) {
+        std::vector<float> data(rank == 0 ? 100'000 : 100'001, 1.0f);
+        status[rank] = comm.AllReduce(data.data(), data.data(), data.size(), DataType::kFloat32,
+                                      ReduceOp::kSum, CallOptions(absl::Seconds(60)));
+      });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(status[rank])) << rank << ": " << status[rank];
+    EXPECT_NE(status[rank].message().find("count 100001"), std::string::npos) << status[rank];
   }
 }
 
