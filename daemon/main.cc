@@ -8,7 +8,7 @@
 #include <iostream>
 
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
+#include "common/lock_checks.h"
 #include "common/logging.h"
 #include "common/options.h"
 #include "common/version.h"
@@ -85,10 +85,8 @@ int main(int argc, char** argv) {
   }
   baton::daemon::RouteGrpcLogsToSpdlog();
 
-  // absl::Mutex's deadlock detector is on in libabsl builds without NDEBUG (Debian's): it keeps a
-  // process-wide lock graph and looks every lock up in it, a few per cent of a small operation's
-  // CPU. The tests keep it; the daemon does not pay for it.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  // Off unless $BATON_DEBUG_LOCKS asks for it (the tests do): common/lock_checks.h.
+  baton::ConfigureLockChecks();
 
   // Block the stop signals in every thread; this one waits for them.
   sigset_t stop_signals;

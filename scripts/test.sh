@@ -17,7 +17,7 @@ bash scripts/format.sh --check
 step "build (warnings are errors)"
 bash scripts/build.sh build
 step "tests"
-(cd build && ctest --output-on-failure --timeout 300 -j 2)
+(cd build && BATON_DEBUG_LOCKS=1 ctest --output-on-failure --timeout 300 -j 2)
 
 step "clang-tidy (.clang-tidy; any finding fails)"
 bash scripts/tidy.sh build
@@ -30,7 +30,7 @@ step "build with AddressSanitizer + UndefinedBehaviorSanitizer"
 # nvcc's minutes are better spent elsewhere (the plain build above compiled the CUDA code).
 bash scripts/build.sh build-asan -DBATON_SANITIZE=address,undefined -DBATON_WITH_CUDA=OFF
 step "tests under ASan + UBSan"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure --timeout 600 -j 2)
+(cd build-asan && BATON_DEBUG_LOCKS=1 ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure --timeout 600 -j 2)
 
 step "build the tests labelled tsan with ThreadSanitizer"
 if [ ! -f build-tsan/build.ninja ]; then

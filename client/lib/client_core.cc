@@ -32,6 +32,7 @@
 #include "client/lib/session.h"
 #include "collective/node_arena.h"
 #include "collective/route_tuner.h"
+#include "common/lock_checks.h"
 #include "common/shared_memory.h"
 #include "common/spin.h"
 #include "common/status_macros.h"
@@ -1187,6 +1188,7 @@ std::string Client::DefaultSocketPath() {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path,
                                                         absl::Duration timeout) {
+  ConfigureLockChecks();
   auto channel = grpc::CreateChannel("unix://" + socket_path, grpc::InsecureChannelCredentials());
   if (!channel->WaitForConnected(absl::ToChronoTime(absl::Now() + timeout))) {
     return absl::UnavailableError(
