@@ -10,6 +10,13 @@ int RouteTuner::Class(size_t bytes) {
   return std::min(bit, kClasses - 1);
 }
 
+int64_t RouteTuner::Cell::Median() const {
+  const auto n = static_cast<size_t>(std::min<int64_t>(samples, kWindow));
+  std::array<int64_t, kWindow> sorted = ns;
+  std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.begin() + n);
+  return sorted[n / 2];
+}
+
 RouteTuner::Route RouteTuner::Choose(size_t bytes) {
   const int c = Class(bytes);
   const int64_t call = calls_[c]++;
@@ -18,7 +25,7 @@ RouteTuner::Route RouteTuner::Choose(size_t bytes) {
   if (arena.samples < kMinSamples || daemon.samples < kMinSamples) {
     return arena.samples <= daemon.samples ? Route::kArena : Route::kDaemon;
   }
-  const Route faster = arena.mean_ns <= daemon.mean_ns ? Route::kArena : Route::kDaemon;
+  const Route faster = arena.Median() <= daemon.Median() ? Route::kArena : Route::kDaemon;
   if (call % kRecheckEvery == kRecheckEvery - 1) {
     return faster == Route::kArena ? Route::kDaemon : Route::kArena;
   }
@@ -27,17 +34,15 @@ RouteTuner::Route RouteTuner::Choose(size_t bytes) {
 
 void RouteTuner::Add(size_t bytes, Route route, absl::Duration took) {
   Cell& cell = cells_[Class(bytes)][static_cast<int>(route)];
-  double ns = std::max(0.0, absl::ToDoubleNanoseconds(took));
-  if (cell.samples > 0) ns = std::min(ns, kOutlierFactor * cell.mean_ns);
+  cell.ns[static_cast<size_t>(cell.samples % kWindow)] =
+      std::max<int64_t>(0, absl::ToInt64Nanoseconds(took));
   ++cell.samples;
-  const double weight = 1.0 / static_cast<double>(std::min(cell.samples, kWindow));
-  cell.mean_ns += (ns - cell.mean_ns) * weight;
 }
 
-std::optional<absl::Duration> RouteTuner::Mean(size_t bytes, Route route) const {
+std::optional<absl::Duration> RouteTuner::Median(size_t bytes, Route route) const {
   const Cell& cell = cells_[Class(bytes)][static_cast<int>(route)];
   if (cell.samples == 0) return std::nullopt;
-  return absl::Nanoseconds(cell.mean_ns);
+  return absl::Nanoseconds(cell.Median());
 }
 
 int64_t RouteTuner::Samples(size_t bytes, Route route) const {

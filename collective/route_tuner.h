@@ -7,12 +7,11 @@
 // ranks share them, so it is measured rather than modelled. Local rank 0 keeps one and its
 // choice is everyone's (NodeArena::AgreeOnRoute), so the other ranks' tuners are never asked.
 //
-// Per size class (bytes in [2^b, 2^(b+1))) and route, a mean of the times measured (the running
-// mean of the first kWindow samples, then an exponential one over about kWindow, so old times
-// fade; one sample counts at most kOutlierFactor times the mean, so a descheduled rank does not
-// swing it). Until both routes have kMinSamples samples in a class, calls alternate between them;
-// then the faster runs, and every kRecheckEvery-th call of the class runs the other, so that a
-// change in load is noticed.
+// Per size class (bytes in [2^b, 2^(b+1))) and route, the median of the last kWindow times
+// measured: a call that a descheduled rank made slow, or the first of a size (new staging memory,
+// first touches), does not swing it, and old times drop out. Until both routes have kMinSamples
+// samples in a class, calls alternate between them; then the faster runs, and every
+// kRecheckEvery-th call of the class runs the other, so that a change in load is noticed.
 
 #include <array>
 #include <cstddef>
@@ -29,21 +28,21 @@ class RouteTuner {
   static constexpr int kClasses = 48;
   static constexpr int64_t kMinSamples = 8;
   static constexpr int64_t kRecheckEvery = 64;
-  static constexpr int64_t kWindow = 32;
-  static constexpr double kOutlierFactor = 4.0;
+  static constexpr int kWindow = 16;
 
   // The route for the next call of `bytes`.
   Route Choose(size_t bytes);
   // A call of `bytes` on `route` took `took`.
   void Add(size_t bytes, Route route, absl::Duration took);
-  // The mean for `bytes` on `route`, once it has a sample.
-  std::optional<absl::Duration> Mean(size_t bytes, Route route) const;
+  // The median of the window for `bytes` on `route`, once it has a sample.
+  std::optional<absl::Duration> Median(size_t bytes, Route route) const;
   int64_t Samples(size_t bytes, Route route) const;
 
  private:
   struct Cell {
-    double mean_ns = 0;
-    int64_t samples = 0;
+    std::array<int64_t, kWindow> ns{};  // the last kWindow samples, oldest overwritten first
+    int64_t samples = 0;                // ever added
+    int64_t Median() const;
   };
   static int Class(size_t bytes);
   std::array<std::array<Cell, 2>, kClasses> cells_{};

@@ -727,16 +727,27 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   // measures the call from the agreement on, on either route, for its tuner.
   absl::Status RunWhereChosen(collective::NodeArena& arena, Call& call, const CallOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    static const std::optional<Route> forced = []() -> std::optional<Route> {
+    static const absl::StatusOr<std::optional<Route>> forced =
+        []() -> absl::StatusOr<std::optional<Route>> {
       const char* env = std::getenv("BATON_ARENA_LARGE");
-      if (env == nullptr) return std::nullopt;
-      if (std::string_view(env) == "arena") return Route::kArena;
-      if (std::string_view(env) == "daemon") return Route::kDaemon;
-      return std::nullopt;  // "auto", or anything else (docs/library.md)
+      const std::string_view value = env == nullptr ? "auto" : env;
+      if (value == "auto" || value.empty()) return std::nullopt;
+      if (value == "arena") return Route::kArena;
+      if (value == "daemon") return Route::kDaemon;
+      return absl::InvalidArgumentError(absl::StrCat("BATON_ARENA_LARGE='", std::string(value),
+                                                     "' is not one of auto, arena, daemon"));
     }();
     const size_t bytes = call.spec.count * collective::DataTypeSize(call.spec.type);
-    const Route proposed =
-        arena.rank() != 0 ? Route::kArena : forced.value_or(route_tuner_.Choose(bytes));
+    Route proposed = Route::kArena;  // only rank 0's counts
+    if (arena.rank() == 0) {
+      if (!forced.ok()) {
+        // Every local rank fails with the reason, at once.
+        arena.Abort(forced.status());
+        AbortOnDaemon(forced.status().message()).IgnoreError();
+        return forced.status();
+      }
+      proposed = forced->has_value() ? **forced : route_tuner_.Choose(bytes);
+    }
     const absl::Time started = absl::Now();
     absl::StatusOr<bool> in_arena =
         arena.AgreeOnRoute(call.spec, proposed == Route::kArena, started + options.timeout);
@@ -745,9 +756,10 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       return in_arena.status();
     }
     const Route route = *in_arena ? Route::kArena : Route::kDaemon;
+    const absl::Time agreed = absl::Now();
     absl::Status status = route == Route::kArena ? RunInArena(arena, call, options)
                                                  : RunOnHost(call, bytes, bytes, options);
-    if (status.ok() && arena.rank() == 0) route_tuner_.Add(bytes, route, absl::Now() - started);
+    if (status.ok() && arena.rank() == 0) route_tuner_.Add(bytes, route, absl::Now() - agreed);
     return status;
   }
 
