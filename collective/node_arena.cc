@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <vector>
 
@@ -129,6 +130,11 @@ struct NodeArena::RankBlock {
   std::atomic<uint64_t> rooted{0};  // the last operation across nodes whose root this rank is
   char notes[2][kNoteBytes] = {};   // rank 0's: what `across` returned, by operation parity
   std::atomic<uint32_t> in_arena[2] = {};  // rank 0's AgreeOnRoute answers, by operation parity
+  // The agreed calls this rank finished (FinishedRoute), by the parity of the agreement's count
+  // (a rank can be one agreement ahead of rank 0, not two): its operation number and when
+  // (steady clock).
+  std::atomic<uint64_t> finished_op[2] = {};
+  std::atomic<int64_t> finished_ns[2] = {};
   // The rank's counters by collective; written by the rank only, read by anyone.
   struct Tally {
     std::atomic<uint64_t> operations{0};
@@ -443,8 +449,19 @@ absl::Status NodeArena::RecordDaemonCall(const OpSpec& spec) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<bool> NodeArena::AgreeOnRoute(const OpSpec& spec, bool in_arena,
-                                             absl::Time deadline) {
+namespace {
+
+// The steady clock every process of the node shares.
+int64_t SteadyNanoseconds() {
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+}
+
+}  // namespace
+
+absl::StatusOr<NodeArena::RouteAgreement> NodeArena::AgreeOnRoute(const OpSpec& spec, bool in_arena,
+                                                                  absl::Time deadline) {
   Signature signature = Signature::Of(spec.collective, spec.type, spec.count, spec.op, spec.root);
   signature.agreeing = 1;
   // Rank 0's answer, published by the `arrived` that OneRound raises.
@@ -452,7 +469,29 @@ absl::StatusOr<bool> NodeArena::AgreeOnRoute(const OpSpec& spec, bool in_arena,
   uint64_t n = 0;
   absl::Duration waited;
   BATON_RETURN_IF_ERROR(OneRound(signature, nullptr, 0, deadline, n, waited));
-  return block(0).in_arena[n % 2].load() != 0;
+  RouteAgreement agreement;
+  agreement.in_arena = block(0).in_arena[n % 2].load() != 0;
+  // Every rank marked the previous agreed call finished before it arrived here, if it did.
+  if (rank_ == 0 && agreed_op_ != 0) {
+    const uint64_t last = agreements_ % 2;
+    int64_t slowest = agreed_ns_;
+    bool all = true;
+    for (int r = 0; r < ranks_ && all; ++r) {
+      all = block(r).finished_op[last].load(std::memory_order_acquire) == agreed_op_;
+      slowest = std::max(slowest, block(r).finished_ns[last].load(std::memory_order_relaxed));
+    }
+    if (all) agreement.last_took = absl::Nanoseconds(slowest - agreed_ns_);
+  }
+  ++agreements_;
+  agreed_op_ = n;
+  agreed_ns_ = SteadyNanoseconds();
+  return agreement;
+}
+
+void NodeArena::FinishedRoute() {
+  RankBlock& mine = block(rank_);
+  mine.finished_ns[agreements_ % 2].store(SteadyNanoseconds(), std::memory_order_relaxed);
+  mine.finished_op[agreements_ % 2].store(agreed_op_, std::memory_order_release);
 }
 
 absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, DataType type,

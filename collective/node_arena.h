@@ -37,6 +37,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -97,8 +98,17 @@ class NodeArena {
   // large for one slot, where the ranks reducing in parallel here race one daemon thread): one
   // round in which every rank offers `spec` and rank 0's `in_arena` is everyone's answer. Takes
   // an operation number; the call then runs here (taking its own) or through the daemon (taking
-  // none). FailedPrecondition, as for any operation, when ranks' calls differ.
-  absl::StatusOr<bool> AgreeOnRoute(const OpSpec& spec, bool in_arena, absl::Time deadline);
+  // none), and every rank calls FinishedRoute when it succeeded. FailedPrecondition, as for any
+  // operation, when ranks' calls differ.
+  struct RouteAgreement {
+    bool in_arena = true;
+    // Rank 0's only: how long the previous agreed call took, from the agreement until the
+    // slowest rank finished it (unset unless every rank finished it).
+    std::optional<absl::Duration> last_took;
+  };
+  absl::StatusOr<RouteAgreement> AgreeOnRoute(const OpSpec& spec, bool in_arena,
+                                              absl::Time deadline);
+  void FinishedRoute();
 
   // Operations that span nodes: the node's local ranks meet here, local rank 0 runs the
   // inter-node step through the daemon by calling `across` on a buffer in the arena holding the
@@ -200,6 +210,11 @@ class NodeArena {
   int ranks_;
   size_t slot_bytes_;
   uint64_t next_op_ = 0;  // this rank's operations so far (the first is 1)
+  // AgreeOnRoute's so far, and the last one's operation number and when it ended here (steady
+  // clock).
+  uint64_t agreements_ = 0;
+  uint64_t agreed_op_ = 0;
+  int64_t agreed_ns_ = 0;
 };
 
 // Aborts the arena in `memory` (`size` bytes) without being one of its ranks (the daemon).

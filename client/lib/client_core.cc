@@ -723,8 +723,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   }
 
   // A call that runs in the arena or through the daemon as local rank 0 says: its tuner's choice
-  // (collective/route_tuner.h) unless $BATON_ARENA_LARGE says "arena" or "daemon". Rank 0
-  // measures the call from the agreement on, on either route, for its tuner.
+  // (collective/route_tuner.h) unless $BATON_ARENA_LARGE says "arena" or "daemon". The tuner
+  // learns each call's time, from the agreement until its slowest rank finished, at the next.
   absl::Status RunWhereChosen(collective::NodeArena& arena, Call& call, const CallOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     static const absl::StatusOr<std::optional<Route>> forced =
@@ -748,18 +748,25 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       }
       proposed = forced->has_value() ? **forced : route_tuner_.Choose(bytes);
     }
-    const absl::Time started = absl::Now();
-    absl::StatusOr<bool> in_arena =
-        arena.AgreeOnRoute(call.spec, proposed == Route::kArena, started + options.timeout);
-    if (!in_arena.ok()) {
-      AbortOnDaemon(in_arena.status().message()).IgnoreError();
-      return in_arena.status();
+    absl::StatusOr<collective::NodeArena::RouteAgreement> agreed =
+        arena.AgreeOnRoute(call.spec, proposed == Route::kArena, absl::Now() + options.timeout);
+    if (!agreed.ok()) {
+      AbortOnDaemon(agreed.status().message()).IgnoreError();
+      return agreed.status();
     }
-    const Route route = *in_arena ? Route::kArena : Route::kDaemon;
-    const absl::Time agreed = absl::Now();
+    // The previous such call, timed to its slowest rank (rank 0 alone would see the daemon's
+    // route finish early: the daemon wakes the ranks one after the other).
+    if (agreed->last_took && last_routed_) {
+      route_tuner_.Add(last_routed_->first, last_routed_->second, *agreed->last_took);
+    }
+    const Route route = agreed->in_arena ? Route::kArena : Route::kDaemon;
     absl::Status status = route == Route::kArena ? RunInArena(arena, call, options)
                                                  : RunOnHost(call, bytes, bytes, options);
-    if (status.ok() && arena.rank() == 0) route_tuner_.Add(bytes, route, absl::Now() - agreed);
+    last_routed_.reset();
+    if (status.ok()) {
+      arena.FinishedRoute();
+      last_routed_.emplace(bytes, route);
+    }
     return status;
   }
 
@@ -1036,9 +1043,11 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   ArenaState arena_state_ ABSL_GUARDED_BY(mu_) = ArenaState::kUnknown;
   std::shared_ptr<SharedMemory> arena_memory_ ABSL_GUARDED_BY(mu_);
   std::optional<collective::NodeArena> arena_ ABSL_GUARDED_BY(mu_);
-  // Local rank 0's: where the calls that may run either in the arena or through the daemon run.
+  // Local rank 0's: where the calls that may run either in the arena or through the daemon run,
+  // and the last such call (its bytes and route) until its time is known.
   using Route = collective::RouteTuner::Route;
   collective::RouteTuner route_tuner_ ABSL_GUARDED_BY(mu_);
+  std::optional<std::pair<size_t, Route>> last_routed_ ABSL_GUARDED_BY(mu_);
 
   struct Queued {
     Call call;

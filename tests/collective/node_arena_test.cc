@@ -207,9 +207,10 @@ TEST(NodeArenaTest, AllReducesLargerThanASlotRunASlotAtATime) {
   }
 }
 
-// AgreeOnRoute: every rank gets rank 0's answer, whatever it offered; a rank whose call differs
-// fails every rank, as any operation does.
-TEST(NodeArenaTest, RanksAgreeOnRankZerosRoute) {
+// AgreeOnRoute: every rank gets rank 0's answer, whatever it offered; rank 0 learns how long the
+// previous agreed call took until its slowest rank finished it (not while one did not); a rank
+// whose call differs fails every rank, as any operation does.
+TEST(NodeArenaTest, RanksAgreeOnRankZerosRouteAndTimeItToTheSlowest) {
   SharedArena shared(3, kSlot);
   OpSpec spec;
   spec.collective = Collective::kAllReduce;
@@ -219,15 +220,29 @@ TEST(NodeArenaTest, RanksAgreeOnRankZerosRoute) {
   RunThreads(3, [&](int rank) {
     NodeArena arena = shared.Attach(rank);
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    int agreed = 0;
     for (const bool zero_says : {true, false, false, true}) {
       const bool offered = rank == 0 ? zero_says : !zero_says;
-      absl::StatusOr<bool> in_arena = arena.AgreeOnRoute(spec, offered, deadline);
-      ASSERT_TRUE(in_arena.ok()) << in_arena.status();
-      EXPECT_EQ(*in_arena, zero_says);
+      absl::StatusOr<NodeArena::RouteAgreement> agreement =
+          arena.AgreeOnRoute(spec, offered, deadline);
+      ASSERT_TRUE(agreement.ok()) << agreement.status();
+      EXPECT_EQ(agreement->in_arena, zero_says);
+      if (rank != 0 || agreed == 0) {
+        EXPECT_FALSE(agreement->last_took.has_value()) << "rank 0's, from the second on";
+      } else if (agreed == 2) {
+        EXPECT_FALSE(agreement->last_took.has_value()) << "rank 2 did not finish the last one";
+      } else {
+        ASSERT_TRUE(agreement->last_took.has_value()) << agreed;
+        EXPECT_GE(*agreement->last_took, absl::Milliseconds(30)) << "rank 1's sleep of 50 ms";
+      }
+      ++agreed;
+      // "The call": rank 1 takes 50 ms; rank 2 fails the second (does not call FinishedRoute).
+      if (rank == 1) absl::SleepFor(absl::Milliseconds(50));
+      if (rank != 2 || agreed != 2) arena.FinishedRoute();
     }
     OpSpec differs = spec;
     if (rank == 1) differs.count += 1;
-    absl::StatusOr<bool> failed = arena.AgreeOnRoute(differs, true, deadline);
+    absl::StatusOr<NodeArena::RouteAgreement> failed = arena.AgreeOnRoute(differs, true, deadline);
     EXPECT_TRUE(absl::IsFailedPrecondition(failed.status())) << failed.status();
     EXPECT_NE(failed.status().message().find("count 1000001) (agreeing on its route)"),
               std::string::npos)
