@@ -565,9 +565,18 @@ absl::Status NodeArena::Fits(const Signature& signature, size_t blocks) const {
 
 absl::Status NodeArena::OneRound(const Signature& signature, const void* send, size_t bytes,
                                  absl::Time deadline, uint64_t& op, absl::Duration& waited) {
+  auto copy = [&](std::byte* slot) {
+    if (send != nullptr && bytes > 0) std::memcpy(slot, send, bytes);
+  };
+  return OneRoundWith(signature, copy, deadline, op, waited);
+}
+
+absl::Status NodeArena::OneRoundWith(const Signature& signature,
+                                     absl::FunctionRef<void(std::byte* slot)> fill,
+                                     absl::Time deadline, uint64_t& op, absl::Duration& waited) {
   if (absl::Status status = aborted(); !status.ok()) return status;
   op = Begin(signature);
-  if (send != nullptr && bytes > 0) std::memcpy(input(rank_, op), send, bytes);
+  fill(input(rank_, op));
   Raise(&RankBlock::arrived, op);
   const absl::Time started = absl::Now();
   BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, op, signature, deadline));
@@ -634,21 +643,40 @@ absl::Status NodeArena::Reduce(const void* send, void* recv, size_t count, DataT
 absl::Status NodeArena::ReduceScatter(const void* send, void* recv, size_t count, DataType type,
                                       ReduceOp op, absl::Time deadline) {
   const Signature signature = Signature::Of(Collective::kReduceScatter, type, count, op);
-  BATON_RETURN_IF_ERROR(Fits(signature, static_cast<size_t>(ranks_)));
-  const size_t block = count * DataTypeSize(type);
-  const size_t bytes = block * static_cast<size_t>(ranks_);
-  uint64_t n = 0;
-  OpTally tally(*this, Collective::kReduceScatter);
-  BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, tally.waited));
-  if (count > 0) {
-    std::vector<const void*> sources(static_cast<size_t>(ranks_));
-    for (int r = 0; r < ranks_; ++r) {
-      sources[r] = input(r, n) + static_cast<size_t>(rank_) * block;
-    }
-    HostKernels().ReduceMany(type, op, recv, sources, count);
-    if (op == ReduceOp::kAvg) HostKernels().Divide(type, recv, count, ranks_);
+  const size_t element = DataTypeSize(type);
+  const auto ranks = static_cast<size_t>(ranks_);
+  const size_t chunk = element == 0 ? 0 : slot_bytes_ / element / ranks;
+  if (chunk == 0 || count > SIZE_MAX / element / ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        signature.Describe(), " cannot run in the arena's ", slot_bytes_, "-byte slots"));
   }
-  tally.Done(bytes);
+  OpTally tally(*this, Collective::kReduceScatter);
+  // Each round takes the same elements of every rank's block: chunk c of block r sits at
+  // r * part in the slot, so that with one chunk the slot holds the whole input as it is.
+  std::vector<const void*> sources(ranks);
+  const auto* input_bytes = static_cast<const std::byte*>(send);
+  size_t done = 0;
+  do {
+    const size_t part = std::min(chunk, count - done);
+    const size_t part_bytes = part * element;
+    auto fill = [&](std::byte* slot) {
+      for (size_t r = 0; r < ranks && part_bytes > 0; ++r) {
+        std::memcpy(slot + r * part_bytes, input_bytes + (r * count + done) * element, part_bytes);
+      }
+    };
+    uint64_t n = 0;
+    BATON_RETURN_IF_ERROR(OneRoundWith(signature, fill, deadline, n, tally.waited));
+    if (part > 0) {
+      for (size_t r = 0; r < ranks; ++r) {
+        sources[r] = input(static_cast<int>(r), n) + static_cast<size_t>(rank_) * part_bytes;
+      }
+      void* out = static_cast<std::byte*>(recv) + done * element;
+      HostKernels().ReduceMany(type, op, out, sources, part);
+      if (op == ReduceOp::kAvg) HostKernels().Divide(type, out, part, ranks_);
+    }
+    done += part;
+  } while (done < count);
+  tally.Done(count * element * ranks);
   return absl::OkStatus();
 }
 

@@ -13,6 +13,8 @@
 //     slot, raises `reduced`, waits for every peer's and copies every rank's part out (a
 //     reduce-scatter then all-gather in shared memory: two rounds), a slot at a time: beyond one
 //     slot each slot's worth is an operation number of its own;
+//   reduce_scatter: each rank writes its input and reduces its own block of everyone's (one
+//     round), beyond a slot the same elements of every block a slot at a time;
 //   broadcast: the root writes, everyone copies (one round); barrier: one round, no data.
 //
 // A collective a rank runs through the daemon instead still takes its number here
@@ -40,6 +42,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -74,7 +77,7 @@ class NodeArena {
 
   // The operations. Buffers are host memory of count elements of `type` (send may equal recv);
   // count * size of type must fit a slot (InvalidArgument otherwise, before anything is shared),
-  // except for AllReduce, which runs a slot at a time.
+  // except for AllReduce and ReduceScatter, which run a slot at a time.
   // Errors: FailedPrecondition when ranks called different operations, DeadlineExceeded (after
   // aborting the arena) at `deadline`, or the arena's abort reason.
   absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
@@ -89,7 +92,8 @@ class NodeArena {
   absl::Status Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                       int root, absl::Time deadline);
   // reduce_scatter: send holds ranks() * count elements; recv (count) = op over every rank's
-  // block `rank()`.
+  // block `rank()`. Beyond a slot (ranks() blocks of count elements), a slot's worth of the same
+  // elements of every block at a time.
   absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                              absl::Time deadline);
   absl::Status Barrier(absl::Time deadline);
@@ -204,6 +208,10 @@ class NodeArena {
   // `op` to the operation's number and adds the wait to `waited`.
   absl::Status OneRound(const Signature& signature, const void* send, size_t bytes,
                         absl::Time deadline, uint64_t& op, absl::Duration& waited);
+  // The same, with `fill` writing this rank's input slot.
+  absl::Status OneRoundWith(const Signature& signature,
+                            absl::FunctionRef<void(std::byte* slot)> fill, absl::Time deadline,
+                            uint64_t& op, absl::Duration& waited);
 
   std::byte* base_;
   int rank_;

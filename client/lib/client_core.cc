@@ -465,7 +465,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       if (recv_bytes > 0)
         BATON_RETURN_IF_ERROR(InBuffer("recv", call.recv, recv_bytes, 1).status());
     }
-    if (std::optional<absl::Status> in_arena = TryArena(call, options, device_memory)) {
+    if (std::optional<absl::Status> in_arena =
+            TryArena(call, send_bytes, recv_bytes, options, device_memory)) {
       return *in_arena;
     }
     if (device_memory) return RunOnStream(call, send_bytes, recv_bytes, options);
@@ -641,7 +642,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   // Where `call` runs when its communicator has `arena`: in it (a collective the arena has, on
   // host memory, no algorithm asked for, a size that fits its slots, and $BATON_ARENA not 0),
   // through the daemon, or where local rank 0's tuner says (an all_reduce within the node too
-  // large for a slot, which the arena runs a slot at a time: kChosen). Ranks whose calls match
+  // large for a slot, or a reduce_scatter, which the arena runs a slot at a time: kChosen). Ranks
+  // whose calls match
   // decide alike; a rank whose call differs records it in the arena (RecordDaemonCall), so that
   // its peers there fail naming both calls.
   enum class ArenaRoute { kArena, kDaemon, kChosen };
@@ -680,8 +682,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     if (element > 0 && spec.count <= arena.slot_bytes() / element / blocks) {
       return ArenaRoute::kArena;
     }
-    return spec.collective == Collective::kAllReduce && daemon_count_ == 1 ? ArenaRoute::kChosen
-                                                                           : ArenaRoute::kDaemon;
+    const bool slot_at_a_time =
+        spec.collective == Collective::kAllReduce || spec.collective == Collective::kReduceScatter;
+    return slot_at_a_time && daemon_count_ == 1 ? ArenaRoute::kChosen : ArenaRoute::kDaemon;
   }
 
   // Looks for the node arena once. The daemon answers FailedPrecondition when it has none for
@@ -704,7 +707,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
 
   // Runs `call` in the node arena, or records it there before it goes through the daemon
   // (RecordDaemonCall). Null when it is to run through the daemon.
-  std::optional<absl::Status> TryArena(Call& call, const CallOptions& options, bool device_memory)
+  std::optional<absl::Status> TryArena(Call& call, size_t send_bytes, size_t recv_bytes,
+                                       const CallOptions& options, bool device_memory)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     absl::StatusOr<collective::NodeArena*> arena = ArenaOf(call);
     if (!arena.ok()) return arena.status();
@@ -713,7 +717,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       case ArenaRoute::kArena:
         return RunInArena(**arena, call, options);
       case ArenaRoute::kChosen:
-        return RunWhereChosen(**arena, call, options);
+        return RunWhereChosen(**arena, call, send_bytes, recv_bytes, options);
       case ArenaRoute::kDaemon:
         break;
     }
@@ -725,7 +729,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   // A call that runs in the arena or through the daemon as local rank 0 says: its tuner's choice
   // (collective/route_tuner.h) unless $BATON_ARENA_LARGE says "arena" or "daemon". The tuner
   // learns each call's time, from the agreement until its slowest rank finished, at the next.
-  absl::Status RunWhereChosen(collective::NodeArena& arena, Call& call, const CallOptions& options)
+  absl::Status RunWhereChosen(collective::NodeArena& arena, Call& call, size_t send_bytes,
+                              size_t recv_bytes, const CallOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     static const absl::StatusOr<std::optional<Route>> forced =
         []() -> absl::StatusOr<std::optional<Route>> {
@@ -737,8 +742,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       return absl::InvalidArgumentError(absl::StrCat("BATON_ARENA_LARGE='", std::string(value),
                                                      "' is not one of auto, arena, daemon"));
     }();
-    const size_t bytes = call.spec.count * collective::DataTypeSize(call.spec.type);
-    Route proposed = Route::kArena;  // only rank 0's counts
+    const collective::Collective collective = call.spec.collective;
+    const size_t bytes = send_bytes;  // each rank's input: what the arena copies in
+    Route proposed = Route::kArena;   // only rank 0's counts
     if (arena.rank() == 0) {
       if (!forced.ok()) {
         // Every local rank fails with the reason, at once.
@@ -746,7 +752,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
         AbortOnDaemon(forced.status().message()).IgnoreError();
         return forced.status();
       }
-      proposed = forced->has_value() ? **forced : route_tuner_.Choose(bytes);
+      proposed = forced->has_value() ? **forced : route_tuners_[collective].Choose(bytes);
     }
     absl::StatusOr<collective::NodeArena::RouteAgreement> agreed =
         arena.AgreeOnRoute(call.spec, proposed == Route::kArena, absl::Now() + options.timeout);
@@ -757,15 +763,16 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     // The previous such call, timed to its slowest rank (rank 0 alone would see the daemon's
     // route finish early: the daemon wakes the ranks one after the other).
     if (agreed->last_took && last_routed_) {
-      route_tuner_.Add(last_routed_->first, last_routed_->second, *agreed->last_took);
+      route_tuners_[last_routed_->collective].Add(last_routed_->bytes, last_routed_->route,
+                                                  *agreed->last_took);
     }
     const Route route = agreed->in_arena ? Route::kArena : Route::kDaemon;
     absl::Status status = route == Route::kArena ? RunInArena(arena, call, options)
-                                                 : RunOnHost(call, bytes, bytes, options);
+                                                 : RunOnHost(call, send_bytes, recv_bytes, options);
     last_routed_.reset();
     if (status.ok()) {
       arena.FinishedRoute();
-      last_routed_.emplace(bytes, route);
+      last_routed_ = Routed{collective, bytes, route};
     }
     return status;
   }
@@ -1044,10 +1051,15 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   std::shared_ptr<SharedMemory> arena_memory_ ABSL_GUARDED_BY(mu_);
   std::optional<collective::NodeArena> arena_ ABSL_GUARDED_BY(mu_);
   // Local rank 0's: where the calls that may run either in the arena or through the daemon run,
-  // and the last such call (its bytes and route) until its time is known.
+  // by collective, and the last such call until its time is known.
   using Route = collective::RouteTuner::Route;
-  collective::RouteTuner route_tuner_ ABSL_GUARDED_BY(mu_);
-  std::optional<std::pair<size_t, Route>> last_routed_ ABSL_GUARDED_BY(mu_);
+  std::map<collective::Collective, collective::RouteTuner> route_tuners_ ABSL_GUARDED_BY(mu_);
+  struct Routed {
+    collective::Collective collective;
+    size_t bytes;
+    Route route;
+  };
+  std::optional<Routed> last_routed_ ABSL_GUARDED_BY(mu_);
 
   struct Queued {
     Call call;

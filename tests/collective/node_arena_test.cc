@@ -207,6 +207,40 @@ TEST(NodeArenaTest, AllReducesLargerThanASlotRunASlotAtATime) {
   }
 }
 
+// reduce_scatter beyond one slot: the same elements of every rank's block a slot at a time.
+TEST(NodeArenaTest, ReduceScattersLargerThanASlotRunASlotAtATime) {
+  for (const int ranks : {1, 3, 4}) {
+    SharedArena shared(ranks, kSlot);
+    RunThreads(ranks, [&](int rank) {
+      NodeArena arena = shared.Attach(rank);
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      const size_t chunk = kSlot / sizeof(int32_t) / static_cast<size_t>(ranks);
+      const auto world = static_cast<size_t>(ranks);
+      for (const size_t count : {chunk + 1, 3 * chunk, 2 * chunk + 5}) {
+        std::vector<int32_t> data(world * count), out(count, -1);
+        for (size_t i = 0; i < data.size(); ++i) {
+          data[i] = static_cast<int32_t>(i % 1009) + rank;
+        }
+        // In place (recv is this rank's block of send) for odd counts.
+        const bool in_place = count % 2 == 1;
+        int32_t* recv = in_place ? data.data() + static_cast<size_t>(rank) * count : out.data();
+        ASSERT_TRUE(
+            arena
+                .ReduceScatter(data.data(), recv, count, DataType::kInt32, ReduceOp::kSum, deadline)
+                .ok());
+        for (size_t i = 0; i < count; ++i) {
+          const size_t at = static_cast<size_t>(rank) * count + i;
+          int32_t sum = 0;
+          for (int r = 0; r < ranks; ++r) sum += static_cast<int32_t>(at % 1009) + r;
+          ASSERT_EQ(recv[i], sum) << "count " << count << " element " << i;
+        }
+        ASSERT_TRUE(arena.Barrier(deadline).ok());
+      }
+      EXPECT_EQ(arena.counters(rank, Collective::kReduceScatter).operations, 3u);
+    });
+  }
+}
+
 // AgreeOnRoute: every rank gets rank 0's answer, whatever it offered; rank 0 learns how long the
 // previous agreed call took until its slowest rank finished it (not while one did not); a rank
 // whose call differs fails every rank, as any operation does.
@@ -486,9 +520,13 @@ TEST(NodeArenaTest, AttachChecksTheHeaderAndTheRank) {
                                                       DataType::kFloat32, ReduceOp::kSum,
                                                       absl::InfiniteFuture())))
       << "a count whose bytes overflow";
-  EXPECT_TRUE(absl::IsInvalidArgument(arena.ReduceScatter(
-      big.data(), big.data(), 600, DataType::kFloat32, ReduceOp::kSum, absl::InfiniteFuture())))
-      << "2 blocks of 2400 bytes do not fit 4096";
+  EXPECT_TRUE(absl::IsInvalidArgument(arena.ReduceScatter(big.data(), big.data(), SIZE_MAX / 4,
+                                                          DataType::kFloat32, ReduceOp::kSum,
+                                                          absl::InfiniteFuture())))
+      << "2 blocks whose bytes overflow";
+  EXPECT_TRUE(absl::IsInvalidArgument(arena.AllGather(big.data(), big.data(), big.size(),
+                                                      DataType::kFloat32, absl::InfiniteFuture())))
+      << "4100 bytes do not fit 4096";
   EXPECT_TRUE(absl::IsInvalidArgument(arena.Reduce(big.data(), big.data(), 1, DataType::kFloat32,
                                                    ReduceOp::kSum, 5, absl::InfiniteFuture())));
   EXPECT_TRUE(arena.aborted().ok()) << "a refused call shares nothing";

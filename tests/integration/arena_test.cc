@@ -276,6 +276,37 @@ TEST_F(ArenaTest, LargeAllReducesRunWhereLocalRankZeroChooses) {
       });
 }
 
+// reduce_scatter too: its own tuner, so its alternation is not the all_reduce's.
+TEST_F(ArenaTest, LargeReduceScattersRunWhereLocalRankZeroChooses) {
+  RunRanks(
+      2, [](int) { return 0; },
+      [](int rank, Communicator& comm, Client&) {
+        std::map<std::string, int> routes;
+        const size_t count = 100'003;  // two blocks of 400 KB: more than a 256 KiB slot
+        std::vector<int64_t> data(2 * count), out(count, -1);
+        for (int round = 0; round < 4; ++round) {
+          for (size_t i = 0; i < data.size(); ++i) {
+            data[i] = static_cast<int64_t>(i) * (rank + 1) + round;
+          }
+          ASSERT_TRUE(
+              comm.ReduceScatter(data.data(), out.data(), count, DataType::kInt64, ReduceOp::kSum)
+                  .ok());
+          ++routes[comm.last_algorithm()];
+          for (size_t i = 0; i < count; ++i) {
+            const auto at = static_cast<int64_t>(rank * count + i);
+            ASSERT_EQ(out[i], at * 3 + 2 * round) << "round " << round << " element " << i;
+          }
+          std::vector<float> big(70'000, 1.0f);  // an all_reduce beyond a slot in between
+          ASSERT_TRUE(
+              comm.AllReduce(big.data(), big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum)
+                  .ok());
+          ASSERT_EQ(big.back(), 2.0f);
+        }
+        EXPECT_EQ(routes["arena"], 2) << "alternating while both routes are measured";
+        EXPECT_EQ(routes["local"], 2);
+      });
+}
+
 TEST_F(ArenaTest, LargeAllReducesThatDifferFailAtOnce) {
   std::vector<absl::Status> status(2);
   RunRanks(
