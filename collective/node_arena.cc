@@ -498,11 +498,7 @@ absl::Status NodeArena::AllReduce(const void* send, void* recv, size_t count, Da
                                   ReduceOp op, absl::Time deadline) {
   const size_t element = DataTypeSize(type);
   const Signature signature = Signature::Of(Collective::kAllReduce, type, count, op);
-  const size_t chunk = element == 0 ? 0 : slot_bytes_ / element;
-  if (chunk == 0 || count > SIZE_MAX / element) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        signature.Describe(), " cannot run in the arena's ", slot_bytes_, "-byte slots"));
-  }
+  BATON_ASSIGN_OR_RETURN(const size_t chunk, SlotChunk(signature, 1));
   OpTally tally(*this, Collective::kAllReduce);
   // A slot at a time, each an operation number of its own with the whole call's signature.
   size_t done = 0;
@@ -554,6 +550,16 @@ absl::Status NodeArena::AllReduceChunk(const Signature& signature, const void* s
       std::memcpy(static_cast<std::byte*>(recv) + at, result(r, n) + at, part_bytes);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> NodeArena::SlotChunk(const Signature& signature, size_t blocks) const {
+  const size_t element = DataTypeSize(static_cast<DataType>(signature.type));
+  const size_t chunk = element == 0 ? 0 : slot_bytes_ / element / blocks;
+  if (chunk == 0 || signature.count > SIZE_MAX / element / blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        signature.Describe(), " cannot run in the arena's ", slot_bytes_, "-byte slots"));
+  }
+  return chunk;
 }
 
 absl::Status NodeArena::Fits(const Signature& signature, size_t blocks) const {
@@ -645,11 +651,7 @@ absl::Status NodeArena::ReduceScatter(const void* send, void* recv, size_t count
   const Signature signature = Signature::Of(Collective::kReduceScatter, type, count, op);
   const size_t element = DataTypeSize(type);
   const auto ranks = static_cast<size_t>(ranks_);
-  const size_t chunk = element == 0 ? 0 : slot_bytes_ / element / ranks;
-  if (chunk == 0 || count > SIZE_MAX / element / ranks) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        signature.Describe(), " cannot run in the arena's ", slot_bytes_, "-byte slots"));
-  }
+  BATON_ASSIGN_OR_RETURN(const size_t chunk, SlotChunk(signature, ranks));
   OpTally tally(*this, Collective::kReduceScatter);
   // Each round takes the same elements of every rank's block: chunk c of block r sits at
   // r * part in the slot, so that with one chunk the slot holds the whole input as it is.

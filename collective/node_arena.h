@@ -98,8 +98,9 @@ class NodeArena {
                              absl::Time deadline);
   absl::Status Barrier(absl::Time deadline);
 
-  // Where a collective that may run either here or through the daemon runs (an all_reduce too
-  // large for one slot, where the ranks reducing in parallel here race one daemon thread): one
+  // Where a collective that may run either here or through the daemon runs (an all_reduce or
+  // reduce_scatter too large for one slot, where the ranks reducing in parallel here race one
+  // daemon thread): one
   // round in which every rank offers `spec` and rank 0's `in_arena` is everyone's answer. Takes
   // an operation number; the call then runs here (taking its own) or through the daemon (taking
   // none), and every rank calls FinishedRoute when it succeeded. FailedPrecondition, as for any
@@ -200,6 +201,10 @@ class NodeArena {
                               size_t count, absl::Time deadline, absl::Duration& waited);
   // FailedPrecondition (after aborting) unless every rank's signature of `op` equals this one's.
   absl::Status CheckSignatures(uint64_t op);
+  // How many elements of each of `blocks` blocks one slot holds, for an operation that runs a
+  // slot at a time; InvalidArgument when not one, or when the signature's count of `blocks`
+  // blocks overflows.
+  absl::StatusOr<size_t> SlotChunk(const Signature& signature, size_t blocks) const;
   // InvalidArgument unless `blocks` blocks of the signature's count fit a slot.
   absl::Status Fits(const Signature& signature, size_t blocks) const;
   // The start of every operation (the caller checked the size with Fits): the abort reason if

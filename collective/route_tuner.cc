@@ -1,14 +1,8 @@
 #include "collective/route_tuner.h"
 
 #include <algorithm>
-#include <bit>
 
 namespace baton::collective {
-
-int RouteTuner::Class(size_t bytes) {
-  const int bit = bytes == 0 ? 0 : static_cast<int>(std::bit_width(bytes)) - 1;
-  return std::min(bit, kClasses - 1);
-}
 
 int64_t RouteTuner::Cell::Median() const {
   const auto n = static_cast<size_t>(std::min<int64_t>(samples, kWindow));
@@ -18,7 +12,7 @@ int64_t RouteTuner::Cell::Median() const {
 }
 
 RouteTuner::Route RouteTuner::Choose(size_t bytes) {
-  const int c = Class(bytes);
+  const int c = SizeClass(bytes);
   const int64_t call = calls_[c]++;
   const Cell& arena = cells_[c][static_cast<int>(Route::kArena)];
   const Cell& daemon = cells_[c][static_cast<int>(Route::kDaemon)];
@@ -33,20 +27,20 @@ RouteTuner::Route RouteTuner::Choose(size_t bytes) {
 }
 
 void RouteTuner::Add(size_t bytes, Route route, absl::Duration took) {
-  Cell& cell = cells_[Class(bytes)][static_cast<int>(route)];
+  Cell& cell = cells_[SizeClass(bytes)][static_cast<int>(route)];
   cell.ns[static_cast<size_t>(cell.samples % kWindow)] =
       std::max<int64_t>(0, absl::ToInt64Nanoseconds(took));
   ++cell.samples;
 }
 
 std::optional<absl::Duration> RouteTuner::Median(size_t bytes, Route route) const {
-  const Cell& cell = cells_[Class(bytes)][static_cast<int>(route)];
+  const Cell& cell = cells_[SizeClass(bytes)][static_cast<int>(route)];
   if (cell.samples == 0) return std::nullopt;
   return absl::Nanoseconds(cell.Median());
 }
 
 int64_t RouteTuner::Samples(size_t bytes, Route route) const {
-  return cells_[Class(bytes)][static_cast<int>(route)].samples;
+  return cells_[SizeClass(bytes)][static_cast<int>(route)].samples;
 }
 
 const char* RouteName(RouteTuner::Route route) {

@@ -7,7 +7,7 @@
 // ranks share them, so it is measured rather than modelled. Local rank 0 keeps one and its
 // choice is everyone's (NodeArena::AgreeOnRoute), so the other ranks' tuners are never asked.
 //
-// Per size class (bytes in [2^b, 2^(b+1))) and route, the median of the last kWindow times
+// Per size class (SizeClass, collective/tuner.h) and route, the median of the last kWindow times
 // measured: a call that a descheduled rank made slow, or the first of a size (new staging memory,
 // first touches), does not swing it, and old times drop out. Until both routes have kMinSamples
 // samples in a class, calls alternate between them; then the faster runs, and every
@@ -19,13 +19,14 @@
 #include <optional>
 
 #include "absl/time/time.h"
+#include "collective/tuner.h"
 
 namespace baton::collective {
 
 class RouteTuner {
  public:
   enum class Route { kArena = 0, kDaemon = 1 };
-  static constexpr int kClasses = 48;
+  static constexpr int kClasses = kSizeClasses;
   static constexpr int64_t kMinSamples = 8;
   static constexpr int64_t kRecheckEvery = 64;
   static constexpr int kWindow = 16;
@@ -44,7 +45,6 @@ class RouteTuner {
     int64_t samples = 0;                // ever added
     int64_t Median() const;
   };
-  static int Class(size_t bytes);
   std::array<std::array<Cell, 2>, kClasses> cells_{};
   std::array<int64_t, kClasses> calls_{};
 };

@@ -132,10 +132,12 @@ Algorithm ChooseByCost(Collective collective, int daemons, size_t bytes, size_t 
   return PredictCosts(collective, daemons, bytes, chunk_bytes, model).front().algorithm;
 }
 
+int SizeClass(size_t bytes) {
+  return std::min(kSizeClasses - 1, std::max(0, static_cast<int>(std::bit_width(bytes)) - 1));
+}
+
 int MeasuredTimes::Cell(size_t bytes, Algorithm algorithm) {
-  const int size_class =
-      std::min(kClasses - 1, std::max(0, static_cast<int>(std::bit_width(bytes)) - 1));
-  return size_class * kAlgorithms + static_cast<int>(algorithm);
+  return SizeClass(bytes) * kAlgorithms + static_cast<int>(algorithm);
 }
 
 void MeasuredTimes::Add(size_t bytes, Algorithm algorithm, absl::Duration took) {

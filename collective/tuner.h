@@ -87,6 +87,11 @@ std::vector<AlgorithmCost> PredictCosts(Collective collective, int daemons, size
 Algorithm ChooseByCost(Collective collective, int daemons, size_t bytes, size_t chunk_bytes,
                        const LinkModel& model);
 
+// The size class of a call of `bytes`: b for bytes in [2^b, 2^(b+1)) (0 for 0 and 1), at most
+// kSizeClasses - 1. What MeasuredTimes and RouteTuner keep their times by.
+inline constexpr int kSizeClasses = 48;
+int SizeClass(size_t bytes);
+
 // What the daemons of one communicator measured: per size class (bytes in [2^b, 2^(b+1))) and
 // algorithm, the sum and number of all_reduce times. Each daemon adds its own measurements as
 // *pending*; at the same operations everywhere the daemons sum their pending counters (an
@@ -94,7 +99,7 @@ Algorithm ChooseByCost(Collective collective, int daemons, size_t bytes, size_t 
 // one a choice reads, is identical on every daemon. Not thread-safe: one operation at a time.
 class MeasuredTimes {
  public:
-  static constexpr int kClasses = 48;
+  static constexpr int kClasses = kSizeClasses;
   static constexpr int kAlgorithms = 5;  // Algorithm's values
   // Fewer agreed samples than this (summed over daemons) and an algorithm counts as unmeasured.
   static constexpr int64_t kMinSamples = 16;

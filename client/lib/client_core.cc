@@ -643,9 +643,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   // host memory, no algorithm asked for, a size that fits its slots, and $BATON_ARENA not 0),
   // through the daemon, or where local rank 0's tuner says (an all_reduce within the node too
   // large for a slot, or a reduce_scatter, which the arena runs a slot at a time: kChosen). Ranks
-  // whose calls match
-  // decide alike; a rank whose call differs records it in the arena (RecordDaemonCall), so that
-  // its peers there fail naming both calls.
+  // whose calls match decide alike; a rank whose call differs records it in the arena
+  // (RecordDaemonCall), so that its peers there fail naming both calls.
   enum class ArenaRoute { kArena, kDaemon, kChosen };
   ArenaRoute RouteIn(const collective::NodeArena& arena, const Call& call,
                      bool device_memory) const {
