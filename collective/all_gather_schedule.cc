@@ -20,7 +20,8 @@ absl::Status AllGatherSchedule(const Schedule& s) {
   // copied.
   std::byte* out = s.parts.front().recv;
   auto place = [&](size_t i) {
-    kernels.Copy(out + static_cast<size_t>(local[i]) * block_bytes, s.parts[i].send, block_bytes);
+    std::byte* at = out + static_cast<size_t>(local[i]) * block_bytes;
+    if (s.parts[i].send != at) kernels.Copy(at, s.parts[i].send, block_bytes);
   };
   absl::Status status;
   if (!layout.BlockRegular() && s.across()) {
@@ -45,7 +46,9 @@ absl::Status AllGatherSchedule(const Schedule& s) {
     }
   }
   if (!status.ok()) return status;
-  for (size_t i = 1; i < s.parts.size(); ++i) kernels.Copy(s.parts[i].recv, out, total_bytes);
+  for (size_t i = 1; i < s.parts.size(); ++i) {
+    if (s.parts[i].recv != out) kernels.Copy(s.parts[i].recv, out, total_bytes);
+  }
   return absl::OkStatus();
 }
 

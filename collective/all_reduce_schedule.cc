@@ -19,6 +19,7 @@ absl::Status AllReduceSchedule(const Schedule& s) {
   std::vector<const void*> sources;
   bool inputs_apart = true;
   for (const LocalPart& part : s.parts) {
+    if (part.send == nullptr) continue;  // a node part's other local ranks
     sources.push_back(part.send);
     inputs_apart = inputs_apart && (part.send == result || Apart(part.send, result, bytes));
   }
@@ -56,7 +57,7 @@ absl::Status AllReduceSchedule(const Schedule& s) {
     ctx.kernels->Divide(spec.type, result, count, layout.world_size);
   }
   for (size_t i = 1; i < s.parts.size() && bytes > 0; ++i) {
-    ctx.kernels->Copy(s.parts[i].recv, result, bytes);
+    if (s.parts[i].recv != result) ctx.kernels->Copy(s.parts[i].recv, result, bytes);
   }
   return absl::OkStatus();
 }

@@ -21,7 +21,7 @@ namespace baton::collective {
 namespace {
 
 constexpr uint64_t kMagic = 0x616e6572616e7462ULL;  // "btnarena" read little-endian
-constexpr uint32_t kVersion = 3;                    // 2: counters by collective; 3: routes agreed
+constexpr uint32_t kVersion = 4;  // 2: counters by collective; 3: routes agreed; 4: comm ranks
 constexpr size_t kAlign = 64;
 constexpr size_t kReasonBytes = 512;
 // How long a waiter looks (yielding its core between looks) before it blocks on the bell, unless
@@ -45,6 +45,20 @@ constexpr absl::Duration kSlice = absl::Milliseconds(50);
 enum AbortState : uint32_t { kLive = 0, kWriting = 1, kAborted = 2 };
 
 size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// An operation's fill of its input slot: `bytes` of `send` unless it is null.
+auto CopyIn(const void* send, size_t bytes) {
+  return [send, bytes](std::byte* slot) {
+    if (send != nullptr && bytes > 0) std::memcpy(slot, send, bytes);
+  };
+}
+
+// A local phase's delivery: `bytes` of the node's result from `from` to `recv` unless it is null.
+auto CopyOut(void* recv, size_t from, size_t bytes) {
+  return [recv, from, bytes](const std::byte* buffer) {
+    if (recv != nullptr && bytes > 0) std::memcpy(recv, buffer + from, bytes);
+  };
+}
 
 }  // namespace
 
@@ -128,7 +142,10 @@ struct NodeArena::RankBlock {
   std::atomic<uint64_t> reduced{0};                  // the last whose part of the result is in
   Signature signatures[2];                           // of operations with odd and even numbers
   std::atomic<uint64_t> rooted{0};  // the last operation across nodes whose root this rank is
-  char notes[2][kNoteBytes] = {};   // rank 0's: what `across` returned, by operation parity
+  // The rank's rank in the communicator, published with its input to an all_gather across nodes
+  // (-1 before).
+  std::atomic<int64_t> comm_rank{-1};
+  char notes[2][kNoteBytes] = {};          // rank 0's: what `across` returned, by operation parity
   std::atomic<uint32_t> in_arena[2] = {};  // rank 0's AgreeOnRoute answers, by operation parity
   // The agreed calls this rank finished (FinishedRoute), by the parity of the agreement's count
   // (a rank can be one agreement ahead of rank 0, not two): its operation number and when
@@ -368,17 +385,18 @@ absl::Status NodeArena::CheckSignatures(uint64_t op) {
 }
 
 absl::StatusOr<std::string> NodeArena::LocalPhase(
-    const Signature& signature, const void* send, size_t send_bytes, void* recv,
-    size_t result_bytes, absl::Time deadline,
-    const std::function<void(uint64_t op, std::byte* buffer)>& combine, const AcrossNodes& across) {
+    const Signature& signature, absl::FunctionRef<void(std::byte* slot)> fill, size_t node_bytes,
+    absl::Time deadline, absl::FunctionRef<absl::Status(uint64_t op, std::byte* buffer)> combine,
+    const AcrossNodes& across, absl::FunctionRef<void(const std::byte* buffer)> deliver) {
   uint64_t n = 0;
   absl::Duration waited;
-  BATON_RETURN_IF_ERROR(OneRound(signature, send, send_bytes, deadline, n, waited));
+  BATON_RETURN_IF_ERROR(OneRoundWith(signature, fill, deadline, n, waited));
   std::byte* buffer = result(0, n);
   char* note = block(0).notes[n % 2];
   if (rank_ == 0) {
-    if (combine) combine(n, buffer);
-    absl::StatusOr<std::string> done = across(result_bytes > 0 ? buffer : nullptr);
+    const absl::Status combined = combine(n, buffer);
+    absl::StatusOr<std::string> done =
+        combined.ok() ? across(node_bytes > 0 ? buffer : nullptr) : combined;
     if (!done.ok()) {
       Abort(done.status());
       return aborted();  // the first reason, if something else aborted the arena meanwhile
@@ -390,10 +408,21 @@ absl::StatusOr<std::string> NodeArena::LocalPhase(
   } else {
     BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, signature, deadline, /*only=*/0));
   }
-  if (recv != nullptr && result_bytes > 0) std::memcpy(recv, buffer, result_bytes);
+  deliver(buffer);
   block(rank_).tallies[static_cast<int>(signature.collective)].local_phases.fetch_add(
       1, std::memory_order_relaxed);
   return std::string(note, strnlen(note, kNoteBytes));
+}
+
+// The node's inputs of `count` elements reduced into `buffer`, summed for an average (the
+// daemons divide by the world).
+void NodeArena::ReduceInputs(uint64_t op, std::byte* buffer, size_t count, DataType type,
+                             ReduceOp reduce) const {
+  if (count == 0) return;
+  std::vector<const void*> sources(static_cast<size_t>(ranks_));
+  for (int r = 0; r < ranks_; ++r) sources[r] = input(r, op);
+  HostKernels().ReduceMany(type, reduce == ReduceOp::kAvg ? ReduceOp::kSum : reduce, buffer,
+                           sources, count);
 }
 
 absl::StatusOr<std::string> NodeArena::AllReduceAcross(const void* send, void* recv, size_t count,
@@ -403,14 +432,29 @@ absl::StatusOr<std::string> NodeArena::AllReduceAcross(const void* send, void* r
   const Signature signature = Signature::Of(Collective::kAllReduce, type, count, op);
   BATON_RETURN_IF_ERROR(Fits(signature, 1));
   const size_t bytes = count * DataTypeSize(type);
-  auto reduce = [&](uint64_t n, std::byte* buffer) {
-    if (count == 0) return;
-    std::vector<const void*> sources(static_cast<size_t>(ranks_));
-    for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n);
-    HostKernels().ReduceMany(type, op == ReduceOp::kAvg ? ReduceOp::kSum : op, buffer, sources,
-                             count);
-  };
-  return LocalPhase(signature, send, bytes, recv, bytes, deadline, reduce, across);
+  return LocalPhase(
+      signature, CopyIn(send, bytes), bytes, deadline,
+      [&](uint64_t n, std::byte* buffer) {
+        ReduceInputs(n, buffer, count, type, op);
+        return absl::OkStatus();
+      },
+      across, CopyOut(recv, 0, bytes));
+}
+
+absl::StatusOr<std::string> NodeArena::ReduceAcross(const void* send, void* recv, size_t count,
+                                                    DataType type, ReduceOp op, int root,
+                                                    bool is_root, absl::Time deadline,
+                                                    const AcrossNodes& across) {
+  const Signature signature = Signature::Of(Collective::kReduce, type, count, op, root);
+  BATON_RETURN_IF_ERROR(Fits(signature, 1));
+  const size_t bytes = count * DataTypeSize(type);
+  return LocalPhase(
+      signature, CopyIn(send, bytes), bytes, deadline,
+      [&](uint64_t n, std::byte* buffer) {
+        ReduceInputs(n, buffer, count, type, op);
+        return absl::OkStatus();
+      },
+      across, CopyOut(is_root ? recv : nullptr, 0, bytes));
 }
 
 absl::StatusOr<std::string> NodeArena::BroadcastAcross(const void* send, void* recv, size_t count,
@@ -429,16 +473,71 @@ absl::StatusOr<std::string> NodeArena::BroadcastAcross(const void* send, void* r
         std::memcpy(buffer, input(r, n), bytes);
       }
     }
+    return absl::OkStatus();
   };
-  return LocalPhase(signature, is_root ? send : nullptr, bytes, recv, bytes, deadline, from_root,
-                    across);
+  return LocalPhase(signature, CopyIn(is_root ? send : nullptr, bytes), bytes, deadline, from_root,
+                    across, CopyOut(recv, 0, bytes));
+}
+
+absl::StatusOr<std::string> NodeArena::AllGatherAcross(const void* send, void* recv, size_t count,
+                                                       DataType type, int comm_rank, int world,
+                                                       absl::Time deadline,
+                                                       const AcrossNodes& across) {
+  const Signature signature = Signature::Of(Collective::kAllGather, type, count);
+  BATON_RETURN_IF_ERROR(CheckCommRank(comm_rank, world));
+  BATON_RETURN_IF_ERROR(Fits(signature, static_cast<size_t>(world)));
+  const size_t bytes = count * DataTypeSize(type);
+  const size_t total = bytes * static_cast<size_t>(world);
+  // Published by OneRound's raise of `arrived`.
+  block(rank_).comm_rank.store(comm_rank, std::memory_order_relaxed);
+  auto place = [&](uint64_t n, std::byte* buffer) -> absl::Status {
+    for (int r = 0; r < ranks_; ++r) {
+      const int64_t at = block(r).comm_rank.load(std::memory_order_relaxed);
+      if (at < 0 || at >= world) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("local rank ", r, " gave rank ", at, " in a communicator of ", world,
+                         " ranks for an all_gather in the node's shared arena"));
+      }
+      if (bytes > 0) std::memcpy(buffer + static_cast<size_t>(at) * bytes, input(r, n), bytes);
+    }
+    return absl::OkStatus();
+  };
+  return LocalPhase(signature, CopyIn(send, bytes), total, deadline, place, across,
+                    CopyOut(recv, 0, total));
+}
+
+absl::StatusOr<std::string> NodeArena::ReduceScatterAcross(const void* send, void* recv,
+                                                           size_t count, DataType type, ReduceOp op,
+                                                           int comm_rank, int world,
+                                                           absl::Time deadline,
+                                                           const AcrossNodes& across) {
+  const Signature signature = Signature::Of(Collective::kReduceScatter, type, count, op);
+  BATON_RETURN_IF_ERROR(CheckCommRank(comm_rank, world));
+  BATON_RETURN_IF_ERROR(Fits(signature, static_cast<size_t>(world)));
+  const size_t bytes = count * DataTypeSize(type);
+  const size_t total = bytes * static_cast<size_t>(world);
+  return LocalPhase(
+      signature, CopyIn(send, total), total, deadline,
+      [&](uint64_t n, std::byte* buffer) {
+        ReduceInputs(n, buffer, count * static_cast<size_t>(world), type, op);
+        return absl::OkStatus();
+      },
+      across, CopyOut(recv, static_cast<size_t>(comm_rank) * bytes, bytes));
 }
 
 absl::StatusOr<std::string> NodeArena::BarrierAcross(absl::Time deadline,
                                                      const AcrossNodes& across) {
   Signature signature;
   signature.collective = static_cast<uint32_t>(Collective::kBarrier);
-  return LocalPhase(signature, nullptr, 0, nullptr, 0, deadline, nullptr, across);
+  return LocalPhase(
+      signature, CopyIn(nullptr, 0), 0, deadline,
+      [](uint64_t, std::byte*) { return absl::OkStatus(); }, across, CopyOut(nullptr, 0, 0));
+}
+
+absl::Status NodeArena::CheckCommRank(int comm_rank, int world) const {
+  if (world >= ranks_ && comm_rank >= 0 && comm_rank < world) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "rank ", comm_rank, " of ", world, " cannot be one of the arena's ", ranks_, " local ranks"));
 }
 
 absl::Status NodeArena::RecordDaemonCall(const OpSpec& spec) {
@@ -571,10 +670,7 @@ absl::Status NodeArena::Fits(const Signature& signature, size_t blocks) const {
 
 absl::Status NodeArena::OneRound(const Signature& signature, const void* send, size_t bytes,
                                  absl::Time deadline, uint64_t& op, absl::Duration& waited) {
-  auto copy = [&](std::byte* slot) {
-    if (send != nullptr && bytes > 0) std::memcpy(slot, send, bytes);
-  };
-  return OneRoundWith(signature, copy, deadline, op, waited);
+  return OneRoundWith(signature, CopyIn(send, bytes), deadline, op, waited);
 }
 
 absl::Status NodeArena::OneRoundWith(const Signature& signature,

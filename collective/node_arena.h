@@ -135,6 +135,24 @@ class NodeArena {
   absl::StatusOr<std::string> BroadcastAcross(const void* send, void* recv, size_t count,
                                               DataType type, int root, bool is_root,
                                               absl::Time deadline, const AcrossNodes& across);
+  // reduce to global rank `root`, which is this rank when `is_root`: `across` gets the reduction
+  // of the node's inputs (their sum for kAvg) and reduces it to the root's node.
+  absl::StatusOr<std::string> ReduceAcross(const void* send, void* recv, size_t count,
+                                           DataType type, ReduceOp op, int root, bool is_root,
+                                           absl::Time deadline, const AcrossNodes& across);
+  // all_gather of `count` elements from each of `world` ranks, this one `comm_rank`: `across` gets
+  // world blocks with each local rank's at its rank and fills in the others; every local rank
+  // copies all of them to recv. world * count elements must fit a slot.
+  absl::StatusOr<std::string> AllGatherAcross(const void* send, void* recv, size_t count,
+                                              DataType type, int comm_rank, int world,
+                                              absl::Time deadline, const AcrossNodes& across);
+  // reduce_scatter of world blocks of `count` elements, this rank `comm_rank`: `across` gets the
+  // reduction of the node's inputs (their sum for kAvg) and leaves each local rank's result in
+  // its block. world * count elements must fit a slot.
+  absl::StatusOr<std::string> ReduceScatterAcross(const void* send, void* recv, size_t count,
+                                                  DataType type, ReduceOp op, int comm_rank,
+                                                  int world, absl::Time deadline,
+                                                  const AcrossNodes& across);
   absl::StatusOr<std::string> BarrierAcross(absl::Time deadline, const AcrossNodes& across);
 
   // A collective this rank runs through the daemon instead (too large for a slot, one the arena
@@ -187,14 +205,22 @@ class NodeArena {
   // `signature`, described only in errors).
   absl::Status AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_t op,
                         const Signature& signature, absl::Time deadline, int only = -1);
-  // The local phase of an operation across nodes: one round with `send_bytes` of `send`; then
-  // local rank 0 lets `combine` fill its result slot from the inputs, runs `across` on it, and
-  // raises `reduced`; the others wait for that. Every rank then copies `result_bytes` to `recv`.
+  // The local phase of an operation across nodes: one round in which `fill` writes this rank's
+  // input slot; then local rank 0 lets `combine` write the node's part (`node_bytes`) into its
+  // result slot from the inputs, runs `across` on it (on null when node_bytes is 0) and raises
+  // `reduced`; the others wait for that. Every rank then lets `deliver` copy its result out of
+  // that slot. An error of `combine` or `across` aborts the arena.
   absl::StatusOr<std::string> LocalPhase(
-      const Signature& signature, const void* send, size_t send_bytes, void* recv,
-      size_t result_bytes, absl::Time deadline,
-      const std::function<void(uint64_t op, std::byte* buffer)>& combine,
-      const AcrossNodes& across);
+      const Signature& signature, absl::FunctionRef<void(std::byte* slot)> fill, size_t node_bytes,
+      absl::Time deadline, absl::FunctionRef<absl::Status(uint64_t op, std::byte* buffer)> combine,
+      const AcrossNodes& across, absl::FunctionRef<void(const std::byte* buffer)> deliver);
+  // Rank 0's combine for the reducing collectives: `count` elements of every rank's input of
+  // operation `op` reduced into `buffer` (summed for kAvg).
+  void ReduceInputs(uint64_t op, std::byte* buffer, size_t count, DataType type,
+                    ReduceOp reduce) const;
+  // InvalidArgument unless `comm_rank` is a rank of a communicator of `world` ranks that has this
+  // arena's ranks.
+  absl::Status CheckCommRank(int comm_rank, int world) const;
   // One slot's worth of an all_reduce (count elements at most a slot) of `signature`'s type and
   // operation.
   absl::Status AllReduceChunk(const Signature& signature, const void* send, void* recv,

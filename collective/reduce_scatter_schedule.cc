@@ -26,10 +26,11 @@ absl::Status ReduceScatterSchedule(const Schedule& s) {
     const size_t length = std::min(slab, block - begin);
     {
       PhaseTimer timer(ReduceSlot(s.ctx));
-      std::vector<const void*> sources(s.parts.size());
+      std::vector<const void*> sources;
       for (size_t r = 0; r < world; ++r) {
-        for (size_t i = 0; i < s.parts.size(); ++i) {
-          sources[i] = s.parts[i].send + (r * block + begin) * element;
+        sources.clear();
+        for (const LocalPart& part : s.parts) {
+          if (part.send != nullptr) sources.push_back(part.send + (r * block + begin) * element);
         }
         kernels.ReduceMany(spec.type, spec.op, scratch.get() + r * length * element, sources,
                            length);

@@ -23,11 +23,14 @@ absl::Status ReduceSchedule(const Schedule& s) {
   if (!at_root && count > 0) {
     scratch = std::make_unique_for_overwrite<std::byte[]>(std::min(slab, count) * element);
   }
-  std::vector<const void*> sources(s.parts.size());
+  std::vector<const void*> sources;
   for (size_t begin = 0, k = 0; begin < count; begin += slab, ++k) {
     const size_t length = std::min(slab, count - begin);
     std::byte* data = at_root ? s.parts[root_local].recv + begin * element : scratch.get();
-    for (size_t i = 0; i < s.parts.size(); ++i) sources[i] = s.parts[i].send + begin * element;
+    sources.clear();
+    for (const LocalPart& part : s.parts) {
+      if (part.send != nullptr) sources.push_back(part.send + begin * element);
+    }
     {
       PhaseTimer timer(ReduceSlot(s.ctx));
       kernels.ReduceMany(spec.type, spec.op, data, sources, length);

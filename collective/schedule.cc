@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace baton::collective {
 
@@ -16,6 +17,62 @@ OpContext Schedule::SlabContext(size_t slab) const {
   OpContext slab_ctx = ctx;
   slab_ctx.first_step = ctx.first_step + (static_cast<uint32_t>(slab) << 16);
   return slab_ctx;
+}
+
+bool HasNodePart(Collective collective) {
+  switch (collective) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+    case Collective::kBarrier:
+      return true;
+    default:
+      return false;
+  }
+}
+
+uint64_t NodePartElements(const OpSpec& spec, int world_size) {
+  switch (spec.collective) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+    case Collective::kReduce:
+      return spec.count;
+    case Collective::kAllGather:
+    case Collective::kReduceScatter:
+      return spec.count * static_cast<uint64_t>(world_size);
+    default:
+      return 0;
+  }
+}
+
+std::vector<LocalPart> NodeParts(const OpSpec& spec, std::byte* buffer, const Layout& layout) {
+  const std::vector<int>& local = layout.local_ranks();
+  const size_t block = spec.count * DataTypeSize(spec.type);
+  std::vector<LocalPart> parts(local.size(), LocalPart{&spec, nullptr, buffer});
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::byte* own = buffer == nullptr ? nullptr : buffer + static_cast<size_t>(local[i]) * block;
+    switch (spec.collective) {
+      case Collective::kBroadcast:
+        parts[i].send = buffer;  // the root's data, whichever local rank it is
+        break;
+      case Collective::kAllGather:
+        parts[i].send = own;
+        break;
+      case Collective::kReduceScatter:
+        parts[i].recv = own;
+        [[fallthrough]];
+      case Collective::kAllReduce:
+      case Collective::kReduce:
+        if (i == 0) parts[i].send = buffer;
+        break;
+      default:
+        parts[i].recv = nullptr;
+        break;
+    }
+  }
+  return parts;
 }
 
 bool Apart(const void* a, const void* b, size_t bytes) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "collective/algorithm.h"
 #include "collective/layout.h"
@@ -20,12 +21,29 @@ namespace baton::collective {
 
 // One local rank's part of an operation: its own call (all_to_all_v counts differ per rank; every
 // other field agrees between ranks) and its buffers, sized as OpSpec::SendElements and
-// RecvElements say. A buffer the operation does not use on this rank may be null.
+// RecvElements say. A buffer the operation does not use on this rank may be null; a reducing
+// collective's part with a null send contributes no input (NodeParts: the node's is in the first).
 struct LocalPart {
   const OpSpec* spec = nullptr;
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
 };
+
+// A node part: one call for all of a node's local ranks, made by local rank 0 once the node's
+// local phase ran in the node arena (collective/node_arena.h, docs/node-arena.md). Its one
+// buffer, input and output in place, holds NodePartElements elements:
+//   all_reduce, reduce: the node's inputs reduced (summed for an average: the schedules divide
+//     by the world); the result replaces them (for reduce only on the root's node);
+//   broadcast: the root's data when the root is on this node; the result replaces it;
+//   all_gather: the world's blocks, each local rank's own at its rank; the others are filled in;
+//   reduce_scatter: the world's blocks, the node's inputs reduced; each local rank's result
+//     replaces its own block;
+//   barrier: none.
+bool HasNodePart(Collective collective);
+uint64_t NodePartElements(const OpSpec& spec, int world_size);
+// The parts, by local index, that the schedules run for a node part in `buffer` (`spec` the
+// node's call; both outlive the parts).
+std::vector<LocalPart> NodeParts(const OpSpec& spec, std::byte* buffer, const Layout& layout);
 
 struct Schedule {
   OpContext ctx;  // the operation's endpoint, tags, deadline, chunk, kernels

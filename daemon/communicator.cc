@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collective/node_arena.h"
+#include "collective/schedule.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
@@ -366,9 +367,7 @@ bool Communicator::NextIsReady() const {
 
 absl::Status Communicator::CheckNodePartLocked(int index, uint64_t seq,
                                                const collective::OpSpec& spec) const {
-  using collective::Collective;
-  if (spec.collective != Collective::kAllReduce && spec.collective != Collective::kBroadcast &&
-      spec.collective != Collective::kBarrier) {
+  if (!collective::HasNodePart(spec.collective)) {
     return absl::InvalidArgumentError(absl::StrCat(collective::CollectiveName(spec.collective),
                                                    " has no local phase in the node arena"));
   }
@@ -399,14 +398,11 @@ void Communicator::RunNext() {
     if (part.has_value()) requests.push_back(*part);
   }
   std::vector<collective::LocalPart> parts;
-  parts.reserve(slot.parts.size());
-  for (const OpRequest& r : requests) parts.push_back({&r.spec, r.send, r.recv});
-  if (requests.front().node_part &&
-      requests.front().spec.collective == collective::Collective::kBroadcast) {
-    // The schedule reads the root's part by its local index: every local index is the node's
-    // buffer, which holds the root's data when the root is here (in place: send is recv).
-    const OpRequest& node = requests.front();
-    parts.assign(local_ranks_.size(), collective::LocalPart{&node.spec, node.recv, node.recv});
+  if (requests.front().node_part) {
+    parts = collective::NodeParts(requests.front().spec, requests.front().recv, runner_.layout());
+  } else {
+    parts.reserve(requests.size());
+    for (const OpRequest& r : requests) parts.push_back({&r.spec, r.send, r.recv});
   }
   running_ = true;
 

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "collective/data_type.h"
+#include "collective/schedule.h"
 #include "common/secure_random.h"
 #include "common/status_macros.h"
 #include "daemon/comm_proof.h"
@@ -461,7 +462,11 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
     }
     return absl::OkStatus();
   };
-  if (const uint64_t send_count = spec.SendElements(world, call.rank); send_count > 0) {
+  // A node part (collective/schedule.h) is one buffer in host memory, input and output in place.
+  const uint64_t send_count = call.node_part ? 0 : spec.SendElements(world, call.rank);
+  const uint64_t recv_count = call.node_part ? collective::NodePartElements(spec, world)
+                                             : spec.RecvElements(world, call.rank);
+  if (send_count > 0) {
     BATON_ASSIGN_OR_RETURN(BufferRegion send,
                            sessions_.Resolve(call.session_id, call.send_buffer, call.send_offset,
                                              send_count * element));
@@ -469,13 +474,20 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
     request.send = send.data;
     BATON_RETURN_IF_ERROR(use(send, spec.send_memory));
   }
-  if (const uint64_t recv_count = spec.RecvElements(world, call.rank); recv_count > 0) {
+  if (recv_count > 0) {
     BATON_ASSIGN_OR_RETURN(BufferRegion recv,
                            sessions_.Resolve(call.session_id, call.recv_buffer, call.recv_offset,
                                              recv_count * element));
     BATON_RETURN_IF_ERROR(CheckElementOffset("recv", call.recv_offset, spec.type));
     request.recv = recv.data;
     BATON_RETURN_IF_ERROR(use(recv, spec.recv_memory));
+  }
+  if (call.node_part) {
+    if (device_ordinal >= 0) {
+      return absl::InvalidArgumentError("a node's part of an operation must be in host memory");
+    }
+    request.send = request.recv;
+    spec.send_memory = spec.recv_memory;
   }
   if (device_ordinal >= 0) {
     BATON_ASSIGN_OR_RETURN(request.device, DeviceAccessFor(device_ordinal));

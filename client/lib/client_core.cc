@@ -32,6 +32,7 @@
 #include "client/lib/session.h"
 #include "collective/node_arena.h"
 #include "collective/route_tuner.h"
+#include "collective/schedule.h"
 #include "common/lock_checks.h"
 #include "common/shared_memory.h"
 #include "common/spin.h"
@@ -655,21 +656,18 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     }();
     const collective::OpSpec& spec = call.spec;
     if (!enabled || device_memory || spec.algorithm) return ArenaRoute::kDaemon;
-    if (daemon_count_ > 1) {
-      // Across nodes: the collectives with a local phase (NodeArena::AllReduceAcross...).
-      if (spec.collective == Collective::kBarrier) return ArenaRoute::kArena;
-      if (spec.collective != Collective::kAllReduce && spec.collective != Collective::kBroadcast) {
-        return ArenaRoute::kDaemon;
-      }
-    }
+    // How many blocks of the call's count one slot must hold.
     size_t blocks = 1;
     switch (spec.collective) {
       case Collective::kBarrier:
         return ArenaRoute::kArena;
       case Collective::kAllReduce:
       case Collective::kBroadcast:
-      case Collective::kAllGather:
       case Collective::kReduce:
+        break;
+      case Collective::kAllGather:
+        // Across nodes local rank 0's slot holds the world's blocks (NodeArena::AllGatherAcross).
+        if (daemon_count_ > 1) blocks = static_cast<size_t>(world_size_);
         break;
       case Collective::kReduceScatter:
         blocks = static_cast<size_t>(world_size_);
@@ -830,25 +828,25 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     return status;
   }
 
-  // An all_reduce, broadcast or barrier across nodes whose local phase runs in the arena: local
-  // rank 0 runs the inter-node step through the daemon for the node (Call::node_part), on a
-  // buffer in the arena that holds the node's reduction or the root's data. Returns the
-  // algorithm the daemons ran between nodes.
+  // A collective across nodes whose local phase runs in the arena: local rank 0 runs the
+  // inter-node step through the daemon for the node (Call::node_part), on a buffer in the arena
+  // that holds the node's part (collective/schedule.h, NodePartElements). Returns the algorithm
+  // the daemons ran between nodes.
   absl::StatusOr<std::string> RunAcrossNodes(collective::NodeArena& arena, const Call& call,
                                              const CallOptions& options, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     using collective::Collective;
     const collective::OpSpec& spec = call.spec;
-    const size_t bytes = spec.collective == Collective::kBarrier
-                             ? 0
-                             : spec.count * collective::DataTypeSize(spec.type);
+    const size_t node_bytes =
+        collective::NodePartElements(spec, world_size_) * collective::DataTypeSize(spec.type);
     auto across = [&](void* buffer)
                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<std::string> {
       Call node = call;
       node.node_part = true;
-      node.send = buffer;
+      node.send = nullptr;  // the daemon reads and writes the one buffer
       node.recv = buffer;
-      BATON_RETURN_IF_ERROR(RunOnHost(node, bytes, bytes, options));
+      node.recv_elements = collective::NodePartElements(spec, world_size_);
+      BATON_RETURN_IF_ERROR(RunOnHost(node, 0, node_bytes, options));
       return last_algorithm_;
     };
     switch (spec.collective) {
@@ -858,6 +856,15 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       case Collective::kBroadcast:
         return arena.BroadcastAcross(call.send, call.recv, spec.count, spec.type, spec.root,
                                      rank_ == spec.root, deadline, across);
+      case Collective::kReduce:
+        return arena.ReduceAcross(call.send, call.recv, spec.count, spec.type, spec.op, spec.root,
+                                  rank_ == spec.root, deadline, across);
+      case Collective::kAllGather:
+        return arena.AllGatherAcross(call.send, call.recv, spec.count, spec.type, rank_,
+                                     world_size_, deadline, across);
+      case Collective::kReduceScatter:
+        return arena.ReduceScatterAcross(call.send, call.recv, spec.count, spec.type, spec.op,
+                                         rank_, world_size_, deadline, across);
       default:
         return arena.BarrierAcross(deadline, across);
     }

@@ -379,6 +379,15 @@ class TwoLeaders {
       if (node != root_node) std::copy(other.begin(), other.end(), buffer);
     });
   }
+  // all_gather: the other node's blocks of `block` elements at `other_ranks`.
+  absl::Status Blocks(int node, float* buffer, size_t count, size_t block,
+                      const std::vector<int>& other_ranks) {
+    return Meet(node, buffer, count, [&](const std::vector<float>& other) {
+      for (const int r : other_ranks) {
+        std::copy_n(other.begin() + static_cast<ptrdiff_t>(r * block), block, buffer + r * block);
+      }
+    });
+  }
 
  private:
   absl::Status Meet(int node, const float* buffer, size_t count,
@@ -464,6 +473,97 @@ TEST(NodeArenaTest, OperationsAcrossNodesRunTheirLocalPhaseHere) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(across_calls.load(), kNodes * 2) << "once per node and call: local rank 0's";
+}
+
+// Ranks 0 and 2 on node 0, 1 and 3 on node 1: each rank's block lands at its rank in the
+// communicator, not at its local index.
+TEST(NodeArenaTest, ReduceAllGatherAndReduceScatterAcrossNodes) {
+  constexpr int kWorld = 4;
+  SharedArena node0(2, kSlot);
+  SharedArena node1(2, kSlot);
+  SharedArena* nodes[2] = {&node0, &node1};
+  TwoLeaders leaders;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      const int node = rank % 2;
+      NodeArena arena = nodes[node]->Attach(rank / 2);
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      auto sum = [&](size_t count) {
+        return [&, count](void* buffer) -> absl::StatusOr<std::string> {
+          BATON_RETURN_IF_ERROR(leaders.Sum(node, static_cast<float*>(buffer), count));
+          return "ring";
+        };
+      };
+      // reduce to rank 3 (node 1, local 1), an average: the node's sum goes across.
+      for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        std::vector<float> data(300), out(300, -1.0f);
+        for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(rank + i);
+        absl::StatusOr<std::string> note =
+            arena.ReduceAcross(data.data(), out.data(), data.size(), DataType::kFloat32, op, 3,
+                               rank == 3, deadline, sum(data.size()));
+        ASSERT_TRUE(note.ok()) << note.status();
+        EXPECT_EQ(*note, "ring");
+        for (size_t i = 0; i < out.size(); ++i) {
+          const float node_sum = static_cast<float>(6 + 4 * i);  // the leaders do not divide
+          ASSERT_EQ(out[i], rank == 3 ? node_sum : -1.0f) << "rank " << rank << " element " << i;
+        }
+      }
+      // all_gather of 5 elements, in place on odd ranks.
+      constexpr size_t kBlock = 5;
+      std::vector<float> gathered(kWorld * kBlock, -1.0f);
+      std::vector<float> mine(kBlock);
+      for (size_t i = 0; i < kBlock; ++i) mine[i] = static_cast<float>(rank * 100 + i);
+      const float* send = mine.data();
+      if (rank % 2 == 1) {
+        std::copy(mine.begin(), mine.end(), gathered.begin() + rank * kBlock);
+        send = gathered.data() + rank * kBlock;
+      }
+      const std::vector<int> other_ranks =
+          node == 0 ? std::vector<int>{1, 3} : std::vector<int>{0, 2};
+      ASSERT_TRUE(arena
+                      .AllGatherAcross(send, gathered.data(), kBlock, DataType::kFloat32, rank,
+                                       kWorld, deadline,
+                                       [&](void* buffer) -> absl::StatusOr<std::string> {
+                                         BATON_RETURN_IF_ERROR(
+                                             leaders.Blocks(node, static_cast<float*>(buffer),
+                                                            kWorld * kBlock, kBlock, other_ranks));
+                                         return "ring";
+                                       })
+                      .ok());
+      for (int r = 0; r < kWorld; ++r) {
+        for (size_t i = 0; i < kBlock; ++i) {
+          ASSERT_EQ(gathered[r * kBlock + i], static_cast<float>(r * 100 + i))
+              << "rank " << rank << " block " << r;
+        }
+      }
+      // reduce_scatter of 4 blocks of 3.
+      std::vector<float> blocks(kWorld * 3), block(3, -1.0f);
+      for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<float>(i * 10 + rank);
+      ASSERT_TRUE(arena
+                      .ReduceScatterAcross(blocks.data(), block.data(), 3, DataType::kFloat32,
+                                           ReduceOp::kSum, rank, kWorld, deadline,
+                                           sum(blocks.size()))
+                      .ok());
+      for (size_t i = 0; i < 3; ++i) {
+        ASSERT_EQ(block[i], static_cast<float>(4 * 10 * (3 * rank + i) + 6)) << rank << " " << i;
+      }
+      // A world too large for the slot, or a rank outside it, is refused before anything is
+      // shared (every rank alike, so nobody waits).
+      EXPECT_TRUE(absl::IsInvalidArgument(
+          arena
+              .AllGatherAcross(send, gathered.data(), kSlot / sizeof(float) / 2, DataType::kFloat32,
+                               rank, kWorld, deadline, sum(0))
+              .status()));
+      EXPECT_TRUE(absl::IsInvalidArgument(
+          arena
+              .ReduceScatterAcross(blocks.data(), block.data(), 3, DataType::kFloat32,
+                                   ReduceOp::kSum, kWorld, kWorld, deadline, sum(0))
+              .status()));
+      EXPECT_EQ(arena.counters(rank / 2, Collective::kAllGather).local_phases, 1u);
+    });
+  }
+  for (std::thread& t : threads) t.join();
 }
 
 TEST(NodeArenaTest, AFailedInterNodeStepFailsEveryLocalRankAndAveragesAreSums) {

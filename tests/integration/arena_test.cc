@@ -158,10 +158,7 @@ TEST_F(ArenaTest, OperationsAcrossNodesRunTheirLocalPhaseInTheArena) {
           EXPECT_EQ(value, std::vector<int64_t>(3, 1000 + root)) << "root " << root;
         }
         ASSERT_TRUE(comm.Barrier().ok());
-        // Other collectives and large calls go through the daemon, in order with the rest.
-        std::vector<int32_t> gathered(kWorld, -1);
-        ASSERT_TRUE(comm.AllGather(&rank, gathered.data(), 1, DataType::kInt32).ok());
-        EXPECT_EQ(gathered, (std::vector<int32_t>{0, 1, 2, 3}));
+        // Large calls go through the daemon, in order with the rest.
         std::vector<float> big(100 * 1024, 1.0f);
         ASSERT_TRUE(
             comm.AllReduce(big.data(), big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum)
@@ -172,12 +169,76 @@ TEST_F(ArenaTest, OperationsAcrossNodesRunTheirLocalPhaseInTheArena) {
         EXPECT_EQ(one, 4.0f);
       });
   // Each node ran the local phase of 5 small all_reduces, 4 broadcasts and the barrier (not the
-  // all_gather, nor the all_reduce larger than a slot).
+  // all_reduce larger than a slot).
   for (int daemon = 0; daemon < 2; ++daemon) {
     EXPECT_EQ(phases(daemon, "all_reduce") - all_reduce_before[daemon], 5) << daemon;
   }
   EXPECT_EQ(phases(1, "broadcast") - broadcast_before, 4);
   EXPECT_EQ(phases(0, "barrier") - barrier_before, 1);
+}
+
+// Ranks 0, 2, 4 on one daemon and 1, 3, 5 on the other (not in blocks): reduce, all_gather and
+// reduce_scatter run their local phase in each node's arena, each rank's block at its rank.
+TEST_F(ArenaTest, ReduceAllGatherAndReduceScatterAcrossNodesRunTheirLocalPhaseInTheArena) {
+  constexpr int kWorld = 6;
+  auto phases = [](int daemon, const char* op) {
+    return testing::ScrapeMetrics(cluster_->daemons()[daemon].metrics_address)[absl::StrCat(
+        "baton_arena_local_phases_total{local_node=\"node-", daemon, "\",op=\"", op, "\"}")];
+  };
+  std::map<std::string, double> before;
+  for (const char* op : {"reduce", "all_gather", "reduce_scatter"}) before[op] = phases(1, op);
+  RunRanks(
+      kWorld, [](int rank) { return rank % 2; },
+      [](int rank, Communicator& comm, Client&) {
+        for (const int root : {0, 5, 2}) {
+          for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin}) {
+            std::vector<double> data(100), out(100, -1);
+            for (size_t i = 0; i < data.size(); ++i) data[i] = rank * 1000.0 + i;
+            ASSERT_TRUE(
+                comm.Reduce(data.data(), out.data(), data.size(), DataType::kFloat64, op, root)
+                    .ok());
+            EXPECT_NE(comm.last_algorithm(), "arena");
+            for (size_t i = 0; i < out.size(); ++i) {
+              const double sum = 15000.0 + kWorld * static_cast<double>(i);
+              const double expected = op == ReduceOp::kSum   ? sum
+                                      : op == ReduceOp::kAvg ? sum / kWorld
+                                                             : static_cast<double>(i);
+              ASSERT_EQ(out[i], rank == root ? expected : -1.0)
+                  << "rank " << rank << " root " << root << " element " << i;
+            }
+          }
+        }
+        for (const size_t count : {size_t{1}, size_t{1000}}) {
+          std::vector<int32_t> mine(count), gathered(kWorld * count, -1);
+          for (size_t i = 0; i < count; ++i) mine[i] = static_cast<int32_t>(rank * 1'000'000 + i);
+          ASSERT_TRUE(comm.AllGather(mine.data(), gathered.data(), count, DataType::kInt32).ok());
+          EXPECT_NE(comm.last_algorithm(), "arena");
+          for (int r = 0; r < kWorld; ++r) {
+            for (size_t i = 0; i < count; ++i) {
+              ASSERT_EQ(gathered[r * count + i], r * 1'000'000 + static_cast<int32_t>(i))
+                  << "rank " << rank << " block " << r << " element " << i;
+            }
+          }
+          std::vector<int64_t> blocks(kWorld * count), block(count, -1);
+          for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<int64_t>(i) * rank;
+          ASSERT_TRUE(comm.ReduceScatter(blocks.data(), block.data(), count, DataType::kInt64,
+                                         ReduceOp::kSum)
+                          .ok());
+          for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(block[i], static_cast<int64_t>(rank * count + i) * 15)
+                << "rank " << rank << " element " << i;
+          }
+        }
+        // An all_gather whose world of blocks exceeds a slot goes through the daemon.
+        std::vector<int32_t> mine(20'000, rank), gathered(kWorld * 20'000, -1);
+        ASSERT_TRUE(
+            comm.AllGather(mine.data(), gathered.data(), mine.size(), DataType::kInt32).ok());
+        EXPECT_EQ(gathered[5 * 20'000], 5);
+      });
+  // 9 reduces, 2 all_gathers and 2 reduce_scatters on each node (the large all_gather not).
+  EXPECT_EQ(phases(1, "reduce") - before["reduce"], 9);
+  EXPECT_EQ(phases(1, "all_gather") - before["all_gather"], 2);
+  EXPECT_EQ(phases(1, "reduce_scatter") - before["reduce_scatter"], 2);
 }
 
 // Nodes whose calls differ: each node's ranks agree, so the arenas pass them, and the daemons'
