@@ -41,6 +41,9 @@ absl::Duration SpinLimit() {
 }
 // A blocked waiter wakes at least this often to look at the abort word and its deadline.
 constexpr absl::Duration kSlice = absl::Milliseconds(50);
+// How long past their deadline the other local ranks wait for rank 0's inter-node step: longer
+// than libbaton gives a daemon past the call's timeout (client/lib/client_core.cc, RunOnGrpc).
+constexpr absl::Duration kAcrossGrace = absl::Seconds(15);
 
 enum AbortState : uint32_t { kLive = 0, kWriting = 1, kAborted = 2 };
 
@@ -406,7 +409,10 @@ absl::StatusOr<std::string> NodeArena::LocalPhase(
     note[length] = '\0';
     Raise(&RankBlock::reduced, n);
   } else {
-    BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, signature, deadline, /*only=*/0));
+    // Rank 0's inter-node step ends by the same deadline with its own reason (which nodes the
+    // daemons waited for), which then aborts the arena: wait for that rather than blame rank 0.
+    BATON_RETURN_IF_ERROR(
+        AwaitAll(&RankBlock::reduced, n, signature, deadline + kAcrossGrace, /*only=*/0));
   }
   deliver(buffer);
   block(rank_).tallies[static_cast<int>(signature.collective)].local_phases.fetch_add(
@@ -775,6 +781,23 @@ absl::Status NodeArena::ReduceScatter(const void* send, void* recv, size_t count
     done += part;
   } while (done < count);
   tally.Done(count * element * ranks);
+  return absl::OkStatus();
+}
+
+absl::Status NodeArena::AllToAll(const void* send, void* recv, size_t count, DataType type,
+                                 absl::Time deadline) {
+  const Signature signature = Signature::Of(Collective::kAllToAll, type, count);
+  const auto ranks = static_cast<size_t>(ranks_);
+  BATON_RETURN_IF_ERROR(Fits(signature, ranks));
+  const size_t bytes = count * DataTypeSize(type);
+  uint64_t n = 0;
+  OpTally tally(*this, Collective::kAllToAll);
+  BATON_RETURN_IF_ERROR(OneRound(signature, send, ranks * bytes, deadline, n, tally.waited));
+  for (size_t r = 0; r < ranks && bytes > 0; ++r) {
+    std::memcpy(static_cast<std::byte*>(recv) + r * bytes,
+                input(static_cast<int>(r), n) + static_cast<size_t>(rank_) * bytes, bytes);
+  }
+  tally.Done(ranks * bytes);
   return absl::OkStatus();
 }
 

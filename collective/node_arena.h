@@ -15,7 +15,8 @@
 //     slot each slot's worth is an operation number of its own;
 //   reduce_scatter: each rank writes its input and reduces its own block of everyone's (one
 //     round), beyond a slot the same elements of every block a slot at a time;
-//   broadcast: the root writes, everyone copies (one round); barrier: one round, no data.
+//   broadcast: the root writes, everyone copies (one round); all_to_all: everyone writes all its
+//     blocks, everyone copies its own block of each (one round); barrier: one round, no data.
 //
 // A collective a rank runs through the daemon instead still takes its number here
 // (RecordDaemonCall), so that ranks whose calls differ never wait in different places.
@@ -96,6 +97,10 @@ class NodeArena {
   // elements of every block at a time.
   absl::Status ReduceScatter(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                              absl::Time deadline);
+  // all_to_all: send holds ranks() blocks of `count` elements, block r for rank r; recv's block r
+  // is rank r's block rank(). send may be recv (in place).
+  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType type,
+                        absl::Time deadline);
   absl::Status Barrier(absl::Time deadline);
 
   // Where a collective that may run either here or through the daemon runs (an all_reduce or
@@ -119,9 +124,11 @@ class NodeArena {
   // inter-node step through the daemon by calling `across` on a buffer in the arena holding the
   // node's part (in place: the result replaces it), and every local rank copies the result out.
   // A failure of `across` aborts the arena with its reason, so the other local ranks fail with
-  // it. Counted in counters() as local_phases only (the daemon counts the operation). `across`
-  // receives null for a barrier, and returns a short note for every local rank (the algorithm that
-  // ran between nodes; up to kNoteBytes - 1 characters kept), which the operations return.
+  // it; they wait for rank 0 up to 15 s past their deadline, since its inter-node step fails at
+  // the same deadline with a better reason (who the daemons waited for). Counted in counters()
+  // as local_phases only (the daemon counts the operation). `across` receives null for a
+  // barrier, and returns a short note for every local rank (the algorithm that ran between
+  // nodes; up to kNoteBytes - 1 characters kept), which the operations return.
   using AcrossNodes = std::function<absl::StatusOr<std::string>(void* buffer)>;
   static constexpr size_t kNoteBytes = 32;
   // all_reduce: `across` gets the reduction of the node's inputs (their sum for kAvg: the

@@ -94,8 +94,15 @@ grpc::Status ClientService::AbortCommunicator(grpc::ServerContext* context,
   if (grpc::Status s = Authenticate(context, request->session_id()); !s.ok()) return s;
   // The reason reaches every rank's error messages: bound it.
   constexpr size_t kMaxReason = 512;
+  const int32_t code =
+      request->code() == 0 ? static_cast<int32_t>(absl::StatusCode::kAborted) : request->code();
+  if (code < 1 || code > static_cast<int32_t>(absl::StatusCode::kUnauthenticated)) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("abort code ", request->code(), " is not a status code")));
+  }
   return ToGrpc(node_->AbortCommunicator(request->session_id(), request->comm_tag(),
-                                         request->rank(), request->reason().substr(0, kMaxReason)));
+                                         request->rank(), request->reason().substr(0, kMaxReason),
+                                         static_cast<absl::StatusCode>(code)));
 }
 
 grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* request,

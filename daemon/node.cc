@@ -621,13 +621,13 @@ absl::StatusOr<Communicator::Arena> Node::OpenArena(uint64_t session_id, uint64_
 }
 
 absl::Status Node::AbortCommunicator(uint64_t session_id, uint64_t comm_tag, int rank,
-                                     const std::string& reason) {
+                                     const std::string& reason, absl::StatusCode code) {
   std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
   if (comm == nullptr) {
     return absl::NotFoundError(absl::StrCat("no communicator ", absl::Hex(comm_tag)));
   }
   BATON_RETURN_IF_ERROR(comm->CheckAttached(rank, session_id));
-  comm->Abort(absl::AbortedError(absl::StrCat("communicator aborted by rank ", rank, ": ",
+  comm->Abort(absl::Status(code, absl::StrCat("communicator aborted by rank ", rank, ": ",
                                               reason.empty() ? "no reason given" : reason)),
               /*notify_peers=*/true);
   return absl::OkStatus();

@@ -122,15 +122,16 @@ class Node {
                                                                  const std::string& data_type,
                                                                  uint64_t count);
 
-  // A rank's Abort(reason): fails the communicator's pending and future operations on every
-  // daemon with Aborted("communicator aborted by rank R: reason"). PermissionDenied unless the
-  // session has `rank` attached; NotFound for an unknown communicator. Idempotent: only the first
-  // reason is kept.
   // The node arena of communicator `comm_tag` for `rank`, which `session_id` must hold
   // (Communicator::OpenArena).
   absl::StatusOr<Communicator::Arena> OpenArena(uint64_t session_id, uint64_t comm_tag, int rank);
+  // A rank's Abort(reason): fails the communicator's pending and future operations on every
+  // daemon with Status(code, "communicator aborted by rank R: reason"). PermissionDenied unless
+  // the session has `rank` attached; NotFound for an unknown communicator. Idempotent: only the
+  // first reason is kept.
   absl::Status AbortCommunicator(uint64_t session_id, uint64_t comm_tag, int rank,
-                                 const std::string& reason);
+                                 const std::string& reason,
+                                 absl::StatusCode code = absl::StatusCode::kAborted);
 
   // Peer API.
   absl::StatusOr<Plan> JoinRank(const std::string& secret, int world_size, int rank,

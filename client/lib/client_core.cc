@@ -286,13 +286,16 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     return absl::OkStatus();
   }
 
-  // Asks the daemon to abort the communicator with `reason` (it tells the other daemons).
-  absl::Status AbortOnDaemon(absl::string_view reason) {
+  // Asks the daemon to abort the communicator with `reason` (it tells the other daemons); the
+  // communicator's operations then fail with `code`.
+  absl::Status AbortOnDaemon(absl::string_view reason,
+                             absl::StatusCode code = absl::StatusCode::kAborted) {
     v1::AbortCommunicatorRequest request;
     request.set_session_id(session_->id());
     request.set_comm_tag(tag_);
     request.set_rank(rank_);
     request.set_reason(std::string{reason.substr(0, kMaxReason)});
+    request.set_code(static_cast<int32_t>(code));
     v1::AbortCommunicatorResponse response;
     grpc::ClientContext context;
     session_->Prepare(context, kAbortTimeout);
@@ -672,6 +675,11 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       case Collective::kReduceScatter:
         blocks = static_cast<size_t>(world_size_);
         break;
+      case Collective::kAllToAll:
+        // No local phase across nodes.
+        if (daemon_count_ > 1) return ArenaRoute::kDaemon;
+        blocks = static_cast<size_t>(world_size_);
+        break;
       default:
         return ArenaRoute::kDaemon;
     }
@@ -746,7 +754,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       if (!forced.ok()) {
         // Every local rank fails with the reason, at once.
         arena.Abort(forced.status());
-        AbortOnDaemon(forced.status().message()).IgnoreError();
+        AbortOnDaemon(forced.status().message(), forced.status().code()).IgnoreError();
         return forced.status();
       }
       proposed = forced->has_value() ? **forced : route_tuners_[collective].Choose(bytes);
@@ -754,7 +762,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     absl::StatusOr<collective::NodeArena::RouteAgreement> agreed =
         arena.AgreeOnRoute(call.spec, proposed == Route::kArena, absl::Now() + options.timeout);
     if (!agreed.ok()) {
-      AbortOnDaemon(agreed.status().message()).IgnoreError();
+      AbortOnDaemon(agreed.status().message(), agreed.status().code()).IgnoreError();
       return agreed.status();
     }
     // The previous such call, timed to its slowest rank (rank 0 alone would see the daemon's
@@ -792,7 +800,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       // The arena was aborted (a mismatch, a deadline, the daemon): the communicator failed, as
       // after a failure through the daemon. A peer waiting in the daemon because its call
       // differed fails at once with the reason instead of at its deadline.
-      AbortOnDaemon(status.message()).IgnoreError();
+      AbortOnDaemon(status.message(), status.code()).IgnoreError();
     }
     return status;
   }
@@ -820,6 +828,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       case Collective::kReduceScatter:
         status =
             arena.ReduceScatter(call.send, call.recv, spec.count, spec.type, spec.op, deadline);
+        break;
+      case Collective::kAllToAll:
+        status = arena.AllToAll(call.send, call.recv, spec.count, spec.type, deadline);
         break;
       default:
         status = arena.Barrier(deadline);

@@ -116,6 +116,26 @@ void Operations(NodeArena& arena, int rounds) {
       for (int r = 0; r < ranks; ++r) sum += static_cast<int64_t>(5 * arena.rank() + i) + r;
       ASSERT_EQ(block[i], sum) << i;
     }
+    // all_to_all of blocks of 4, in place every other round.
+    std::vector<int32_t> outgoing(4 * ranks), incoming(4 * ranks, -1);
+    for (size_t i = 0; i < outgoing.size(); ++i) {
+      outgoing[i] = arena.rank() * 10000 + round * 100 + static_cast<int32_t>(i);
+    }
+    int32_t* exchange_out = incoming.data();
+    if (round % 2 == 1) {
+      incoming = outgoing;
+      exchange_out = incoming.data();
+    }
+    ASSERT_TRUE(arena
+                    .AllToAll(round % 2 == 1 ? incoming.data() : outgoing.data(), exchange_out, 4,
+                              DataType::kInt32, deadline)
+                    .ok());
+    for (int r = 0; r < ranks; ++r) {
+      for (int i = 0; i < 4; ++i) {
+        ASSERT_EQ(incoming[4 * r + i], r * 10000 + round * 100 + 4 * arena.rank() + i)
+            << "from rank " << r << " element " << i;
+      }
+    }
     ASSERT_TRUE(arena.Barrier(deadline).ok());
   }
 }
@@ -134,11 +154,11 @@ TEST(NodeArenaTest, ThreadsAgreeOnEveryOperation) {
       EXPECT_GE(all_reduce.busy_ns, all_reduce.wait_ns);
       for (const Collective other :
            {Collective::kBroadcast, Collective::kAllGather, Collective::kReduce,
-            Collective::kReduceScatter, Collective::kBarrier}) {
+            Collective::kReduceScatter, Collective::kAllToAll, Collective::kBarrier}) {
         EXPECT_EQ(arena.counters(rank, other).operations, 20u) << CollectiveName(other);
       }
       EXPECT_EQ(arena.counters(rank, Collective::kBarrier).bytes, 0u);
-      EXPECT_EQ(arena.counters(rank, Collective::kAllToAll).operations, 0u);
+      EXPECT_EQ(arena.counters(rank, Collective::kAllToAll).bytes, 20u * 4 * ranks * 4);
       EXPECT_EQ(arena.counters(rank, Collective::kSend).operations, 0u) << "not counted: zero";
       if (rank == 0 && ranks > 1) {
         EXPECT_EQ(arena.counters(1, Collective::kBroadcast).operations, 20u) << "a peer's, read";
@@ -598,6 +618,34 @@ TEST(NodeArenaTest, AFailedInterNodeStepFailsEveryLocalRankAndAveragesAreSums) {
                     .ok());
     EXPECT_EQ(value, 0.75f) << "the node's sum, which the inter-node step averages";
   });
+}
+
+// The inter-node step fails at the deadline (the daemons time out waiting for another node): the
+// other local ranks, whose deadlines passed meanwhile, fail with its reason, not by blaming rank 0.
+TEST(NodeArenaTest, AnInterNodeStepThatTimesOutGivesEveryLocalRankItsReason) {
+  SharedArena shared(3, kSlot);
+  std::vector<absl::Status> status(3);
+  RunThreads(3, [&](int rank) {
+    NodeArena arena = shared.Attach(rank);
+    std::vector<int32_t> gathered(6, -1);
+    const int32_t mine = rank;
+    status[rank] = arena
+                       .AllGatherAcross(&mine, gathered.data(), 1, DataType::kInt32, rank, 6,
+                                        absl::Now() + absl::Milliseconds(100),
+                                        [](void*) -> absl::StatusOr<std::string> {
+                                          absl::SleepFor(absl::Milliseconds(400));
+                                          return absl::DeadlineExceededError(
+                                              "operation 1 did not complete before the deadline "
+                                              "(waiting on node-1)");
+                                        })
+                       .status();
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(absl::IsDeadlineExceeded(status[r])) << r << ": " << status[r];
+    EXPECT_EQ(status[r].message(),
+              "operation 1 did not complete before the deadline (waiting on node-1)")
+        << r;
+  }
 }
 
 TEST(NodeArenaTest, AttachChecksTheHeaderAndTheRank) {
