@@ -25,20 +25,28 @@ constexpr uint32_t kVersion = 4;  // 2: counters by collective; 3: routes agreed
 constexpr size_t kAlign = 64;
 constexpr size_t kReasonBytes = 512;
 // How long a waiter looks (yielding its core between looks) before it blocks on the bell, unless
-// $BATON_ARENA_SPIN_US says otherwise (docs/node-arena.md).
+// $BATON_ARENA_SPIN_US says otherwise (docs/node-arena.md); for local rank 0's inter-node step,
+// which takes a network round trip or more, $BATON_ARENA_ACROSS_SPIN_US.
 constexpr absl::Duration kDefaultSpin = absl::Microseconds(20);
+constexpr absl::Duration kDefaultAcrossSpin = absl::Microseconds(200);
+
+absl::Duration SpinFromEnv(const char* name, absl::Duration fallback) {
+  const char* env = std::getenv(name);
+  int64_t us = 0;
+  if (env == nullptr || !absl::SimpleAtoi(env, &us) || us < 0 || us > 1'000'000) return fallback;
+  return absl::Microseconds(us);
+}
 
 absl::Duration SpinLimit() {
-  static const absl::Duration limit = [] {
-    const char* env = std::getenv("BATON_ARENA_SPIN_US");
-    int64_t us = 0;
-    if (env == nullptr || !absl::SimpleAtoi(env, &us) || us < 0 || us > 1'000'000) {
-      return kDefaultSpin;
-    }
-    return absl::Microseconds(us);
-  }();
+  static const absl::Duration limit = SpinFromEnv("BATON_ARENA_SPIN_US", kDefaultSpin);
   return limit;
 }
+
+absl::Duration AcrossSpinLimit() {
+  static const absl::Duration limit = SpinFromEnv("BATON_ARENA_ACROSS_SPIN_US", kDefaultAcrossSpin);
+  return limit;
+}
+
 // A blocked waiter wakes at least this often to look at the abort word and its deadline.
 constexpr absl::Duration kSlice = absl::Milliseconds(50);
 // How long past their deadline the other local ranks wait for rank 0's inter-node step: longer
@@ -329,7 +337,8 @@ void NodeArena::Raise(std::atomic<uint64_t> RankBlock::*flag, uint64_t op) {
 }
 
 absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_t op,
-                                 const Signature& signature, absl::Time deadline, int only) {
+                                 const Signature& signature, absl::Time deadline, int only,
+                                 std::optional<absl::Duration> spin) {
   Header& h = header();
   const int first = only < 0 ? 0 : only;
   const int last = only < 0 ? ranks_ : only + 1;
@@ -340,7 +349,7 @@ absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_
     return true;
   };
   auto done = [&] { return all_there() || h.abort_state.load(std::memory_order_acquire) != 0; };
-  if (!SpinUntil(SpinLimit(), /*busy=*/absl::ZeroDuration(), done)) {
+  if (!SpinUntil(spin.value_or(SpinLimit()), /*busy=*/absl::ZeroDuration(), done)) {
     while (true) {
       const uint32_t seen = h.bell.load(std::memory_order_seq_cst);
       h.sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -411,8 +420,10 @@ absl::StatusOr<std::string> NodeArena::LocalPhase(
   } else {
     // Rank 0's inter-node step ends by the same deadline with its own reason (which nodes the
     // daemons waited for), which then aborts the arena: wait for that rather than blame rank 0.
-    BATON_RETURN_IF_ERROR(
-        AwaitAll(&RankBlock::reduced, n, signature, deadline + kAcrossGrace, /*only=*/0));
+    // It takes a network round trip at least: looking longer before blocking saves the wake-up
+    // that would follow rank 0's (measured in docs/node-arena.md).
+    BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, signature, deadline + kAcrossGrace,
+                                   /*only=*/0, AcrossSpinLimit()));
   }
   deliver(buffer);
   block(rank_).tallies[static_cast<int>(signature.collective)].local_phases.fetch_add(

@@ -209,9 +209,11 @@ class NodeArena {
   // Raises this rank's `flag` (arrived or reduced) to `op` and rings the bell.
   void Raise(std::atomic<uint64_t> RankBlock::*flag, uint64_t op);
   // Waits until every rank's `flag` (or only rank `only`'s, if not -1) reached `op` (of
-  // `signature`, described only in errors).
+  // `signature`, described only in errors), looking for `spin` (default: $BATON_ARENA_SPIN_US)
+  // before it blocks.
   absl::Status AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_t op,
-                        const Signature& signature, absl::Time deadline, int only = -1);
+                        const Signature& signature, absl::Time deadline, int only = -1,
+                        std::optional<absl::Duration> spin = std::nullopt);
   // The local phase of an operation across nodes: one round in which `fill` writes this rank's
   // input slot; then local rank 0 lets `combine` write the node's part (`node_bytes`) into its
   // result slot from the inputs, runs `across` on it (on null when node_bytes is 0) and raises
