@@ -433,13 +433,14 @@ absl::StatusOr<std::string> NodeArena::LocalPhase(
 
 // The node's inputs of `count` elements reduced into `buffer`, summed for an average (the
 // daemons divide by the world).
-void NodeArena::ReduceInputs(uint64_t op, std::byte* buffer, size_t count, DataType type,
-                             ReduceOp reduce) const {
-  if (count == 0) return;
+absl::Status NodeArena::ReduceInputs(uint64_t op, std::byte* buffer, size_t count, DataType type,
+                                     ReduceOp reduce) const {
+  if (count == 0) return absl::OkStatus();
   std::vector<const void*> sources(static_cast<size_t>(ranks_));
   for (int r = 0; r < ranks_; ++r) sources[r] = input(r, op);
   HostKernels().ReduceMany(type, reduce == ReduceOp::kAvg ? ReduceOp::kSum : reduce, buffer,
                            sources, count);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> NodeArena::AllReduceAcross(const void* send, void* recv, size_t count,
@@ -451,10 +452,7 @@ absl::StatusOr<std::string> NodeArena::AllReduceAcross(const void* send, void* r
   const size_t bytes = count * DataTypeSize(type);
   return LocalPhase(
       signature, CopyIn(send, bytes), bytes, deadline,
-      [&](uint64_t n, std::byte* buffer) {
-        ReduceInputs(n, buffer, count, type, op);
-        return absl::OkStatus();
-      },
+      [&](uint64_t n, std::byte* buffer) { return ReduceInputs(n, buffer, count, type, op); },
       across, CopyOut(recv, 0, bytes));
 }
 
@@ -467,10 +465,7 @@ absl::StatusOr<std::string> NodeArena::ReduceAcross(const void* send, void* recv
   const size_t bytes = count * DataTypeSize(type);
   return LocalPhase(
       signature, CopyIn(send, bytes), bytes, deadline,
-      [&](uint64_t n, std::byte* buffer) {
-        ReduceInputs(n, buffer, count, type, op);
-        return absl::OkStatus();
-      },
+      [&](uint64_t n, std::byte* buffer) { return ReduceInputs(n, buffer, count, type, op); },
       across, CopyOut(is_root ? recv : nullptr, 0, bytes));
 }
 
@@ -536,8 +531,7 @@ absl::StatusOr<std::string> NodeArena::ReduceScatterAcross(const void* send, voi
   return LocalPhase(
       signature, CopyIn(send, total), total, deadline,
       [&](uint64_t n, std::byte* buffer) {
-        ReduceInputs(n, buffer, count * static_cast<size_t>(world), type, op);
-        return absl::OkStatus();
+        return ReduceInputs(n, buffer, count * static_cast<size_t>(world), type, op);
       },
       across, CopyOut(recv, static_cast<size_t>(comm_rank) * bytes, bytes));
 }

@@ -224,9 +224,9 @@ class NodeArena {
       absl::Time deadline, absl::FunctionRef<absl::Status(uint64_t op, std::byte* buffer)> combine,
       const AcrossNodes& across, absl::FunctionRef<void(const std::byte* buffer)> deliver);
   // Rank 0's combine for the reducing collectives: `count` elements of every rank's input of
-  // operation `op` reduced into `buffer` (summed for kAvg).
-  void ReduceInputs(uint64_t op, std::byte* buffer, size_t count, DataType type,
-                    ReduceOp reduce) const;
+  // operation `op` reduced into `buffer` (summed for kAvg). Always OK: a combine for LocalPhase.
+  absl::Status ReduceInputs(uint64_t op, std::byte* buffer, size_t count, DataType type,
+                            ReduceOp reduce) const;
   // InvalidArgument unless `comm_rank` is a rank of a communicator of `world` ranks that has this
   // arena's ranks.
   absl::Status CheckCommRank(int comm_rank, int world) const;

@@ -848,15 +848,15 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     using collective::Collective;
     const collective::OpSpec& spec = call.spec;
-    const size_t node_bytes =
-        collective::NodePartElements(spec, world_size_) * collective::DataTypeSize(spec.type);
+    const uint64_t node_elements = collective::NodePartElements(spec, world_size_);
+    const size_t node_bytes = node_elements * collective::DataTypeSize(spec.type);
     auto across = [&](void* buffer)
                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<std::string> {
       Call node = call;
       node.node_part = true;
       node.send = nullptr;  // the daemon reads and writes the one buffer
       node.recv = buffer;
-      node.recv_elements = collective::NodePartElements(spec, world_size_);
+      node.recv_elements = node_elements;
       BATON_RETURN_IF_ERROR(RunOnHost(node, 0, node_bytes, options));
       return last_algorithm_;
     };
