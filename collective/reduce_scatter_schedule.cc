@@ -28,10 +28,7 @@ absl::Status ReduceScatterSchedule(const Schedule& s) {
       PhaseTimer timer(ReduceSlot(s.ctx));
       std::vector<const void*> sources;
       for (size_t r = 0; r < world; ++r) {
-        sources.clear();
-        for (const LocalPart& part : s.parts) {
-          if (part.send != nullptr) sources.push_back(part.send + (r * block + begin) * element);
-        }
+        s.InputsAt((r * block + begin) * element, sources);
         kernels.ReduceMany(spec.type, spec.op, scratch.get() + r * length * element, sources,
                            length);
       }

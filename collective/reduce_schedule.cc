@@ -27,10 +27,7 @@ absl::Status ReduceSchedule(const Schedule& s) {
   for (size_t begin = 0, k = 0; begin < count; begin += slab, ++k) {
     const size_t length = std::min(slab, count - begin);
     std::byte* data = at_root ? s.parts[root_local].recv + begin * element : scratch.get();
-    sources.clear();
-    for (const LocalPart& part : s.parts) {
-      if (part.send != nullptr) sources.push_back(part.send + begin * element);
-    }
+    s.InputsAt(begin * element, sources);
     {
       PhaseTimer timer(ReduceSlot(s.ctx));
       kernels.ReduceMany(spec.type, spec.op, data, sources, length);

@@ -19,6 +19,13 @@ OpContext Schedule::SlabContext(size_t slab) const {
   return slab_ctx;
 }
 
+void Schedule::InputsAt(size_t byte_offset, std::vector<const void*>& sources) const {
+  sources.clear();
+  for (const LocalPart& part : parts) {
+    if (part.send != nullptr) sources.push_back(part.send + byte_offset);
+  }
+}
+
 bool HasNodePart(Collective collective) {
   switch (collective) {
     case Collective::kAllReduce:

@@ -53,6 +53,8 @@ struct Schedule {
   std::span<const LocalPart> parts;        // by local index (layout->local_ranks())
 
   bool across() const { return layout->daemon_count() > 1; }
+  // Sets `sources` to the local inputs `byte_offset` bytes in (the parts with a send).
+  void InputsAt(size_t byte_offset, std::vector<const void*>& sources) const;
   size_t element_bytes() const { return DataTypeSize(spec->type); }
 
   // Operations whose daemon-side scratch would grow with their size run in slabs: pieces of
