@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collective/kernels.h"
+#include "collective/node_arena_layout.h"
 #include "collective/op_spec.h"
 #include "common/futex.h"
 #include "common/spin.h"
@@ -18,12 +19,20 @@
 
 namespace baton::collective {
 
+using arena::BlockOffset;
+using arena::Header;
+using arena::kMagic;
+using arena::kMaxSlotBytes;
+using arena::kVersion;
+using arena::RankBlock;
+using arena::ReadOnce;
+using arena::ReadTally;
+using arena::Shape;
+using arena::SlotOffset;
+using arena::TotalBytes;
+
 namespace {
 
-constexpr uint64_t kMagic = 0x616e6572616e7462ULL;  // "btnarena" read little-endian
-constexpr uint32_t kVersion = 4;  // 2: counters by collective; 3: routes agreed; 4: comm ranks
-constexpr size_t kAlign = 64;
-constexpr size_t kReasonBytes = 512;
 // How long a waiter looks (yielding its core between looks) before it blocks on the bell, unless
 // $BATON_ARENA_SPIN_US says otherwise (docs/node-arena.md); for local rank 0's inter-node step,
 // which takes a network round trip or more, $BATON_ARENA_ACROSS_SPIN_US.
@@ -53,10 +62,6 @@ constexpr absl::Duration kSlice = absl::Milliseconds(50);
 // than libbaton gives a daemon past the call's timeout (client/lib/client_core.cc, RunOnGrpc).
 constexpr absl::Duration kAcrossGrace = absl::Seconds(15);
 
-enum AbortState : uint32_t { kLive = 0, kWriting = 1, kAborted = 2 };
-
-size_t RoundUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
 // An operation's fill of its input slot: `bytes` of `send` unless it is null.
 auto CopyIn(const void* send, size_t bytes) {
   return [send, bytes](std::byte* slot) {
@@ -72,108 +77,6 @@ auto CopyOut(void* recv, size_t from, size_t bytes) {
 }
 
 }  // namespace
-
-struct NodeArena::Signature {
-  uint32_t collective = 0;
-  uint32_t type = 0;
-  uint32_t op = 0;
-  int32_t root = 0;
-  uint64_t count = 0;
-  uint32_t through_daemon = 0;  // 1: the rank ran it through the daemon (RecordDaemonCall)
-  uint32_t agreeing = 0;        // 1: the round that agrees where it runs (AgreeOnRoute)
-
-  friend bool operator==(const Signature&, const Signature&) = default;
-
-  // The fields a call fills; the others stay 0, so that ranks compare equal.
-  static Signature Of(Collective collective, DataType type, uint64_t count,
-                      std::optional<ReduceOp> op = std::nullopt, int root = 0) {
-    Signature signature;
-    signature.collective = static_cast<uint32_t>(collective);
-    signature.type = static_cast<uint32_t>(type);
-    signature.op = op ? static_cast<uint32_t>(*op) : 0;
-    signature.root = root;
-    signature.count = count;
-    return signature;
-  }
-
-  std::string Describe() const {
-    OpSpec spec;
-    spec.collective = static_cast<Collective>(collective);
-    spec.type = static_cast<DataType>(type);
-    spec.op = static_cast<ReduceOp>(op);
-    spec.root = root;
-    spec.count = count;
-    return absl::StrCat(spec.Describe(), through_daemon != 0 ? " through the daemon" : "",
-                        agreeing != 0 ? " (agreeing on its route)" : "");
-  }
-};
-
-struct NodeArena::Header {
-  uint64_t magic = 0;
-  uint32_t version = 0;
-  uint32_t ranks = 0;
-  uint64_t slot_bytes = 0;
-  uint64_t total_bytes = 0;
-  alignas(kAlign) std::atomic<uint32_t> abort_state{kLive};
-  int32_t abort_code = 0;
-  char abort_reason[kReasonBytes] = {};
-  alignas(kAlign) std::atomic<uint32_t> bell{0};  // rung by every raise
-  std::atomic<uint32_t> sleepers{0};              // waiters blocked on the bell
-
-  // The first reason wins; later ones are dropped.
-  void Abort(const absl::Status& reason) {
-    uint32_t live = kLive;
-    if (!abort_state.compare_exchange_strong(live, kWriting, std::memory_order_acq_rel)) return;
-    abort_code = static_cast<int32_t>(
-        reason.code() == absl::StatusCode::kOk ? absl::StatusCode::kAborted : reason.code());
-    const size_t length = std::min(reason.message().size(), kReasonBytes - 1);
-    std::memcpy(abort_reason, reason.message().data(), length);
-    abort_reason[length] = '\0';
-    abort_state.store(kAborted, std::memory_order_release);
-    bell.fetch_add(1, std::memory_order_seq_cst);
-    FutexWake(bell);
-  }
-
-  absl::Status Reason() const {
-    uint32_t state = abort_state.load(std::memory_order_acquire);
-    if (state == kLive) return absl::OkStatus();
-    // A writer finishes within a few instructions; wait for it.
-    while (state == kWriting) {
-      CpuRelax();
-      state = abort_state.load(std::memory_order_acquire);
-    }
-    const size_t length = strnlen(abort_reason, kReasonBytes);
-    return absl::Status(static_cast<absl::StatusCode>(abort_code),
-                        std::string(abort_reason, length));
-  }
-};
-
-struct NodeArena::RankBlock {
-  alignas(kAlign) std::atomic<uint64_t> arrived{0};  // the last operation whose input is in
-  std::atomic<uint64_t> reduced{0};                  // the last whose part of the result is in
-  Signature signatures[2];                           // of operations with odd and even numbers
-  std::atomic<uint64_t> rooted{0};  // the last operation across nodes whose root this rank is
-  // The rank's rank in the communicator, published with its input to an all_gather across nodes
-  // (-1 before).
-  std::atomic<int64_t> comm_rank{-1};
-  char notes[2][kNoteBytes] = {};          // rank 0's: what `across` returned, by operation parity
-  std::atomic<uint32_t> in_arena[2] = {};  // rank 0's AgreeOnRoute answers, by operation parity
-  // The agreed calls this rank finished (FinishedRoute), by the parity of the agreement's count
-  // (a rank can be one agreement ahead of rank 0, not two): its operation number and when
-  // (steady clock).
-  std::atomic<uint64_t> finished_op[2] = {};
-  std::atomic<int64_t> finished_ns[2] = {};
-  // The rank's counters by collective; written by the rank only, read by anyone.
-  struct Tally {
-    std::atomic<uint64_t> operations{0};
-    std::atomic<uint64_t> failed{0};
-    std::atomic<uint64_t> bytes{0};
-    std::atomic<uint64_t> busy_ns{0};
-    std::atomic<uint64_t> wait_ns{0};
-    std::atomic<uint64_t> local_phases{0};
-  };
-  Tally tallies[kCountedKinds];
-};
 
 // Counts one operation of the rank in its tally when it goes out of scope: failed unless Done.
 class NodeArena::OpTally {
@@ -218,91 +121,85 @@ NodeArena::Counters& NodeArena::Counters::operator+=(const Counters& other) {
   return *this;
 }
 
-static_assert(std::atomic<uint64_t>::is_always_lock_free);
+size_t NodeArena::Bytes(int ranks, size_t slot_bytes) { return TotalBytes(ranks, slot_bytes); }
 
-size_t NodeArena::Bytes(int ranks, size_t slot_bytes) {
-  return RoundUp(sizeof(Header)) + static_cast<size_t>(ranks) * RoundUp(sizeof(RankBlock)) +
-         static_cast<size_t>(ranks) * 4 * RoundUp(slot_bytes);
-}
-
-absl::Status NodeArena::Initialize(void* memory, size_t size, int ranks, size_t slot_bytes) {
+absl::Status NodeArena::Initialize(void* memory, size_t size, int ranks, size_t slot_bytes,
+                                   std::span<const int> comm_ranks) {
   if (memory == nullptr || ranks < 1 || ranks > kMaxRanks || slot_bytes == 0 ||
-      slot_bytes > (size_t{1} << 30) || size < Bytes(ranks, slot_bytes)) {
+      slot_bytes > kMaxSlotBytes || size < Bytes(ranks, slot_bytes) ||
+      (!comm_ranks.empty() && comm_ranks.size() != static_cast<size_t>(ranks))) {
     return absl::InvalidArgumentError(absl::StrCat("an arena of ", ranks, " ranks with ",
                                                    slot_bytes, "-byte slots does not fit ", size,
                                                    " bytes"));
   }
   std::memset(memory, 0, Bytes(ranks, slot_bytes));
   auto* header = new (memory) Header;
-  header->version = kVersion;
-  header->ranks = static_cast<uint32_t>(ranks);
-  header->slot_bytes = slot_bytes;
-  header->total_bytes = Bytes(ranks, slot_bytes);
-  auto* blocks = static_cast<std::byte*>(memory) + RoundUp(sizeof(Header));
-  for (int r = 0; r < ranks; ++r) new (blocks + r * RoundUp(sizeof(RankBlock))) RankBlock;
+  Shape& shape = header->shape;
+  shape.version = kVersion;
+  shape.ranks = static_cast<uint32_t>(ranks);
+  shape.slot_bytes = slot_bytes;
+  shape.total_bytes = Bytes(ranks, slot_bytes);
+  for (int r = 0; r < ranks; ++r) {
+    shape.comm_ranks[r] = comm_ranks.empty() ? r : comm_ranks[static_cast<size_t>(r)];
+  }
+  auto* base = static_cast<std::byte*>(memory);
+  for (int r = 0; r < ranks; ++r) new (base + BlockOffset(r)) RankBlock;
   // The magic last: an arena is attachable only once it is whole. (Ranks attach after the
   // arena's descriptor reached them, which orders this before their reads.)
-  header->magic = kMagic;
+  shape.magic = kMagic;
   return absl::OkStatus();
 }
 
-namespace {
-
-// The header of the arena in `memory`, if it describes an arena of at most `size` bytes.
-template <typename Header>
-Header* CheckedHeader(void* memory, size_t size, int max_ranks) {
-  if (memory == nullptr || size < sizeof(Header)) return nullptr;
-  auto* header = static_cast<Header*>(memory);
-  if (header->magic != kMagic || header->version != kVersion || header->ranks < 1 ||
-      header->ranks > static_cast<uint32_t>(max_ranks) || header->slot_bytes == 0 ||
-      header->slot_bytes > (size_t{1} << 30) || header->total_bytes > size) {
-    return nullptr;
-  }
-  return header;
-}
-
-}  // namespace
-
 absl::StatusOr<NodeArena> NodeArena::Attach(void* memory, size_t size, int rank) {
-  Header* header = CheckedHeader<Header>(memory, size, kMaxRanks);
-  if (header == nullptr ||
-      header->total_bytes != Bytes(static_cast<int>(header->ranks), header->slot_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the ", size, " bytes given are not an initialized arena"));
+  const absl::Status not_an_arena = absl::InvalidArgumentError(
+      absl::StrCat("the ", size, " bytes given are not an initialized arena"));
+  if (memory == nullptr || size < sizeof(Header)) return not_an_arena;
+  // The shape is read once, checked, and used from this copy only: a rank rewriting it later
+  // changes nothing for this one.
+  const Shape& shared = static_cast<const Header*>(memory)->shape;
+  const uint64_t magic = ReadOnce(shared.magic);
+  const uint32_t version = ReadOnce(shared.version);
+  const uint32_t ranks = ReadOnce(shared.ranks);
+  const uint64_t slot_bytes = ReadOnce(shared.slot_bytes);
+  const uint64_t total_bytes = ReadOnce(shared.total_bytes);
+  if (magic != kMagic || version != kVersion || ranks < 1 ||
+      ranks > static_cast<uint32_t>(kMaxRanks) || slot_bytes == 0 || slot_bytes > kMaxSlotBytes ||
+      total_bytes > size || total_bytes != Bytes(static_cast<int>(ranks), slot_bytes)) {
+    return not_an_arena;
   }
-  const int ranks = static_cast<int>(header->ranks);
-  if (rank < 0 || rank >= ranks) {
+  if (rank < 0 || rank >= static_cast<int>(ranks)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is not one of the arena's ", ranks, " ranks"));
   }
-  NodeArena arena(static_cast<std::byte*>(memory), rank, ranks,
-                  static_cast<size_t>(header->slot_bytes));
+  NodeArena arena(static_cast<std::byte*>(memory), rank, static_cast<int>(ranks), slot_bytes);
+  for (uint32_t r = 0; r < ranks; ++r) arena.comm_ranks_[r] = ReadOnce(shared.comm_ranks[r]);
   arena.next_op_ = arena.block(rank).arrived.load(std::memory_order_acquire);
   return arena;
 }
 
 void AbortArena(void* memory, size_t size, const absl::Status& reason) {
-  // Header is private to NodeArena; the checked view goes through Attach's rules.
-  absl::StatusOr<NodeArena> arena = NodeArena::Attach(memory, size, 0);
-  if (arena.ok()) arena->Abort(reason);
+  // The abort word and the reason sit at fixed offsets of the header: nothing else is read.
+  if (memory != nullptr && size >= sizeof(Header)) static_cast<Header*>(memory)->Abort(reason);
 }
 
-NodeArena::Header& NodeArena::header() const { return *reinterpret_cast<Header*>(base_); }
+Header& NodeArena::header() const { return *reinterpret_cast<Header*>(base_); }
 
-NodeArena::RankBlock& NodeArena::block(int rank) const {
-  return *reinterpret_cast<RankBlock*>(base_ + RoundUp(sizeof(Header)) +
-                                       static_cast<size_t>(rank) * RoundUp(sizeof(RankBlock)));
+RankBlock& NodeArena::block(int rank) const {
+  return *reinterpret_cast<RankBlock*>(base_ + BlockOffset(rank));
 }
 
 std::byte* NodeArena::input(int rank, uint64_t op) const {
-  const size_t data =
-      RoundUp(sizeof(Header)) + static_cast<size_t>(ranks_) * RoundUp(sizeof(RankBlock));
-  const size_t slot = RoundUp(slot_bytes_);
-  return base_ + data + (static_cast<size_t>(rank) * 4 + op % 2) * slot;
+  return base_ + SlotOffset(ranks_, slot_bytes_, rank, op % 2);
 }
 
 std::byte* NodeArena::result(int rank, uint64_t op) const {
-  return input(rank, op) + 2 * RoundUp(slot_bytes_);
+  return base_ + SlotOffset(ranks_, slot_bytes_, rank, 2 + op % 2);
+}
+
+std::string NodeArena::Name(int local) const {
+  if (local < 0 || local >= ranks_) return absl::StrCat("local rank ", local);
+  return absl::StrCat("rank ", comm_ranks_[static_cast<size_t>(local)], " (local rank ", local,
+                      ")");
 }
 
 void NodeArena::Abort(const absl::Status& reason) { header().Abort(reason); }
@@ -310,17 +207,9 @@ void NodeArena::Abort(const absl::Status& reason) { header().Abort(reason); }
 absl::Status NodeArena::aborted() const { return header().Reason(); }
 
 NodeArena::Counters NodeArena::counters(int rank, Collective collective) const {
-  Counters counters;
   const int kind = static_cast<int>(collective);
-  if (rank < 0 || rank >= ranks_ || kind < 0 || kind >= kCountedKinds) return counters;
-  const RankBlock::Tally& tally = block(rank).tallies[kind];
-  counters.operations = tally.operations.load(std::memory_order_relaxed);
-  counters.failed = tally.failed.load(std::memory_order_relaxed);
-  counters.bytes = tally.bytes.load(std::memory_order_relaxed);
-  counters.busy_ns = tally.busy_ns.load(std::memory_order_relaxed);
-  counters.wait_ns = tally.wait_ns.load(std::memory_order_relaxed);
-  counters.local_phases = tally.local_phases.load(std::memory_order_relaxed);
-  return counters;
+  if (rank < 0 || rank >= ranks_ || kind < 0 || kind >= kCountedKinds) return {};
+  return ReadTally(block(rank).tallies[kind]);
 }
 
 uint64_t NodeArena::Begin(const Signature& signature) {
@@ -349,49 +238,55 @@ absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_
     return true;
   };
   auto done = [&] { return all_there() || h.abort_state.load(std::memory_order_acquire) != 0; };
-  if (!SpinUntil(spin.value_or(SpinLimit()), /*busy=*/absl::ZeroDuration(), done)) {
-    while (true) {
-      const uint32_t seen = h.bell.load(std::memory_order_seq_cst);
-      h.sleepers.fetch_add(1, std::memory_order_seq_cst);
-      if (done()) {
-        h.sleepers.fetch_sub(1, std::memory_order_relaxed);
-        break;
-      }
-      const absl::Time now = absl::Now();
-      if (now >= deadline) {
-        h.sleepers.fetch_sub(1, std::memory_order_relaxed);
-        std::vector<int> late;
-        for (int r = first; r < last; ++r) {
-          if ((block(r).*flag).load(std::memory_order_acquire) < op) late.push_back(r);
-        }
-        Abort(absl::DeadlineExceededError(
-            absl::StrCat("local rank ", rank_, " waited past its deadline for local rank",
-                         late.size() == 1 ? " " : "s ", absl::StrJoin(late, ", "), " at operation ",
-                         op, " (", signature.Describe(), ") in the node's shared arena")));
-        break;
-      }
-      FutexWait(h.bell, seen, std::min(kSlice, deadline - now));
+  SpinUntil(spin.value_or(SpinLimit()), /*busy=*/absl::ZeroDuration(), done);
+  // Whatever the ranks write into the flags, the abort word or the bell, this returns by the
+  // deadline: OK only when every flag was seen, else the abort's reason or the deadline's.
+  while (true) {
+    if (absl::Status status = aborted(); !status.ok()) return status;
+    if (all_there()) return absl::OkStatus();
+    const uint32_t seen = h.bell.load(std::memory_order_seq_cst);
+    h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (done()) {
       h.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      continue;
     }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      h.sleepers.fetch_sub(1, std::memory_order_relaxed);
+      std::vector<std::string> late;
+      for (int r = first; r < last; ++r) {
+        if ((block(r).*flag).load(std::memory_order_acquire) < op) late.push_back(Name(r));
+      }
+      const bool arriving = flag == &RankBlock::arrived;
+      const absl::Status timeout = absl::DeadlineExceededError(
+          absl::StrCat(Name(rank_), " waited past its deadline for ", absl::StrJoin(late, ", "),
+                       late.size() == 1 ? ", which has not " : ", which have not ",
+                       arriving ? "called" : "finished its part of", " operation ", op, " (",
+                       signature.Describe(), ") in the node's shared arena"));
+      Abort(timeout);
+      const absl::Status status = aborted();
+      return status.ok() ? timeout : status;
+    }
+    FutexWait(h.bell, seen, std::min(kSlice, deadline - now));
+    h.sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
-  return aborted();
 }
 
 absl::Status NodeArena::CheckSignatures(uint64_t op) {
-  const Signature& mine = block(rank_).signatures[op % 2];
+  const Signature mine = Signature::Read(block(rank_).signatures[op % 2]);
   for (int r = 0; r < ranks_; ++r) {
-    const Signature theirs = block(r).signatures[op % 2];
+    const Signature theirs = Signature::Read(block(r).signatures[op % 2]);
     if (theirs == mine) continue;
     const int a = std::min(r, rank_);
     const Signature& sa = a == rank_ ? mine : theirs;
     const Signature& sb = a == rank_ ? theirs : mine;
-    Abort(absl::FailedPreconditionError(
+    const absl::Status differ = absl::FailedPreconditionError(
         absl::StrCat("ranks called different collectives as operation ", op,
-                     " in the node's shared arena: "
-                     "local rank ",
-                     a, " called ", sa.Describe(), ", local rank ", std::max(r, rank_), " called ",
-                     sb.Describe())));
-    return aborted();
+                     " in the node's shared arena: ", Name(a), " called ", sa.Describe(), ", ",
+                     Name(std::max(r, rank_)), " called ", sb.Describe()));
+    Abort(differ);
+    const absl::Status status = aborted();
+    return status.ok() ? differ : status;
   }
   return absl::OkStatus();
 }
@@ -428,7 +323,9 @@ absl::StatusOr<std::string> NodeArena::LocalPhase(
   deliver(buffer);
   block(rank_).tallies[static_cast<int>(signature.collective)].local_phases.fetch_add(
       1, std::memory_order_relaxed);
-  return std::string(note, strnlen(note, kNoteBytes));
+  char copy[kNoteBytes];
+  for (size_t i = 0; i < kNoteBytes; ++i) copy[i] = ReadOnce(note[i]);
+  return std::string(copy, strnlen(copy, kNoteBytes));
 }
 
 // The node's inputs of `count` elements reduced into `buffer`, summed for an average (the

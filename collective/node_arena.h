@@ -29,18 +29,23 @@
 // is aborted) fails every waiting and later operation with its reason.
 //
 // Trust: the ranks sharing an arena belong to one communicator (one job); each can spoil the
-// others' results, as with any shared buffer, but nothing here reads outside the arena because
-// of what is in it: sizes and counts come from the caller and the header is checked at Attach.
+// others' results, as with any shared buffer, but nothing here reads outside the arena or waits
+// past a deadline because of what is in it: sizes and counts come from the caller, the arena's
+// shape is read once at Attach and used from the handle's own copy, and every field is read once
+// before it is used (collective/node_arena_layout.h). The daemon's view is ArenaOwner
+// (collective/arena_owner.h), which reads no size from the arena at all.
 //
 // The data path is the element-wise kernels (collective/kernels.h) and memcpy on host memory;
 // for device memory the same rounds would run with the device's kernels reading peers' mapped
 // slots in the rank's stream (docs/node-arena.md).
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -53,6 +58,12 @@
 
 namespace baton::collective {
 
+namespace arena {
+struct Header;
+struct RankBlock;
+struct Signature;
+}  // namespace arena
+
 class NodeArena {
  public:
   static constexpr int kMaxRanks = 64;
@@ -63,9 +74,11 @@ class NodeArena {
   static size_t Bytes(int ranks, size_t slot_bytes);
 
   // Writes a fresh arena into `memory` (`size` bytes, zeroed by the caller or not): done once,
-  // by whoever creates it (the daemon), before any rank attaches. InvalidArgument when the sizes
-  // do not fit.
-  static absl::Status Initialize(void* memory, size_t size, int ranks, size_t slot_bytes);
+  // by whoever creates it (the daemon, through ArenaOwner), before any rank attaches.
+  // `comm_ranks` (empty, or one per rank) are the local ranks' ranks in the communicator, which
+  // errors name (empty: local rank i is rank i). InvalidArgument when the sizes do not fit.
+  static absl::Status Initialize(void* memory, size_t size, int ranks, size_t slot_bytes,
+                                 std::span<const int> comm_ranks = {});
 
   // Rank `rank`'s handle on an initialized arena of `size` bytes; InvalidArgument when the header
   // does not describe an arena of that size, or `rank` is not one of its ranks. The memory must
@@ -170,7 +183,7 @@ class NodeArena {
   absl::Status RecordDaemonCall(const OpSpec& spec);
 
   // Fails every waiting and later operation of every rank with `reason` (not OK); the first
-  // reason stays. Any rank, or the daemon (through AbortArena), may call it.
+  // reason stays. Any rank may call it; the daemon calls ArenaOwner::Abort.
   void Abort(const absl::Status& reason);
   // OK, or the reason the arena was aborted.
   absl::Status aborted() const;
@@ -191,9 +204,9 @@ class NodeArena {
   Counters counters(int rank, Collective collective) const;
 
  private:
-  struct Header;
-  struct RankBlock;
-  struct Signature;
+  using Header = arena::Header;
+  using RankBlock = arena::RankBlock;
+  using Signature = arena::Signature;
   class OpTally;
 
   NodeArena(std::byte* base, int rank, int ranks, size_t slot_bytes)
@@ -203,6 +216,8 @@ class NodeArena {
   RankBlock& block(int rank) const;
   std::byte* input(int rank, uint64_t op) const;
   std::byte* result(int rank, uint64_t op) const;
+  // Local rank `local` as errors name it: "rank 5 (local rank 1)".
+  std::string Name(int local) const;
 
   // Publishes this rank's signature for the next operation and returns its number.
   uint64_t Begin(const Signature& signature);
@@ -257,7 +272,8 @@ class NodeArena {
   int rank_;
   int ranks_;
   size_t slot_bytes_;
-  uint64_t next_op_ = 0;  // this rank's operations so far (the first is 1)
+  std::array<int32_t, kMaxRanks> comm_ranks_{};  // read once at Attach
+  uint64_t next_op_ = 0;                         // this rank's operations so far (the first is 1)
   // AgreeOnRoute's so far, and the last one's operation number and when it ended here (steady
   // clock).
   uint64_t agreements_ = 0;
@@ -265,7 +281,8 @@ class NodeArena {
   int64_t agreed_ns_ = 0;
 };
 
-// Aborts the arena in `memory` (`size` bytes) without being one of its ranks (the daemon).
+// Aborts the arena in `memory` (`size` bytes) without being one of its ranks (a process that
+// lost its daemon, for the local ranks it runs). Reads nothing from the arena.
 void AbortArena(void* memory, size_t size, const absl::Status& reason);
 
 }  // namespace baton::collective

@@ -133,9 +133,11 @@ absl::StatusOr<Communicator::Arena> Communicator::OpenArena(int rank, uint64_t s
   if (arena_ == nullptr) {
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemory> memory,
                            SharedMemory::Create(bytes, "baton-arena"));
-    BATON_RETURN_IF_ERROR(
-        collective::NodeArena::Initialize(memory->data(), bytes, ranks, kArenaSlotBytes));
+    BATON_ASSIGN_OR_RETURN(
+        collective::ArenaOwner owner,
+        collective::ArenaOwner::Create(memory->data(), bytes, local_ranks_, kArenaSlotBytes));
     arena_ = std::move(memory);
+    arena_owner_ = owner;
   }
   const int fd = fcntl(arena_->fd(), F_DUPFD_CLOEXEC, 0);
   if (fd < 0) return absl::ResourceExhaustedError("no descriptor left to share the node arena");
@@ -229,7 +231,7 @@ void Communicator::Abort(const absl::Status& reason, bool notify_peers) {
   {
     // Ranks waiting in the node arena fail with the reason too (a rank that went away, an abort).
     absl::MutexLock lock(&mu_);
-    if (arena_ != nullptr) collective::AbortArena(arena_->data(), arena_->size(), reason);
+    if (arena_owner_) arena_owner_->Abort(reason);
   }
   if (notify_peers && notify_abort_) notify_abort_(plan_, reason);
 }
@@ -313,18 +315,17 @@ ArenaCounts& operator+=(ArenaCounts& sum, const ArenaCounts& more) {
 ArenaCounts Communicator::ArenaCounters() const {
   ArenaCounts counts{};
   absl::MutexLock lock(&mu_);
-  if (arena_ == nullptr) return counts;
-  absl::StatusOr<collective::NodeArena> view =
-      collective::NodeArena::Attach(arena_->data(), arena_->size(), 0);
-  if (!view.ok()) return counts;  // the daemon initialized it: cannot happen
-  const auto ranks = static_cast<uint64_t>(view->ranks());
+  if (!arena_owner_) return counts;
+  // Whatever the ranks wrote: the owner walks the blocks of the ranks the daemon gave it.
+  const collective::ArenaOwner& view = *arena_owner_;
+  const auto ranks = static_cast<uint64_t>(view.ranks());
   for (int kind = 0; kind < collective::NodeArena::kCountedKinds; ++kind) {
     collective::NodeArena::Counters& count = counts[kind];
     uint64_t busy_ns = 0;
     uint64_t wait_ns = 0;
-    for (int rank = 0; rank < view->ranks(); ++rank) {
+    for (int rank = 0; rank < view.ranks(); ++rank) {
       const collective::NodeArena::Counters one =
-          view->counters(rank, static_cast<collective::Collective>(kind));
+          view.counters(rank, static_cast<collective::Collective>(kind));
       count.operations = std::max(count.operations, one.operations);
       count.failed = std::max(count.failed, one.failed);
       count.bytes = std::max(count.bytes, one.bytes);

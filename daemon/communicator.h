@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "collective/algorithm.h"
+#include "collective/arena_owner.h"
 #include "collective/device_staging.h"
 #include "collective/node_arena.h"
 #include "collective/op_spec.h"
@@ -227,7 +228,10 @@ class Communicator {
   uint64_t ops_completed_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::unique_ptr<SharedMemory> arena_ ABSL_GUARDED_BY(mu_);  // made by OpenArena
+  // Made by OpenArena. The daemon reads and writes it through arena_owner_ only, whose copy of
+  // its shape the ranks cannot change.
+  std::unique_ptr<SharedMemory> arena_ ABSL_GUARDED_BY(mu_);
+  std::optional<collective::ArenaOwner> arena_owner_ ABSL_GUARDED_BY(mu_);
 
   std::thread executor_;
 };

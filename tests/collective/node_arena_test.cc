@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "collective/node_arena_layout.h"
 #include "collective/op_spec.h"
 #include "common/status_macros.h"
 
@@ -31,10 +32,12 @@ constexpr size_t kSlot = 64 << 10;
 // Shared anonymous memory (visible to forked children) holding an initialized arena.
 class SharedArena {
  public:
-  SharedArena(int ranks, size_t slot_bytes) : size_(NodeArena::Bytes(ranks, slot_bytes)) {
+  // `comm_ranks`: the local ranks' ranks in the communicator (empty: the same as theirs here).
+  SharedArena(int ranks, size_t slot_bytes, std::vector<int> comm_ranks = {})
+      : size_(NodeArena::Bytes(ranks, slot_bytes)) {
     memory_ = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     EXPECT_NE(memory_, MAP_FAILED);
-    EXPECT_TRUE(NodeArena::Initialize(memory_, size_, ranks, slot_bytes).ok());
+    EXPECT_TRUE(NodeArena::Initialize(memory_, size_, ranks, slot_bytes, comm_ranks).ok());
   }
   ~SharedArena() { munmap(memory_, size_); }
   void* memory() const { return memory_; }
@@ -317,8 +320,9 @@ TEST(NodeArenaTest, DifferentCallsFailEveryRankNamingBoth) {
   });
   for (int r = 0; r < 4; ++r) {
     EXPECT_TRUE(absl::IsFailedPrecondition(first[r])) << r << ": " << first[r];
-    EXPECT_NE(first[r].message().find("local rank 2 called all_reduce(float32, sum, count 3)"),
-              std::string::npos)
+    EXPECT_NE(
+        first[r].message().find("rank 2 (local rank 2) called all_reduce(float32, sum, count 3)"),
+        std::string::npos)
         << first[r];
     EXPECT_EQ(later[r], first[r]) << "the arena stays aborted";
   }
@@ -330,8 +334,8 @@ TEST(NodeArenaTest, DifferentCallsFailEveryRankNamingBoth) {
   }
 }
 
-TEST(NodeArenaTest, ARankThatNeverComesFailsThePeersAtTheirDeadline) {
-  SharedArena shared(4, kSlot);
+TEST(NodeArenaTest, ARankThatNeverComesFailsThePeersAtTheirDeadlineNamedByItsCommRank) {
+  SharedArena shared(4, kSlot, {4, 5, 6, 7});
   std::vector<absl::Status> status(3);
   RunThreads(3, [&](int rank) {  // rank 3 never calls
     NodeArena arena = shared.Attach(rank);
@@ -340,7 +344,8 @@ TEST(NodeArenaTest, ARankThatNeverComesFailsThePeersAtTheirDeadline) {
   });
   for (int r = 0; r < 3; ++r) {
     EXPECT_TRUE(absl::IsDeadlineExceeded(status[r])) << status[r];
-    EXPECT_NE(status[r].message().find("local rank 0 waited past its deadline for local rank 3"),
+    EXPECT_NE(status[r].message().find("rank 4 (local rank 0) waited past its deadline for rank 7 "
+                                       "(local rank 3), which has not called operation 1"),
               std::string::npos)
         << status[r];
   }
@@ -678,6 +683,85 @@ TEST(NodeArenaTest, AttachChecksTheHeaderAndTheRank) {
   EXPECT_TRUE(absl::IsInvalidArgument(arena.Reduce(big.data(), big.data(), 1, DataType::kFloat32,
                                                    ReduceOp::kSum, 5, absl::InfiniteFuture())));
   EXPECT_TRUE(arena.aborted().ok()) << "a refused call shares nothing";
+}
+
+// What a rank writes into the arena cannot keep its peers waiting past their deadline: an abort
+// word left "being written" (a rank that died while aborting, or wrote it on purpose), a value no
+// rank writes, or one that flips between live and aborted.
+class HostileAbortWordTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(HostileAbortWordTest, PeersFailByTheirDeadlineAndNeverSucceedAlone) {
+  SharedArena shared(4, kSlot);
+  auto& state = static_cast<arena::Header*>(shared.memory())->abort_state;
+  const uint32_t value = GetParam();
+  std::atomic<bool> stop{false};
+  // Rank 3 never calls; it writes the abort word instead, again and again, flipping it back to
+  // live in between.
+  std::thread hostile([&] {
+    while (!stop.load()) {
+      state.store(value);
+      std::this_thread::yield();
+      state.store(arena::kLive);
+      std::this_thread::yield();
+    }
+    state.store(value);
+  });
+  std::vector<absl::Status> status(3);
+  std::vector<absl::Duration> took(3);
+  RunThreads(3, [&](int rank) {
+    NodeArena arena = shared.Attach(rank);
+    const absl::Time start = absl::Now();
+    for (int op = 0; op < 50 && status[rank].ok(); ++op) {
+      status[rank] = arena.Barrier(start + absl::Seconds(1));
+    }
+    took[rank] = absl::Now() - start;
+  });
+  stop.store(true);
+  hostile.join();
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_FALSE(status[rank].ok()) << "rank 3 never called: no barrier may complete";
+    EXPECT_LT(took[rank], absl::Seconds(20)) << rank << ": its deadline was 1 s";
+  }
+  // Left in the hostile state: a later call fails at once, whatever it holds.
+  NodeArena arena = shared.Attach(0);
+  const absl::Time start = absl::Now();
+  const absl::Status later = arena.Barrier(start + absl::Seconds(30));
+  EXPECT_FALSE(later.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << later;
+}
+
+INSTANTIATE_TEST_SUITE_P(Values, HostileAbortWordTest,
+                         ::testing::Values(uint32_t{arena::kWriting}, uint32_t{7},
+                                           uint32_t{0xffffffff}));
+
+// The reason's code is the rank's to write: OK or a value that is no status code still fails.
+TEST(NodeArenaTest, AnAbortWithCodeOkOrNonsenseStillFails) {
+  SharedArena shared(2, kSlot);
+  auto* header = static_cast<arena::Header*>(shared.memory());
+  for (int32_t code : {0, -5, 99}) {
+    header->abort_code = code;
+    header->abort_state.store(arena::kAborted);
+    const absl::Status status = shared.Attach(0).aborted();
+    EXPECT_TRUE(absl::IsAborted(status)) << code << ": " << status;
+  }
+}
+
+// A rank that rewrites the shape after the others attached changes nothing for them (their
+// handles keep their own copy), and a shape that lies is refused at Attach.
+TEST(NodeArenaTest, TheShapeIsReadOnceAndChecked) {
+  SharedArena shared(2, 4096);
+  NodeArena before = shared.Attach(0);
+  auto& shape = static_cast<arena::Header*>(shared.memory())->shape;
+  shape.ranks = NodeArena::kMaxRanks;
+  EXPECT_EQ(before.ranks(), 2);
+  EXPECT_EQ(before.counters(40, Collective::kBarrier).operations, 0u) << "out of its ranks";
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(NodeArena::Attach(shared.memory(), shared.size(), 0).status()))
+      << "64 ranks do not fit these bytes";
+  shape.ranks = 2;
+  shape.slot_bytes = uint64_t{1} << 40;
+  EXPECT_TRUE(
+      absl::IsInvalidArgument(NodeArena::Attach(shared.memory(), shared.size(), 0).status()));
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // still go through the daemon. Ranks are threads.
 
 #include <functional>
+#include <latch>
 #include <map>
 #include <memory>
 #include <string>
@@ -298,6 +299,32 @@ TEST_F(ArenaTest, CallsThatDifferBetweenNodesFailEveryRank) {
   }
 }
 
+// Ranks interleaved over two nodes, so that local indices differ from ranks: the rank that never
+// calls is named by its rank in the communicator, not by its index on its node (local rank 1
+// there is rank 3; rank 1 is healthy).
+TEST_F(ArenaTest, ARankThatNeverCallsIsNamedByItsRankInTheCommunicator) {
+  std::vector<absl::Status> status(4);
+  std::latch others_done(3);
+  RunRanks(
+      4, [](int rank) { return rank % 2; },
+      [&](int rank, Communicator& comm, Client&) {
+        if (rank == 3) {
+          others_done.wait();  // never calls; leaves only once the others failed
+          return;
+        }
+        float data[2] = {1, 2};
+        status[rank] = comm.AllReduce(data, data, 2, DataType::kFloat32, ReduceOp::kSum,
+                                      CallOptions(absl::Seconds(rank == 1 ? 2 : 30)));
+        others_done.count_down();
+      });
+  EXPECT_TRUE(absl::IsDeadlineExceeded(status[1])) << status[1];
+  EXPECT_NE(status[1].message().find("rank 1 (local rank 0) waited past its deadline for rank 3 "
+                                     "(local rank 1), which has not called operation 1"),
+            std::string::npos)
+      << status[1];
+  for (int rank : {0, 2}) EXPECT_FALSE(status[rank].ok()) << rank;
+}
+
 TEST_F(ArenaTest, DifferentCallsFailEveryRank) {
   RunRanks(
       3, [](int) { return 0; },
@@ -306,7 +333,8 @@ TEST_F(ArenaTest, DifferentCallsFailEveryRank) {
         const absl::Status status =
             comm.AllReduce(data, data, rank == 1 ? 2 : 1, DataType::kFloat32, ReduceOp::kSum);
         EXPECT_TRUE(absl::IsFailedPrecondition(status)) << status;
-        EXPECT_NE(status.message().find("local rank 1 called all_reduce(float32, sum, count 2)"),
+        EXPECT_NE(status.message().find("rank 1 (local rank 1) called all_reduce(float32, sum, "
+                                        "count 2)"),
                   std::string::npos)
             << status;
       });
@@ -329,7 +357,8 @@ TEST_F(ArenaTest, CallsThatDifferAcrossTheSlotSizeFailAtOnce) {
         took[rank] = absl::Now() - start;
       });
   const std::string both =
-      "local rank 0 called broadcast(float32, count 10, root 0), local rank 1 called "
+      "rank 0 (local rank 0) called broadcast(float32, count 10, root 0), rank 1 (local rank 1) "
+      "called "
       "broadcast(float32, count 102400, root 0) through the daemon";
   for (int rank = 0; rank < 2; ++rank) {
     // Rank 1 waited in the daemon, which the arena's failure aborted with its code.
