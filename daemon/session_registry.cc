@@ -45,9 +45,9 @@ struct Holder {
 };
 template <typename T, typename After>
 std::shared_ptr<T> HoldWith(std::unique_ptr<T> object, After after) {
-  auto holder = std::make_shared<Holder<T, After>>(Holder<T, After>{std::move(after), nullptr});
-  holder->object = std::move(object);
-  T* raw = holder->object.get();
+  T* raw = object.get();
+  auto holder =
+      std::make_shared<Holder<T, After>>(Holder<T, After>{std::move(after), std::move(object)});
   return std::shared_ptr<T>(std::move(holder), raw);
 }
 
