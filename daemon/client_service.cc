@@ -29,9 +29,17 @@ grpc::Status ClientService::Authenticate(const grpc::ServerContext* context,
   return ToGrpc(node_->sessions().Authenticate(session_id, token));
 }
 
-grpc::Status ClientService::CreateCommId(grpc::ServerContext*, const v1::CreateCommIdRequest*,
+grpc::Status ClientService::CreateCommId(grpc::ServerContext* context,
+                                         const v1::CreateCommIdRequest* request,
                                          v1::CreateCommIdResponse* response) {
-  response->set_comm_id(node_->CreateCommId());
+  if (grpc::Status s = Authenticate(context, request->session_id()); !s.ok()) return s;
+  absl::StatusOr<std::string> id = node_->CreateCommId(request->session_id());
+  if (!id.ok()) {
+    spdlog::debug("session {} got no communicator id: {}", request->session_id(),
+                  id.status().ToString());
+    return ToGrpc(id.status());
+  }
+  response->set_comm_id(*std::move(id));
   return grpc::Status::OK;
 }
 

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <initializer_list>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -98,6 +100,19 @@ void RegisterOptions(OptionSet& options, Config& config) {
                  "client sessions one uid may hold at once (1 to max_sessions)");
   options.AddInt("max_buffers_per_session", &config.max_buffers_per_session,
                  "shared-memory buffers one session may register at once (1 to 1048576)");
+  options.AddInt("max_buffers_per_uid", &config.max_buffers_per_uid,
+                 "buffers the sessions of one uid may register at once (1 to 1048576)");
+  options.AddInt("max_buffers", &config.max_buffers,
+                 "buffers all sessions may register at once (1 to 1048576); each is a mapping "
+                 "of the daemon's, so keep it well below vm.max_map_count");
+  options.AddInt("max_mapped_bytes_per_session", &config.max_mapped_bytes_per_session,
+                 "bytes of host and device memory one session's buffers may span (1 MiB to 64 "
+                 "TiB); a sparse memfd counts all the bytes it is registered with");
+  options.AddInt("max_mapped_bytes_per_uid", &config.max_mapped_bytes_per_uid,
+                 "bytes the buffers of one uid's sessions may span (1 MiB to 64 TiB)");
+  options.AddInt("max_mapped_bytes", &config.max_mapped_bytes,
+                 "bytes all sessions' buffers may span: the daemon's address space they take, "
+                 "however sparse the memory (1 MiB to 64 TiB)");
   options.AddInt("max_world_size", &config.max_world_size,
                  "the most ranks a communicator may have (1 to 16777216); larger joins are "
                  "refused before anything is allocated for them");
@@ -105,8 +120,12 @@ void RegisterOptions(OptionSet& options, Config& config) {
                       "how long a communicator id this daemon created stays valid while no rank "
                       "has joined with it");
   options.AddInt("max_pending_comm_ids", &config.max_pending_comm_ids,
-                 "unused communicator ids this daemon keeps (1 to 1048576); beyond that the "
-                 "oldest are forgotten");
+                 "communicator ids this daemon keeps until their communicator forms (1 to "
+                 "1048576); beyond that the oldest that no rank has joined with are forgotten, "
+                 "and new ones are refused while every id has a rank");
+  options.AddInt("max_pending_comm_ids_per_uid", &config.max_pending_comm_ids_per_uid,
+                 "communicator ids the sessions of one uid may have pending at once (1 to "
+                 "1048576); more are refused until some form or expire");
   options.AddDuration("data_handshake_timeout", &config.data_handshake_timeout,
                       "how long a connection to the data port may take to complete its keyed "
                       "handshake before it is closed; at most 64 such connections wait at once, "
@@ -197,6 +216,23 @@ absl::Status FinalizeConfig(Config& config) {
         absl::StrCat("max_buffers_per_session must be between 1 and 1048576, got ",
                      config.max_buffers_per_session));
   }
+  for (const auto& [name, value] : {std::pair{"max_buffers", config.max_buffers},
+                                    std::pair{"max_buffers_per_uid", config.max_buffers_per_uid}}) {
+    if (value < 1 || value > (1 << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be between 1 and 1048576, got ", value));
+    }
+  }
+  // A 47-bit address space is 128 TiB: at most half of it goes to sessions' buffers.
+  for (const auto& [name, value] :
+       {std::pair{"max_mapped_bytes", config.max_mapped_bytes},
+        std::pair{"max_mapped_bytes_per_uid", config.max_mapped_bytes_per_uid},
+        std::pair{"max_mapped_bytes_per_session", config.max_mapped_bytes_per_session}}) {
+    if (value < (int64_t{1} << 20) || value > (int64_t{64} << 40)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must be between 1048576 (1 MiB) and 70368744177664 (64 TiB), got ", value));
+    }
+  }
   if (config.max_world_size < 1 || config.max_world_size > (1 << 24)) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_world_size must be between 1 and 16777216, got ", config.max_world_size));
@@ -207,6 +243,11 @@ absl::Status FinalizeConfig(Config& config) {
   if (config.max_pending_comm_ids < 1 || config.max_pending_comm_ids > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "max_pending_comm_ids must be between 1 and 1048576, got ", config.max_pending_comm_ids));
+  }
+  if (config.max_pending_comm_ids_per_uid < 1 || config.max_pending_comm_ids_per_uid > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_pending_comm_ids_per_uid must be between 1 and 1048576, got ",
+                     config.max_pending_comm_ids_per_uid));
   }
   if (config.session_handshake_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("session_handshake_timeout must be positive");

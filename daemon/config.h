@@ -55,11 +55,19 @@ struct Config {
   int64_t max_sessions = 4096;
   int64_t max_sessions_per_uid = 1024;
   int64_t max_buffers_per_session = 4096;
+  // Buffers sessions map into the daemon, and the bytes they span, per session, per uid and in
+  // all (daemon::SessionLimits).
+  int64_t max_buffers_per_uid = 8192;
+  int64_t max_buffers = 32768;
+  int64_t max_mapped_bytes_per_session = int64_t{2} << 40;
+  int64_t max_mapped_bytes_per_uid = int64_t{4} << 40;
+  int64_t max_mapped_bytes = int64_t{32} << 40;
   // The largest communicator a join may ask for.
   int64_t max_world_size = 65536;
   // How long a communicator id nobody joined stays valid, and how many such ids the daemon keeps.
   absl::Duration comm_id_ttl = absl::Hours(1);
   int64_t max_pending_comm_ids = 16384;
+  int64_t max_pending_comm_ids_per_uid = 1024;
   absl::Duration session_handshake_timeout = absl::Seconds(5);
   // How long a connection to the data port may take to prove who it is before it is closed.
   absl::Duration data_handshake_timeout = absl::Seconds(5);

@@ -78,11 +78,17 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
       topology_(std::move(topology)),
       rendezvous_(
           [this](Plan& plan) { FinishPlan(plan); },
-          Rendezvous::Limits{config.comm_id_ttl, static_cast<size_t>(config.max_pending_comm_ids)}),
+          Rendezvous::Limits{config.comm_id_ttl, static_cast<size_t>(config.max_pending_comm_ids),
+                             static_cast<size_t>(config.max_pending_comm_ids_per_uid)}),
       device_(std::move(device)),
       sessions_(SessionLimits{static_cast<int>(config.max_sessions),
                               static_cast<int>(config.max_sessions_per_uid),
-                              static_cast<int>(config.max_buffers_per_session)},
+                              static_cast<int>(config.max_buffers_per_session),
+                              static_cast<int>(config.max_buffers_per_uid),
+                              static_cast<int>(config.max_buffers),
+                              static_cast<uint64_t>(config.max_mapped_bytes_per_session),
+                              static_cast<uint64_t>(config.max_mapped_bytes_per_uid),
+                              static_cast<uint64_t>(config.max_mapped_bytes)},
                 device_.get()),
       peers_(credentials),
       directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
@@ -369,8 +375,10 @@ absl::Status Node::ExplainFailure(const Plan& plan, const absl::Status& failure,
                                                    "; ", failure.message()));
 }
 
-std::string Node::CreateCommId() {
-  return absl::StrCat(self_.peer_address, "/", rendezvous_.CreateSecret());
+absl::StatusOr<std::string> Node::CreateCommId(uint64_t session_id) {
+  BATON_ASSIGN_OR_RETURN(const uid_t uid, sessions_.UidOf(session_id));
+  BATON_ASSIGN_OR_RETURN(std::string secret, rendezvous_.CreateSecret(uid));
+  return absl::StrCat(self_.peer_address, "/", secret);
 }
 
 absl::StatusOr<JoinResult> Node::Join(uint64_t session_id, const std::string& comm_id,

@@ -103,7 +103,9 @@ class Node {
   std::string HolderOf(const std::string& data_address) const;
 
   // Client API.
-  std::string CreateCommId();
+  // A new communicator id rooted here, for session `session_id` (NotFound if unknown), counted
+  // against its uid until the communicator forms (Rendezvous::CreateSecret's limits).
+  absl::StatusOr<std::string> CreateCommId(uint64_t session_id);
   absl::StatusOr<JoinResult> Join(uint64_t session_id, const std::string& comm_id, int world_size,
                                   int rank, absl::Time deadline);
   absl::Status Destroy(uint64_t session_id, uint64_t comm_tag, int rank);

@@ -13,15 +13,39 @@
 
 namespace baton::daemon {
 
-std::string Rendezvous::CreateSecret() {
+absl::StatusOr<std::string> Rendezvous::CreateSecret(uid_t uid) {
   std::string secret = SecureRandomHex(16);
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
+  ForgetUnused(now);
+  if (auto mine = unused_per_uid_.find(uid);
+      mine != unused_per_uid_.end() && mine->second >= limits_.max_unused_per_uid) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "uid ", uid, " has ", mine->second,
+        " communicator ids whose communicator has not formed, its limit "
+        "(max_pending_comm_ids_per_uid); they count until every rank joins, or until they "
+        "expire unused (comm_id_ttl)"));
+  }
+  if (unused_ >= limits_.max_unused) {
+    // Room is made only at the expense of an id nobody has joined with: a job whose ranks are
+    // joining never loses its id to someone else's.
+    if (unjoined_.empty()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("this daemon has ", unused_,
+                       " communicator ids whose communicator has not formed, each joined by a "
+                       "rank, its limit (max_pending_comm_ids)"));
+    }
+    ForgetIdle(unjoined_.begin()->second);
+  }
   Pending pending;
   pending.created = now;
+  pending.owner = uid;
+  pending.idle_since = now;
   pending_.emplace(secret, std::move(pending));
-  created_.emplace_back(now, secret);
-  ForgetUnused(now);
+  idle_.emplace(now, secret);
+  unjoined_.emplace(now, secret);
+  ++unused_;
+  ++unused_per_uid_[uid];
   return secret;
 }
 
@@ -31,20 +55,35 @@ size_t Rendezvous::PendingCount() {
   return pending_.size();
 }
 
+size_t Rendezvous::UnusedCountOf(uid_t uid) {
+  absl::MutexLock lock(&mu_);
+  ForgetUnused(absl::Now());
+  auto it = unused_per_uid_.find(uid);
+  return it == unused_per_uid_.end() ? 0 : it->second;
+}
+
 void Rendezvous::ForgetUnused(absl::Time now) {
-  // created_ is oldest first; an entry whose secret was joined with (or is gone) only leaves the
-  // queue, the join path owns it.
-  while (!created_.empty()) {
-    const auto& [created, secret] = created_.front();
-    const bool expired = now - created >= limits_.unused_ttl;
-    if (!expired && created_.size() <= limits_.max_unused) break;
-    auto it = pending_.find(secret);
-    if (it != pending_.end() && it->second.ranks.empty() && it->second.waiting == 0 &&
-        !it->second.forming && it->second.plan == nullptr) {
-      pending_.erase(it);
-    }
-    created_.pop_front();
+  while (!idle_.empty() && now - idle_.begin()->first >= limits_.unused_ttl) {
+    ForgetIdle(idle_.begin()->second);
   }
+}
+
+void Rendezvous::ForgetIdle(const std::string& secret) {
+  auto it = pending_.find(secret);
+  if (it == pending_.end()) return;
+  Pending& pending = it->second;
+  idle_.erase({pending.idle_since, secret});
+  unjoined_.erase({pending.created, secret});
+  Uncount(pending);
+  pending_.erase(it);
+}
+
+void Rendezvous::Uncount(Pending& pending) {
+  if (!pending.counted) return;
+  pending.counted = false;
+  --unused_;
+  auto it = unused_per_uid_.find(pending.owner);
+  if (it != unused_per_uid_.end() && --it->second == 0) unused_per_uid_.erase(it);
 }
 
 int Rendezvous::Arrived(const std::string& secret) {
@@ -132,6 +171,11 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " has already joined (from node ",
                                                    existing->second.node_name, ")"));
   }
+  if (pending.ranks.empty() && pending.waiting == 0) {
+    // Someone waits on it now: it neither expires nor makes room for others.
+    idle_.erase({pending.idle_since, secret});
+    unjoined_.erase({pending.created, secret});
+  }
   pending.ranks.emplace(rank, member);
   pending.seen.insert(rank);
   if (static_cast<int>(pending.ranks.size()) == world_size) {
@@ -145,6 +189,7 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
       mu_.Lock();
     }
     pending.plan = std::make_shared<const Plan>(std::move(plan));
+    Uncount(pending);
   }
 
   ++pending.waiting;
@@ -160,13 +205,20 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
   if (plan == nullptr && !stopped_.ok()) {
     pending.ranks.erase(rank);
     const absl::Status reason = stopped_;
-    if (pending.waiting == 0) pending_.erase(secret);
+    if (pending.waiting == 0) {
+      Uncount(pending);
+      pending_.erase(secret);
+    }
     return reason;
   }
   if (plan == nullptr) {
     pending.ranks.erase(rank);
-    // Nobody waits on it any more: it may be joined again, and expires like an unused secret.
-    if (pending.ranks.empty() && pending.waiting == 0) created_.emplace_back(absl::Now(), secret);
+    // Nobody waits on it any more: it may be joined again, and expires like an unused secret
+    // (but makes no room for others: a rank joined with it).
+    if (pending.ranks.empty() && pending.waiting == 0) {
+      pending.idle_since = absl::Now();
+      idle_.emplace(pending.idle_since, secret);
+    }
     // Name the first 32 missing ranks and count the rest: the message stays short however
     // large the world.
     constexpr int kNamed = 32;

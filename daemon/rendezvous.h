@@ -4,9 +4,10 @@
 // every rank's join is forwarded here; once all ranks of a secret have arrived the plan is
 // computed and returned to every waiting join.
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -15,6 +16,7 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -23,12 +25,16 @@
 
 namespace baton::daemon {
 
-// How long a secret nobody has joined with stays valid, and how many such secrets are kept
-// (beyond that the oldest unused ones are forgotten): anyone on the node may create ids, so they
-// must not accumulate.
+// Secrets are created by the sessions of local users, so they must not accumulate, nor may one
+// user's secrets push out another's. A secret is *unused* until its communicator forms. Unused
+// secrets are bounded per uid that created them (more are refused) and in all: past that, the
+// oldest that no rank has ever joined with is forgotten, and while every unused secret has had a
+// rank, new ones are refused. A secret no rank is waiting on expires after unused_ttl (counted
+// from its creation, or from when its last waiting rank gave up).
 struct RendezvousLimits {
   absl::Duration unused_ttl = absl::Hours(1);
   size_t max_unused = 16384;
+  size_t max_unused_per_uid = 1024;
 };
 
 class Rendezvous {
@@ -43,11 +49,15 @@ class Rendezvous {
   explicit Rendezvous(PlanFinisher finish = nullptr, Limits limits = {})
       : finish_(std::move(finish)), limits_(limits) {}
 
-  // A new random 128-bit secret (32 lowercase hex digits) that Join will accept, until it has
-  // gone unused for Limits::unused_ttl or Limits::max_unused newer unused ones exist.
-  std::string CreateSecret();
+  // A new random 128-bit secret (32 lowercase hex digits) that Join will accept, created for a
+  // session of `uid` and counted against it until its communicator forms or it is forgotten
+  // (Limits). ResourceExhausted, naming the limit, when `uid` has Limits::max_unused_per_uid
+  // unused secrets, or when there are Limits::max_unused and a rank has joined with each.
+  absl::StatusOr<std::string> CreateSecret(uid_t uid);
   // Secrets created and not yet joined with, or formed and not yet collected.
   size_t PendingCount();
+  // Unused secrets created for `uid`.
+  size_t UnusedCountOf(uid_t uid);
 
   // Registers rank `rank` of communicator `secret`, hosted by `member`, and waits until every rank
   // of `world_size` has arrived or `deadline` passes. Errors:
@@ -85,6 +95,9 @@ class Rendezvous {
  private:
   struct Pending {
     absl::Time created;
+    uid_t owner = 0;        // whose session created it
+    bool counted = true;    // unused: counted against its owner and the total
+    absl::Time idle_since;  // while no rank waits: since when (the key in idle_)
     int world_size = 0;
     std::map<int, Member> ranks;       // rank -> hosting daemon, of the ranks waiting now
     std::set<int> seen;                // every rank that ever arrived, withdrawn or not
@@ -93,16 +106,24 @@ class Rendezvous {
     int waiting = 0;
   };
 
-  // Forgets unused secrets that expired, and the oldest unused ones beyond the limit.
+  // Forgets the secrets that nobody waited on for Limits::unused_ttl.
   void ForgetUnused(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets an idle secret (no rank waits on it).
+  void ForgetIdle(const std::string& secret) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops counting a secret as unused (its communicator formed, or it is being forgotten).
+  void Uncount(Pending& pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PlanFinisher finish_;
   const Limits limits_;
   absl::Mutex mu_;
   // Node-based: waiters keep a reference to their entry while the lock is released.
   absl::node_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
-  // Secrets in the order they were created (some may be gone from pending_ already).
-  std::deque<std::pair<absl::Time, std::string>> created_ ABSL_GUARDED_BY(mu_);
+  // Secrets that no rank waits on, by Pending::idle_since: the next to expire first.
+  std::set<std::pair<absl::Time, std::string>> idle_ ABSL_GUARDED_BY(mu_);
+  // Of those, the ones no rank has ever joined with, by creation: the ones forgotten to make room.
+  std::set<std::pair<absl::Time, std::string>> unjoined_ ABSL_GUARDED_BY(mu_);
+  size_t unused_ ABSL_GUARDED_BY(mu_) = 0;  // Pending::counted ones
+  absl::flat_hash_map<uid_t, size_t> unused_per_uid_ ABSL_GUARDED_BY(mu_);
   absl::Status stopped_ ABSL_GUARDED_BY(mu_);  // Stop's reason once stopped
 };
 

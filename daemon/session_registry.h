@@ -4,6 +4,13 @@
 // that opened it on the session socket (its pid, uid and gid as the kernel reported them) and is
 // reached only with its token (common/session_protocol.h). A buffer stays mapped while any
 // operation still uses it, even if its session goes away meanwhile.
+//
+// What sessions map into the daemon is bounded per session, per uid and in all (SessionLimits):
+// the number of buffers (each one a mapping of the daemon's, which the kernel caps per process at
+// vm.max_map_count) and the bytes they span (the daemon's address space, whatever the memory
+// behind it: a sealed memfd may be sparse). A buffer's share is given back when it is unmapped:
+// when it is released or its session closes, or, if an operation still uses it then, when that
+// operation ends.
 
 #include <sys/types.h>
 
@@ -39,15 +46,27 @@ using EventSet = std::vector<std::unique_ptr<device::Event>>;
 struct SessionLimits {
   int max_sessions = 4096;             // on this daemon
   int max_sessions_per_uid = 1024;     // of one user
-  int max_buffers_per_session = 4096;  // registered at once
+  int max_buffers_per_session = 4096;  // registered at once (event sets count as buffers)
+  int max_buffers_per_uid = 8192;      // by all sessions of one user
+  int max_buffers = 32768;             // by all sessions: well below vm.max_map_count (65530)
+  // Bytes of host and device memory mapped, together (a host buffer counts whole pages).
+  uint64_t max_mapped_bytes_per_session = uint64_t{2} << 40;  // 2 TiB
+  uint64_t max_mapped_bytes_per_uid = uint64_t{4} << 40;      // 4 TiB
+  uint64_t max_mapped_bytes = uint64_t{32} << 40;             // 32 TiB of the 128 TiB there is
+};
+
+// What is mapped for sessions: buffers (and event sets) and the bytes they span.
+struct MappedUsage {
+  int64_t buffers = 0;
+  uint64_t bytes = 0;
 };
 
 class SessionRegistry {
  public:
   // `device` (may be null: no GPU here) maps the sessions' device memory and events; it must
   // outlive the registry.
-  explicit SessionRegistry(SessionLimits limits = {}, device::Device* device = nullptr)
-      : limits_(limits), device_(device) {}
+  explicit SessionRegistry(SessionLimits limits = {}, device::Device* device = nullptr);
+  ~SessionRegistry();
 
   struct Grant {
     uint64_t id = 0;
@@ -63,17 +82,20 @@ class SessionRegistry {
   // OK when `token` is session `session_id`'s; else Unauthenticated, the same for a wrong token
   // and an unknown session (which sessions exist is not revealed).
   absl::Status Authenticate(uint64_t session_id, const std::string& token) const;
+  // The uid of the process that opened the session; NotFound if unknown.
+  absl::StatusOr<uid_t> UidOf(uint64_t session_id) const;
 
   // Maps `size` bytes of the memfd `fd` (the caller keeps and closes it) as a buffer of the
-  // session. InvalidArgument for memory that is not sealed or is too small; ResourceExhausted
-  // past the per-session limit.
+  // session. InvalidArgument for memory that is not sealed or is too small; ResourceExhausted,
+  // naming the limit, when one more buffer or its bytes would pass a limit of SessionLimits (the
+  // memory is not mapped then).
   absl::StatusOr<uint64_t> RegisterBuffer(uint64_t session_id, int fd, uint64_t size);
   // Maps device memory the session's process exported, as a buffer of the session (counted
-  // against the same limit). FailedPrecondition when this daemon has no device; the device's
+  // against the same limits). FailedPrecondition when this daemon has no device; the device's
   // errors (InvalidArgument for an export that does not describe its memory) otherwise.
   absl::StatusOr<uint64_t> RegisterDeviceBuffer(uint64_t session_id, device::ExportedMemory memory);
   // Opens the session's interprocess events as one set; its id shares the buffers' numbering
-  // (and their limit) and ReleaseBuffer releases it.
+  // (and their limits on the number of buffers) and ReleaseBuffer releases it.
   absl::StatusOr<uint64_t> RegisterEvents(uint64_t session_id,
                                           std::vector<device::EventHandle> handles);
   // The event set `set_id` of the session: NotFound for an unknown session, InvalidArgument for
@@ -86,7 +108,18 @@ class SessionRegistry {
   absl::StatusOr<BufferRegion> Resolve(uint64_t session_id, uint64_t buffer_id, uint64_t offset,
                                        uint64_t bytes) const;
 
+  // What is mapped now for one session (released buffers that an operation still uses
+  // included, after the session closed too), for one uid, and for all sessions.
+  MappedUsage SessionUsage(uint64_t session_id) const;
+  MappedUsage UidUsage(uid_t uid) const;
+  MappedUsage TotalUsage() const;
+
  private:
+  // The counts behind SessionUsage and the rest; shared with the mappings' deleters, which may
+  // run after the registry is gone (an operation ending late).
+  class Ledger;
+  // One buffer's charge on the ledger, given back when destroyed.
+  class Share;
   struct Buffer {
     std::shared_ptr<SharedMemory> host;       // host memory, or
     std::shared_ptr<device::Mapping> device;  // device memory, or
@@ -98,13 +131,16 @@ class SessionRegistry {
     std::string token;
     absl::flat_hash_map<uint64_t, Buffer> buffers;
   };
-  // Checks that the session exists and has room for one more buffer.
-  absl::Status CheckRoom(uint64_t session_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Charges one more buffer of `bytes` to the session and its uid: ResourceExhausted naming the
+  // limit it would pass, NotFound for an unknown session.
+  absl::StatusOr<std::unique_ptr<Share>> Charge(uint64_t session_id, uint64_t bytes) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Adds `buffer` to the session, if it still exists.
   absl::StatusOr<uint64_t> Add(uint64_t session_id, Buffer buffer) ABSL_LOCKS_EXCLUDED(mu_);
 
   const SessionLimits limits_;
   device::Device* const device_;
+  const std::shared_ptr<Ledger> ledger_;
   mutable absl::Mutex mu_;
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t next_buffer_id_ ABSL_GUARDED_BY(mu_) = 1;

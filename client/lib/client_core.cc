@@ -86,9 +86,10 @@ class StreamClaims {
 
 absl::StatusOr<std::string> CreateCommIdVia(Session& session) {
   v1::CreateCommIdRequest request;
+  request.set_session_id(session.id());
   v1::CreateCommIdResponse response;
   grpc::ClientContext context;
-  SetDeadline(context, kControlTimeout);
+  session.Prepare(context, kControlTimeout);
   absl::Status status = FromGrpc(session.stub()->CreateCommId(&context, request, &response));
   if (!status.ok()) return status;
   return response.comm_id();

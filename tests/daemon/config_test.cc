@@ -2,6 +2,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/options.h"
 #include "gtest/gtest.h"
@@ -84,6 +85,37 @@ TEST(ConfigTest, DataEncryptionIsOffUnlessAskedAndNeedsTls) {
     ASSERT_TRUE(options.Set(name, value).ok()) << name;
   }
   EXPECT_TRUE(FinalizeConfig(with_tls).ok());
+}
+
+// The mapping limits default to values a job on one node stays below and that keep batond's
+// address space and mapping count safe; each is bounded when set.
+TEST(ConfigTest, MappingAndCommIdLimitsHaveSaneDefaultsAndBounds) {
+  Config defaults;
+  ASSERT_TRUE(FinalizeConfig(defaults).ok());
+  EXPECT_EQ(defaults.max_buffers_per_uid, 8192);
+  EXPECT_EQ(defaults.max_buffers, 32768);
+  EXPECT_EQ(defaults.max_mapped_bytes_per_session, int64_t{2} << 40);
+  EXPECT_EQ(defaults.max_mapped_bytes_per_uid, int64_t{4} << 40);
+  EXPECT_EQ(defaults.max_mapped_bytes, int64_t{32} << 40);
+  EXPECT_EQ(defaults.max_pending_comm_ids_per_uid, 1024);
+
+  Config set;
+  ASSERT_TRUE(Configure(set, "max-mapped-bytes-per-uid", "1073741824").ok());
+  EXPECT_EQ(set.max_mapped_bytes_per_uid, int64_t{1} << 30);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"max_buffers_per_uid", "0"},
+      {"max_buffers", "2000000"},
+      {"max_mapped_bytes_per_session", "4096"},
+      {"max_mapped_bytes_per_uid", "140737488355328"},  // 128 TiB
+      {"max_mapped_bytes", "-1"},
+      {"max_pending_comm_ids_per_uid", "0"},
+  };
+  for (const auto& [name, value] : bad) {
+    Config refused;
+    const absl::Status status = Configure(refused, name, value);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name << "=" << value;
+    EXPECT_NE(status.message().find(name), std::string::npos) << status;
+  }
 }
 
 }  // namespace

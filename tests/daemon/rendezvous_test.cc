@@ -9,6 +9,15 @@
 namespace baton::daemon {
 namespace {
 
+constexpr uid_t kUid = 1000;
+
+// A new secret for `uid`, or "" after failing the test.
+std::string NewSecret(Rendezvous& rendezvous, uid_t uid = kUid) {
+  absl::StatusOr<std::string> secret = rendezvous.CreateSecret(uid);
+  EXPECT_TRUE(secret.ok()) << secret.status();
+  return secret.ok() ? *secret : "";
+}
+
 Member Daemon(int i) {
   return Member{"node-" + std::to_string(i),
                 "127.0.0.1:" + std::to_string(7000 + i),
@@ -18,7 +27,7 @@ Member Daemon(int i) {
 
 TEST(RendezvousTest, AllRanksGetTheSamePlanGroupedByDaemonInRankOrder) {
   Rendezvous rendezvous;
-  const std::string secret = rendezvous.CreateSecret();
+  const std::string secret = NewSecret(rendezvous);
   ASSERT_EQ(secret.size(), 32u);
   // Ranks 0,3 on daemon 1; ranks 1,2 on daemon 0; rank 4 on daemon 2.
   const std::vector<int> host = {1, 0, 0, 1, 2};
@@ -50,15 +59,17 @@ TEST(RendezvousTest, AllRanksGetTheSamePlanGroupedByDaemonInRankOrder) {
 // and batond crashed (a general protection fault destroying another entry) when torch made two
 // groups back to back.
 TEST(RendezvousTest, JoinsCompleteWhileOtherSecretsAreCreated) {
-  Rendezvous rendezvous;
+  Rendezvous::Limits limits;
+  limits.max_unused_per_uid = 1 << 20;  // 4,000 ids of one uid, none of which forms
+  Rendezvous rendezvous(nullptr, limits);
   for (int round = 0; round < 20; ++round) {
-    const std::string secret = rendezvous.CreateSecret();
+    const std::string secret = NewSecret(rendezvous);
     absl::StatusOr<Plan> first = absl::UnknownError("not run");
     std::thread waiter(
         [&] { first = rendezvous.Join(secret, 2, 0, Daemon(0), absl::Now() + absl::Seconds(30)); });
     while (rendezvous.Arrived(secret) != 1) std::this_thread::yield();
     std::vector<std::string> others;
-    for (int i = 0; i < 200; ++i) others.push_back(rendezvous.CreateSecret());  // rehashes
+    for (int i = 0; i < 200; ++i) others.push_back(NewSecret(rendezvous));  // rehashes
     const absl::StatusOr<Plan> second =
         rendezvous.Join(secret, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30));
     waiter.join();
@@ -78,7 +89,7 @@ TEST(RendezvousTest, JoinsCompleteWhileOtherSecretsAreCreated) {
 
 TEST(RendezvousTest, MissingRanksAreNamedAtTheDeadline) {
   Rendezvous rendezvous;
-  const std::string secret = rendezvous.CreateSecret();
+  const std::string secret = NewSecret(rendezvous);
   std::vector<absl::Status> results(2);
   std::vector<std::thread> threads;
   for (int rank : {0, 2}) {
@@ -97,7 +108,7 @@ TEST(RendezvousTest, MissingRanksAreNamedAtTheDeadline) {
 
 TEST(RendezvousTest, StopFailsWaitingAndLaterJoinsAtOnceWithItsReason) {
   Rendezvous rendezvous;
-  const std::string secret = rendezvous.CreateSecret();
+  const std::string secret = NewSecret(rendezvous);
   absl::StatusOr<Plan> waiting = absl::UnknownError("not run");
   absl::Duration took;
   std::thread rank0([&] {
@@ -112,13 +123,13 @@ TEST(RendezvousTest, StopFailsWaitingAndLaterJoinsAtOnceWithItsReason) {
   EXPECT_EQ(waiting.status().message(), "batond on node-0 is shutting down");
   EXPECT_LT(took, absl::Seconds(30)) << "a stopped rendezvous must not wait out the deadline";
   absl::StatusOr<Plan> later =
-      rendezvous.Join(rendezvous.CreateSecret(), 1, 0, Daemon(0), absl::Now() + absl::Minutes(1));
+      rendezvous.Join(NewSecret(rendezvous), 1, 0, Daemon(0), absl::Now() + absl::Minutes(1));
   EXPECT_EQ(later.status().code(), absl::StatusCode::kUnavailable) << later.status();
 }
 
 TEST(RendezvousTest, BadJoinsAreRejectedWithoutDisturbingTheOthers) {
   Rendezvous rendezvous;
-  const std::string secret = rendezvous.CreateSecret();
+  const std::string secret = NewSecret(rendezvous);
   const absl::Time soon = absl::Now() + absl::Milliseconds(100);
   EXPECT_EQ(
       rendezvous.Join("0123456789abcdef0123456789abcdef", 2, 0, Daemon(0), soon).status().code(),
@@ -188,7 +199,7 @@ TEST(RendezvousTest, WithoutLabelsDaemonsStayInRankOrder) {
 
 TEST(RendezvousTest, TheFinisherRefinesThePlanEveryRankGets) {
   Rendezvous rendezvous([](Plan& plan) { plan.link_bytes_per_second = 42; });
-  const std::string secret = rendezvous.CreateSecret();
+  const std::string secret = NewSecret(rendezvous);
   std::vector<absl::StatusOr<Plan>> plans(3, absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 3; ++rank) {
@@ -210,24 +221,110 @@ TEST(RendezvousTest, UnusedSecretsExpireAndAreBounded) {
   limits.unused_ttl = absl::Milliseconds(200);
   limits.max_unused = 100;
   Rendezvous rendezvous(nullptr, limits);
-  const std::string first = rendezvous.CreateSecret();
-  for (int i = 0; i < 10000; ++i) rendezvous.CreateSecret();
+  const std::string first = NewSecret(rendezvous);
+  for (int i = 0; i < 10000; ++i) NewSecret(rendezvous);
   EXPECT_LE(rendezvous.PendingCount(), 100u);
   // The oldest was forgotten: joining with it fails as for a secret never created.
   EXPECT_TRUE(absl::IsPermissionDenied(
       rendezvous.Join(first, 1, 0, Daemon(0), absl::Now() + absl::Seconds(5)).status()));
   // One in use (a rank waits on it) outlives the limit and the expiry; the unused ones expire.
-  const std::string used = rendezvous.CreateSecret();
+  const std::string used = NewSecret(rendezvous);
   absl::StatusOr<Plan> plan;
   std::thread waiting(
       [&] { plan = rendezvous.Join(used, 2, 0, Daemon(0), absl::Now() + absl::Seconds(30)); });
   while (rendezvous.Arrived(used) == 0) absl::SleepFor(absl::Milliseconds(1));
-  for (int i = 0; i < 500; ++i) rendezvous.CreateSecret();
+  for (int i = 0; i < 500; ++i) NewSecret(rendezvous);
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_EQ(rendezvous.PendingCount(), 1u);
   ASSERT_TRUE(rendezvous.Join(used, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30)).ok());
   waiting.join();
   EXPECT_TRUE(plan.ok()) << plan.status();
+}
+
+// One uid cannot hold more than its share of unused ids: past it its new ids are refused, naming
+// the limit, while other uids are unaffected; an id whose communicator forms counts no more.
+TEST(RendezvousTest, UnusedIdsAreBoundedPerUidAndFormingGivesTheirShareBack) {
+  Rendezvous::Limits limits;
+  limits.max_unused_per_uid = 3;
+  Rendezvous rendezvous(nullptr, limits);
+  std::vector<std::string> mine;
+  for (int i = 0; i < 3; ++i) mine.push_back(NewSecret(rendezvous));
+  EXPECT_EQ(rendezvous.UnusedCountOf(kUid), 3u);
+  absl::StatusOr<std::string> refused = rendezvous.CreateSecret(kUid);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("max_pending_comm_ids_per_uid"), std::string::npos)
+      << refused.status();
+  // Refusing changed nothing: the three still work.
+  EXPECT_EQ(rendezvous.UnusedCountOf(kUid), 3u);
+  // Another uid is not affected.
+  EXPECT_FALSE(NewSecret(rendezvous, kUid + 1).empty());
+  // A communicator formed with one of them: room for another.
+  ASSERT_TRUE(rendezvous.Join(mine[0], 1, 0, Daemon(0), absl::Now() + absl::Seconds(30)).ok());
+  EXPECT_EQ(rendezvous.UnusedCountOf(kUid), 2u);
+  EXPECT_FALSE(NewSecret(rendezvous).empty());
+  for (size_t i = 1; i < mine.size(); ++i) {
+    EXPECT_TRUE(rendezvous.Join(mine[i], 1, 0, Daemon(0), absl::Now() + absl::Seconds(30)).ok());
+  }
+}
+
+// Past the total, room is made only from ids that no rank has joined with: an id whose rank is
+// waiting, or whose rank gave up at its deadline and will join again, survives any number of
+// new ids, and its communicator then forms.
+TEST(RendezvousTest, MakingRoomNeverForgetsAnIdARankJoinedWith) {
+  Rendezvous::Limits limits;
+  limits.max_unused = 8;
+  Rendezvous rendezvous(nullptr, limits);
+  constexpr uid_t kJob = kUid + 1;
+  const std::string withdrawn = NewSecret(rendezvous, kJob);
+  const std::string waited_on = NewSecret(rendezvous, kJob);
+  const std::string unjoined = NewSecret(rendezvous, kJob);
+  // Rank 0 of `withdrawn` joins and gives up at its deadline, to come back later.
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      rendezvous.Join(withdrawn, 2, 0, Daemon(0), absl::Now() + absl::Milliseconds(20)).status()));
+  absl::StatusOr<Plan> first = absl::UnknownError("not run");
+  std::thread waiter([&] {
+    first = rendezvous.Join(waited_on, 2, 0, Daemon(0), absl::Now() + absl::Seconds(60));
+  });
+  while (rendezvous.Arrived(waited_on) != 1) std::this_thread::yield();
+  // Another uid creates ids in a loop; each beyond the total pushes out an unjoined one.
+  for (int i = 0; i < 2000; ++i) ASSERT_FALSE(NewSecret(rendezvous).empty()) << i;
+  EXPECT_LE(rendezvous.UnusedCountOf(kUid) + rendezvous.UnusedCountOf(kJob), 8u);
+  EXPECT_EQ(rendezvous.UnusedCountOf(kJob), 2u);  // `unjoined` was the one to go
+  EXPECT_TRUE(absl::IsPermissionDenied(
+      rendezvous.Join(unjoined, 1, 0, Daemon(0), absl::Now() + absl::Seconds(5)).status()));
+  // Both jobs complete their joins.
+  ASSERT_TRUE(rendezvous.Join(waited_on, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30)).ok());
+  waiter.join();
+  EXPECT_TRUE(first.ok()) << first.status();
+  std::thread again([&] {
+    EXPECT_TRUE(rendezvous.Join(withdrawn, 2, 0, Daemon(0), absl::Now() + absl::Seconds(30)).ok());
+  });
+  EXPECT_TRUE(rendezvous.Join(withdrawn, 2, 1, Daemon(1), absl::Now() + absl::Seconds(30)).ok());
+  again.join();
+  EXPECT_EQ(rendezvous.UnusedCountOf(kJob), 0u);
+}
+
+// When every unused id has had a rank, nothing may be pushed out: new ids are refused, naming
+// the limit, until a communicator forms.
+TEST(RendezvousTest, WhenEveryIdHasARankNewOnesAreRefused) {
+  Rendezvous::Limits limits;
+  limits.max_unused = 2;
+  Rendezvous rendezvous(nullptr, limits);
+  const std::vector<std::string> ids = {NewSecret(rendezvous), NewSecret(rendezvous, kUid + 1)};
+  for (const std::string& id : ids) {
+    EXPECT_TRUE(absl::IsDeadlineExceeded(
+        rendezvous.Join(id, 2, 0, Daemon(0), absl::Now() + absl::Milliseconds(10)).status()));
+  }
+  absl::StatusOr<std::string> refused = rendezvous.CreateSecret(kUid + 2);
+  EXPECT_TRUE(absl::IsResourceExhausted(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("max_pending_comm_ids"), std::string::npos)
+      << refused.status();
+  std::thread rank0([&] {
+    EXPECT_TRUE(rendezvous.Join(ids[0], 2, 0, Daemon(0), absl::Now() + absl::Seconds(30)).ok());
+  });
+  EXPECT_TRUE(rendezvous.Join(ids[0], 2, 1, Daemon(1), absl::Now() + absl::Seconds(30)).ok());
+  rank0.join();
+  EXPECT_FALSE(NewSecret(rendezvous, kUid + 2).empty());
 }
 
 }  // namespace

@@ -281,6 +281,10 @@ class Fixture {
     config.op_timeout = absl::Milliseconds(200);
     config.data_handshake_timeout = absl::Milliseconds(200);
     config.max_pending_comm_ids = 1024;
+    // The harness's own ids must never be refused: inputs may create ids with its session, and
+    // join (pin) some; they expire soon.
+    config.max_pending_comm_ids_per_uid = 1 << 20;
+    config.comm_id_ttl = absl::Seconds(10);
     const baton::daemon::TlsFiles tls = FilesOf(kNode);
     config.tls_cert = tls.certificate;
     config.tls_key = tls.key;
@@ -388,8 +392,9 @@ class Fixture {
 
   std::string FreshCommId() {
     v1::CreateCommIdRequest request;
+    request.set_session_id(session_id_);
     v1::CreateCommIdResponse response;
-    CHECK_OR_ABORT(client_->CreateCommId(Context(false).get(), request, &response).ok());
+    CHECK_OR_ABORT(client_->CreateCommId(Context(true).get(), request, &response).ok());
     return response.comm_id();
   }
   static std::string SecretOf(const std::string& comm_id) {

@@ -44,7 +44,7 @@ class ClientApiTest : public ::testing::Test {
     raw_ = *std::move(raw);
     session_ = raw_->id();
     v1::CreateCommIdResponse id;
-    ASSERT_TRUE(Call(&v1::Client::Stub::CreateCommId, v1::CreateCommIdRequest(), &id).ok());
+    ASSERT_TRUE(Call(&v1::Client::Stub::CreateCommId, IdRequest(), &id).ok());
     v1::JoinRequest join;
     join.set_session_id(session_);
     join.set_comm_id(id.comm_id());
@@ -59,6 +59,13 @@ class ClientApiTest : public ::testing::Test {
     absl::StatusOr<uint64_t> registered = raw_->Register(*memory_, 4096);
     ASSERT_TRUE(registered.ok()) << registered.status();
     buffer_ = *registered;
+  }
+
+  // A communicator id for this test's session.
+  v1::CreateCommIdRequest IdRequest() const {
+    v1::CreateCommIdRequest request;
+    request.set_session_id(session_);
+    return request;
   }
 
   template <typename Method, typename Request, typename Response>
@@ -330,7 +337,7 @@ TEST_F(ClientApiTest, ForgedAbortsAmplifyingProbesAndOversizedJoinsChangeNothing
 
   // A join of 2,000,000 ranks and a comm id of 8 KiB are refused at once, briefly.
   v1::CreateCommIdResponse id;
-  ASSERT_TRUE(Call(&v1::Client::Stub::CreateCommId, v1::CreateCommIdRequest(), &id).ok());
+  ASSERT_TRUE(Call(&v1::Client::Stub::CreateCommId, IdRequest(), &id).ok());
   v1::JoinRequest join;
   join.set_session_id(session_);
   join.set_comm_id(id.comm_id());
@@ -369,8 +376,10 @@ TEST(EarlyAbortTest, AnAbortThatArrivesBeforeTheCommunicatorFormsIsApplied) {
     ASSERT_TRUE(raw.ok()) << raw.status();
     raws.push_back(*std::move(raw));
   }
+  v1::CreateCommIdRequest create;
+  create.set_session_id(raws[0]->id());
   v1::CreateCommIdResponse id;
-  ASSERT_TRUE(stubs[0]->CreateCommId(raws[0]->Context().get(), {}, &id).ok());
+  ASSERT_TRUE(stubs[0]->CreateCommId(raws[0]->Context().get(), create, &id).ok());
   const std::string secret = id.comm_id().substr(id.comm_id().rfind('/') + 1);
   absl::StatusOr<uint64_t> tag = daemon::Rendezvous::TagOfSecret(secret);
   ASSERT_TRUE(tag.ok());
@@ -700,8 +709,10 @@ TEST(PeerTlsTest, OnlyCertifiedDaemonsReachThePeerApiAndOnlyAsThemselves) {
   absl::StatusOr<std::unique_ptr<testing::RawSession>> first =
       testing::RawSession::Connect(cluster.daemons()[0].socket);
   ASSERT_TRUE(first.ok()) << first.status();
+  v1::CreateCommIdRequest create;
+  create.set_session_id((*first)->id());
   v1::CreateCommIdResponse id;
-  ASSERT_TRUE(root->CreateCommId((*first)->Context().get(), {}, &id).ok());
+  ASSERT_TRUE(root->CreateCommId((*first)->Context().get(), create, &id).ok());
   std::vector<std::thread> joins;
   std::vector<grpc::Status> results(3);
   std::vector<std::unique_ptr<testing::RawSession>> sessions;
