@@ -126,13 +126,20 @@ void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
   call->request.set_message(std::string{reason.message()});
   call->request.set_from_node(from_node);
   call->request.set_proof(proof);
-  call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
-  StubFor(address)->async()->Abort(
-      &call->context, &call->request, &call->response, [call, address](const grpc::Status& status) {
-        if (!status.ok()) {
-          spdlog::debug("abort notice to {} failed: {}", address, status.error_message());
-        }
-      });
+  // A notice that does not arrive leaves that daemon's ranks waiting until their deadline with
+  // no reason (and its node arena's ranks with none at all): it waits through a connection
+  // that is still being made or failed for a moment (wait_for_ready), for as long as an
+  // operation's default deadline, rather than give up after a few seconds on a loaded node.
+  call->context.set_wait_for_ready(true);
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + kAbortNoticeTimeout));
+  StubFor(address)->async()->Abort(&call->context, &call->request, &call->response,
+                                   [call, address, comm_tag](const grpc::Status& status) {
+                                     if (!status.ok()) {
+                                       spdlog::warn(
+                                           "abort notice for communicator {:x} to {} failed: {}",
+                                           comm_tag, address, status.error_message());
+                                     }
+                                   });
 }
 
 absl::StatusOr<Member> PeerClient::Probe(const std::string& address, size_t send_bytes,

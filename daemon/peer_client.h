@@ -29,8 +29,10 @@ class PeerClient {
                                 int world_size, int rank, const Member& member,
                                 absl::Time deadline);
 
-  // Tells the daemon at `address` to abort communicator `comm_tag`. Fire and forget: failures are
-  // logged, and the call gives up after a few seconds.
+  // Tells the daemon at `address` to abort communicator `comm_tag`. Fire and forget: the notice
+  // waits for a connection that is not ready yet and gives up after kAbortNoticeTimeout; a
+  // failure is logged.
+  static constexpr absl::Duration kAbortNoticeTimeout = absl::Seconds(30);
   void AbortAsync(const std::string& address, uint64_t comm_tag, const absl::Status& reason,
                   const std::string& from_node, const std::string& proof);
 

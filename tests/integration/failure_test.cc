@@ -204,6 +204,38 @@ TEST(FailureTest, ARankThatExitsWithoutDestroyFailsItsPeersInsteadOfHangingThem)
   EXPECT_LT(took, absl::Seconds(10)) << "well before the 30 s operation timeout";
 }
 
+// An abort notice reaches a daemon that could not take it for longer than a few seconds (here
+// paused for 6 s, past the 5 s a notice once waited): that daemon's rank fails with the reason
+// as soon as it resumes, instead of waiting for its deadline with no reason.
+TEST(FailureTest, AnAbortReachesAPeerThatWasPausedWhenItWasSent) {
+  TestCluster cluster(2, {"--op-timeout=60s"});
+  ASSERT_TRUE(cluster.ok());
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  std::unique_ptr<Client> client1 = MustConnect(cluster.daemons()[1].socket);
+  StatusOr<std::unique_ptr<Communicator>> comm1 = Status(StatusCode::kUnknown, "not joined");
+  std::thread join1([&] { comm1 = client1->Join(id, 2, 1, std::chrono::seconds(30)); });
+  std::unique_ptr<Client> client0 = MustConnect(cluster.daemons()[0].socket);
+  auto comm0 = client0->Join(id, 2, 0, std::chrono::seconds(30));
+  join1.join();
+  ASSERT_TRUE(comm0.ok()) << comm0.status();
+  ASSERT_TRUE(comm1.ok()) << comm1.status();
+
+  const pid_t paused = cluster.daemons()[1].pid;
+  ASSERT_EQ(kill(paused, SIGSTOP), 0);
+  const std::string reason = "rank 0 gave up while node-1 was paused";
+  EXPECT_TRUE((*comm0)->Abort(reason).ok());
+  absl::SleepFor(absl::Seconds(6));  // the scenario: a pause longer than a notice once lasted
+  ASSERT_EQ(kill(paused, SIGCONT), 0);
+
+  float value = 1;
+  const absl::Time start = absl::Now();
+  const Status status = (*comm1)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
+                                            CallOptions(std::chrono::seconds(40)));
+  EXPECT_EQ(status.code(), StatusCode::kAborted) << status;
+  EXPECT_TRUE(absl::StrContains(status.message(), reason)) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << "the notice, not the 40 s deadline";
+}
+
 // A call's own timeout bounds the operation on the daemon, not only the daemon's op_timeout: a
 // rank waiting for a peer that never submits fails at its 2 s deadline, naming the peer's node,
 // although the daemons would wait 60 s.
