@@ -50,10 +50,14 @@ struct TcpOptions {
   // must outlive the endpoint. Null: kNoHandshakeKey, which authenticates nobody.
   HandshakeKeys* handshake_keys = nullptr;
   // How long an accepted connection may take to complete the handshake before it is closed, and
-  // how many may be in the handshake at once (more are closed as they arrive), so that
-  // connections that never introduce themselves cannot use up descriptors or threads.
+  // how many may be in the handshake at once, in all and from one source (a remote IPv4 address
+  // or IPv6 /64): more are closed as they arrive, so that connections that never introduce
+  // themselves cannot use up descriptors or threads, and one host that opens them cannot keep
+  // the others out. A dialling endpoint whose connection is closed during the handshake dials
+  // again, with backoff, until its deadline. The per-source limit counts as at most the global.
   absl::Duration handshake_timeout = absl::Seconds(5);
-  int max_pending_handshakes = 64;
+  int max_pending_handshakes = 256;
+  int max_pending_handshakes_per_source = 16;
   // Connections one peer may hold open with this endpoint beyond what its streams need; an
   // authenticated connection past 2 * streams_per_peer + this is closed.
   int spare_connections_per_peer = 4;
