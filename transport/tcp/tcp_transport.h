@@ -88,6 +88,12 @@ inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 // did not open, and kRetransmitsCounter, the segments the kernel retransmitted on the link's
 // connections.
 //
+// A send that finds its connection closed or reset by the peer (a peer that restarted at its
+// address, say) before it wrote a byte on it connects afresh, with the handshake, within its
+// deadline; if the dead connection last carried a data frame of the same operation (communicator
+// and sequence), it fails instead with Unavailable naming the peer, since what the operation sent
+// may not have arrived. A send that wrote part of its frames before the connection failed fails.
+//
 // A message whose checksum does not match, or a record of which does not open, fails its receive
 // with DataLoss naming the peer (a
 // receive posted later, if it arrived before its receive was posted), counts as an error, and
