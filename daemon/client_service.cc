@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/log_limiter.h"
 #include "common/session_protocol.h"
 #include "daemon/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -50,7 +51,10 @@ grpc::Status ClientService::Join(grpc::ServerContext* context, const v1::JoinReq
       node_->Join(request->session_id(), request->comm_id(), request->world_size(), request->rank(),
                   DeadlineFrom(request->timeout_ms(), absl::Minutes(5)));
   if (!result.ok()) {
-    spdlog::info("join of rank {} failed: {}", request->rank(), result.status().ToString());
+    // Any session can make joins fail as often as it likes: a few lines a minute at most.
+    static LogLimiter join_failures(10, absl::Minutes(1));
+    join_failures.Log(spdlog::level::info, "join of rank {} failed: {}", request->rank(),
+                      result.status().ToString());
     return ToGrpc(result.status());
   }
   response->set_comm_tag(result->comm_tag);

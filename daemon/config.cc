@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <initializer_list>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -128,8 +129,21 @@ void RegisterOptions(OptionSet& options, Config& config) {
                  "1048576); more are refused until some form or expire");
   options.AddDuration("data_handshake_timeout", &config.data_handshake_timeout,
                       "how long a connection to the data port may take to complete its keyed "
-                      "handshake before it is closed; at most 64 such connections wait at once, "
-                      "more are closed at once");
+                      "handshake before it is closed");
+  options.AddInt("max_pending_data_handshakes", &config.max_pending_data_handshakes,
+                 "connections to the data port that may be in their handshake at once (1 to "
+                 "65536); more are closed on arrival, and a daemon dialling here tries again until "
+                 "its deadline");
+  options.AddInt("max_pending_data_handshakes_per_source",
+                 &config.max_pending_data_handshakes_per_source,
+                 "of those, how many may come from one remote IPv4 address or IPv6 /64 (1 to "
+                 "max_pending_data_handshakes), so that one host cannot keep the others out");
+  options.AddInt("max_pending_sessions", &config.max_pending_sessions,
+                 "connections to the session socket that may wait at once without having opened "
+                 "a session (1 to 65536); more are closed on arrival");
+  options.AddInt("max_pending_sessions_per_uid", &config.max_pending_sessions_per_uid,
+                 "of those, how many may be of one uid (1 to max_pending_sessions), so that one "
+                 "user cannot keep the others from opening sessions");
   options.AddDuration("session_handshake_timeout", &config.session_handshake_timeout,
                       "how long a connection to the session socket may take to open its session "
                       "before it is closed");
@@ -192,6 +206,22 @@ absl::Status FinalizeConfig(Config& config) {
   }
   if (config.data_handshake_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("data_handshake_timeout must be positive");
+  }
+  // Each limit of one source must leave room for others under the global one.
+  for (const auto& [name, total, per_source, per_name] :
+       {std::tuple{"max_pending_data_handshakes", config.max_pending_data_handshakes,
+                   config.max_pending_data_handshakes_per_source,
+                   "max_pending_data_handshakes_per_source"},
+        std::tuple{"max_pending_sessions", config.max_pending_sessions,
+                   config.max_pending_sessions_per_uid, "max_pending_sessions_per_uid"}}) {
+    if (total < 1 || total > 65536) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be between 1 and 65536, got ", total));
+    }
+    if (per_source < 1 || per_source > total) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(per_name, " must be between 1 and ", name, ", got ", per_source));
+    }
   }
   if (config.data_encryption &&
       (config.tls_cert.empty() || config.tls_key.empty() || config.tls_ca.empty())) {

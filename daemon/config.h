@@ -71,6 +71,13 @@ struct Config {
   absl::Duration session_handshake_timeout = absl::Seconds(5);
   // How long a connection to the data port may take to prove who it is before it is closed.
   absl::Duration data_handshake_timeout = absl::Seconds(5);
+  // Connections in their handshake on the data port, in all and from one remote IPv4 address or
+  // IPv6 /64, and connections to the session socket without a session yet, in all and of one uid:
+  // past these, new ones are closed at once (transport::TcpOptions, SessionServerOptions).
+  int64_t max_pending_data_handshakes = 256;
+  int64_t max_pending_data_handshakes_per_source = 16;
+  int64_t max_pending_sessions = 1024;
+  int64_t max_pending_sessions_per_uid = 64;
   // Mutual TLS on the peer API: this daemon's certificate and key, and the CA bundle peers'
   // certificates must chain to (PEM files; all three or none - none is for development only).
   std::string tls_cert;

@@ -118,6 +118,9 @@ class DaemonImpl final : public Daemon {
     transport::TcpOptions tcp;
     tcp.handshake_keys = data_keys_.get();
     tcp.handshake_timeout = config_.data_handshake_timeout;
+    tcp.max_pending_handshakes = static_cast<int>(config_.max_pending_data_handshakes);
+    tcp.max_pending_handshakes_per_source =
+        static_cast<int>(config_.max_pending_data_handshakes_per_source);
     tcp.listen_address = config_.data_listen;
     tcp.advertise_host = config_.advertise_host;
     tcp.receive_spin = config_.receive_spin;
@@ -235,6 +238,8 @@ class DaemonImpl final : public Daemon {
     sessions.path = session::SessionSocketPath(config_.socket);
     sessions.node_name = self.node_name;
     sessions.handshake_timeout = config_.session_handshake_timeout;
+    sessions.max_pending = static_cast<int>(config_.max_pending_sessions);
+    sessions.max_pending_per_uid = static_cast<int>(config_.max_pending_sessions_per_uid);
     BATON_ASSIGN_OR_RETURN(std::vector<uint32_t> uids,
                            ParseIdList("allowed_uids", config_.allowed_uids));
     BATON_ASSIGN_OR_RETURN(std::vector<uint32_t> gids,

@@ -4,6 +4,7 @@
 
 #include <string_view>
 
+#include "common/log_limiter.h"
 #include "spdlog/spdlog.h"
 
 namespace baton::daemon {
@@ -25,7 +26,14 @@ void Log(gpr_log_func_args* args) {
                                                                        : spdlog::level::debug;
       break;
   }
-  spdlog::log(level, "grpc: {} ({}:{})", message, args->file, args->line);
+  if (level == spdlog::level::debug) {
+    spdlog::log(level, "grpc: {} ({}:{})", message, args->file, args->line);
+    return;
+  }
+  // Anyone who reaches the peer port can make gRPC log (a failed TLS handshake, a malformed
+  // request), once per connection: a few lines a minute at most.
+  static LogLimiter limiter(20, absl::Minutes(1));
+  limiter.Log(level, "grpc: {} ({}:{})", message, args->file, args->line);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "collective/data_type.h"
 #include "collective/schedule.h"
+#include "common/log_limiter.h"
 #include "common/secure_random.h"
 #include "common/status_macros.h"
 #include "daemon/comm_proof.h"
@@ -681,9 +682,12 @@ absl::Status Node::CheckAbortProof(const Plan& plan, const absl::Status& reason,
   if (member && !plan.secret.empty() && ConstantTimeEquals(proof, expected)) {
     return absl::OkStatus();
   }
-  spdlog::warn("refused an abort of communicator {:x} claiming to come from node '{}': {}",
-               plan.comm_tag, from_node.substr(0, 64),
-               member ? "no proof of the communicator's secret" : "not a daemon of its plan");
+  // Whoever reaches the peer API can send these as fast as it likes.
+  static LogLimiter refused_aborts(10, absl::Minutes(1));
+  refused_aborts.Log(spdlog::level::warn,
+                     "refused an abort of communicator {:x} claiming to come from node '{}': {}",
+                     plan.comm_tag, from_node.substr(0, 64),
+                     member ? "no proof of the communicator's secret" : "not a daemon of its plan");
   return absl::PermissionDeniedError(absl::StrCat(
       "abort of communicator ", absl::Hex(plan.comm_tag), " refused: ",
       member ? "no proof of the communicator's secret" : "the sender is not a daemon of its plan"));

@@ -100,6 +100,12 @@ bool SessionServer::Allowed(const baton::PeerCredentials& peer) const {
              options_.allowed_gids.end();
 }
 
+void SessionServer::EndPending(const Connection& connection) {
+  --pending_;
+  auto it = pending_per_uid_.find(connection.peer.uid);
+  if (it != pending_per_uid_.end() && --it->second <= 0) pending_per_uid_.erase(it);
+}
+
 void SessionServer::EndLater(uint64_t session_id) {
   absl::MutexLock lock(&ending_->mu);
   ending_->queue.push_back(session_id);
@@ -135,9 +141,7 @@ void SessionServer::Serve() {
       EndLater(c.session_id);
     }
     close(c.fd);
-    if (c.session_id == 0) {
-      --pending_;
-    }
+    if (c.session_id == 0) EndPending(c);
     connections[i] = connections.back();
     connections.pop_back();
   };
@@ -184,20 +188,32 @@ void SessionServer::Serve() {
         if (fd < 0) {
           if (errno == EINTR) continue;
           if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            spdlog::warn("session socket: accept failed (errno {})", errno);
+            accept_error_log_.Log(spdlog::level::warn, "session socket: accept failed (errno {})",
+                                  errno);
           }
           break;
         }
         absl::StatusOr<PeerCredentials> peer = PeerCredentialsOf(fd);
-        if (!peer.ok() || pending_.load() >= options_.max_pending) {
-          if (peer.ok()) {
-            spdlog::warn("session socket: {} connections without a session; refused pid {}",
-                         pending_.load(), peer->pid);
-          }
+        if (!peer.ok()) {
+          close(fd);
+          continue;
+        }
+        // A connection waits for its session only while few others do, fewer still of its uid.
+        auto of_uid = pending_per_uid_.find(peer->uid);
+        const int uid_pending = of_uid == pending_per_uid_.end() ? 0 : of_uid->second;
+        if (pending_.load() >= options_.max_pending ||
+            uid_pending >= options_.max_pending_per_uid) {
+          refused_log_.Log(spdlog::level::warn,
+                           "session socket: refused pid {} uid {}: {} connections without a "
+                           "session, {} of them of uid {} (max_pending_sessions {}, "
+                           "max_pending_sessions_per_uid {})",
+                           peer->pid, peer->uid, pending_.load(), uid_pending, peer->uid,
+                           options_.max_pending, options_.max_pending_per_uid);
           close(fd);
           continue;
         }
         ++pending_;
+        ++pending_per_uid_[peer->uid];
         connections.push_back(Connection{fd, *peer, 0, absl::Now()});
       }
     }
@@ -230,8 +246,8 @@ bool SessionServer::Handle(Connection& connection) {
   }
   if (const auto* open = std::get_if<SessionOpen>(&*request)) {
     if (!Allowed(connection.peer)) {
-      spdlog::warn("session socket: uid {} gid {} (pid {}) is not allowed", connection.peer.uid,
-                   connection.peer.gid, connection.peer.pid);
+      denied_log_.Log(spdlog::level::warn, "session socket: uid {} gid {} (pid {}) is not allowed",
+                      connection.peer.uid, connection.peer.gid, connection.peer.pid);
       answer(absl::PermissionDeniedError(absl::StrCat("uid ", connection.peer.uid,
                                                       " may not use this daemon (allowed_uids, "
                                                       "allowed_gids)")));
@@ -240,12 +256,13 @@ bool SessionServer::Handle(Connection& connection) {
     absl::StatusOr<SessionRegistry::Grant> grant =
         sessions_->Open(connection.peer, open->client_name);
     if (!grant.ok()) {
-      spdlog::warn("session socket: pid {}: {}", connection.peer.pid, grant.status().ToString());
+      denied_log_.Log(spdlog::level::warn, "session socket: pid {} uid {}: {}", connection.peer.pid,
+                      connection.peer.uid, grant.status().ToString());
       answer(grant.status());
       return false;
     }
     connection.session_id = grant->id;
-    --pending_;
+    EndPending(connection);
     ++sessions_open_;
     reply.session_id = grant->id;
     CopyField(reply.token, grant->token);

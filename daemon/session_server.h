@@ -17,8 +17,10 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/log_limiter.h"
 #include "daemon/session_registry.h"
 
 namespace baton::daemon {
@@ -28,8 +30,10 @@ struct SessionServerOptions {
   int mode = 0660;
   std::string node_name;
   absl::Duration handshake_timeout = absl::Seconds(5);
-  // Connections accepted but without a session yet; more are closed at once.
-  int max_pending = 64;
+  // Connections accepted but without a session yet, in all and of one uid; more are closed at
+  // once, so that one user's idle connections cannot keep the others from opening sessions.
+  int max_pending = 1024;
+  int max_pending_per_uid = 64;
   // When non-empty, only processes of these uids or with these primary gids may open sessions.
   std::vector<uid_t> allowed_uids;
   std::vector<gid_t> allowed_gids;
@@ -70,6 +74,8 @@ class SessionServer {
   // Handles one readable connection; false when it must be closed.
   bool Handle(Connection& connection);
   bool Allowed(const baton::PeerCredentials& peer) const;
+  // The connection no longer waits for its session (it opened one, or is closed).
+  void EndPending(const Connection& connection);
   void EndLater(uint64_t session_id);
 
   const SessionServerOptions options_;
@@ -79,6 +85,12 @@ class SessionServer {
   const int wake_fd_;  // eventfd: wakes Serve to stop
   std::atomic<int> sessions_open_{0};
   std::atomic<int> pending_{0};
+  // Connections without a session per uid; only the serving thread touches it.
+  absl::flat_hash_map<uid_t, int> pending_per_uid_;
+  // What a local process can cause as often as it likes is logged a few times a minute at most.
+  LogLimiter refused_log_{5, absl::Minutes(1)};
+  LogLimiter denied_log_{10, absl::Minutes(1)};
+  LogLimiter accept_error_log_{5, absl::Minutes(1)};
   std::thread server_;
   // Sessions to end, in order, off the serving thread (ending one may take a while).
   struct Ending;

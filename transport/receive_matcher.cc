@@ -139,8 +139,11 @@ std::unique_ptr<PostedRecv> ReceiveMatcher::PostImpl(const std::string& peer, co
     auto it = unexpected_.find(posted->key_);
     if (it == unexpected_.end()) {
       // Messages that arrived before the link was lost are still receivable, hence this order.
-      if (auto lost = lost_.find(peer); lost != lost_.end()) {
-        CompleteLocked(&recv, lost->second);
+      auto lost = lost_.find(peer);
+      auto restricted = restricted_after_.find(tag.comm);
+      if (lost != lost_.end() &&
+          (restricted == restricted_after_.end() || restricted->second < lost->second.loss)) {
+        CompleteLocked(&recv, lost->second.status);
       } else if (pending_.contains(posted->key_)) {
         CompleteLocked(&recv, absl::FailedPreconditionError(
                                   absl::StrCat("a receive from peer ", peer, " (", TagToString(tag),
@@ -211,12 +214,10 @@ std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std:
     if (RefusedLocked(peer, tag.comm)) {
       // An authenticated daemon, but not one of the communicator's: a daemon that outlived its
       // plan, or one that means harm. Its bytes are read and dropped, its link stays up.
-      if (refused_[peer]++ % 1024 == 0) {
-        spdlog::warn(
-            "refused messages of communicator {:x} from {}, which is not in its plan "
-            "({} refused from it so far)",
-            tag.comm, peer, refused_[peer]);
-      }
+      refused_log_.Log(spdlog::level::warn,
+                       "refused messages of communicator {:x} from {}, which is not in its plan "
+                       "({} refused from it so far)",
+                       tag.comm, peer, ++refused_[peer]);
       return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
     }
     auto it = pending_.find(key);
@@ -339,12 +340,14 @@ void ReceiveMatcher::Forget(uint64_t comm) {
   absl::MutexLock lock(&mu_);
   aborted_.erase(comm);
   members_.erase(comm);
+  restricted_after_.erase(comm);
   DropUnexpectedLocked(comm);
 }
 
 void ReceiveMatcher::Restrict(uint64_t comm, std::span<const std::string> peers) {
   absl::MutexLock lock(&mu_);
   members_[comm] = absl::flat_hash_set<std::string>(peers.begin(), peers.end());
+  restricted_after_[comm] = losses_;
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     if (it->first.tag.comm == comm && RefusedLocked(it->first.peer, comm)) {
       for (const Unexpected& message : it->second) ReleaseLocked(it->first.peer, message.length);
@@ -397,7 +400,10 @@ void ReceiveMatcher::PeerConnected(const std::string& peer) {
 
 void ReceiveMatcher::PeerLost(const std::string& peer, const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  const absl::Status& stored = lost_[peer] = NotOk(status, "lost connection to peer");
+  Lost& lost = lost_[peer];
+  lost.status = NotOk(status, "lost connection to peer");
+  lost.loss = ++losses_;
+  const absl::Status& stored = lost.status;
   if (auto link = links_.find(peer); link != links_.end()) link->second.up = false;
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->first.peer == peer) {

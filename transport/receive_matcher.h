@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/log_limiter.h"
 #include "transport/transport.h"
 
 namespace baton::transport {
@@ -165,8 +166,11 @@ class ReceiveMatcher {
   // `peer` has (re)connected: clears its lost status and marks its link up.
   void PeerConnected(const std::string& peer);
   // `peer`'s link is gone: its pending receives that are not being written fail with `status`
-  // (Unavailable naming the peer) and so do later receives from it, until PeerConnected(peer).
-  // Messages already delivered from it stay receivable.
+  // (Unavailable naming the peer) and so do later receives from it, until PeerConnected(peer),
+  // except those of a communicator restricted (Restrict) after the loss: its plan, made since,
+  // holds the peer as it is now (say a daemon that restarted at the same address), and such a
+  // receive waits for the peer to connect, until its deadline. Messages already delivered from it
+  // stay receivable.
   void PeerLost(const std::string& peer, const absl::Status& status);
 
   // Fails every pending and later Recv with `status` and drops unexpected messages.
@@ -240,11 +244,21 @@ class ReceiveMatcher {
   // Per peer: payload bytes of unexpected messages kept or being read.
   absl::flat_hash_map<std::string, uint64_t> held_ ABSL_GUARDED_BY(mu_);
   uint64_t total_held_ ABSL_GUARDED_BY(mu_) = 0;  // the sum of held_
-  absl::flat_hash_map<std::string, absl::Status> lost_ ABSL_GUARDED_BY(mu_);
+  // Per lost peer: why, and which loss it was (the losses_ count then).
+  struct Lost {
+    absl::Status status;
+    uint64_t loss = 0;
+  };
+  absl::flat_hash_map<std::string, Lost> lost_ ABSL_GUARDED_BY(mu_);
+  uint64_t losses_ ABSL_GUARDED_BY(mu_) = 0;  // PeerLost calls so far
+  // Per restricted communicator: losses_ when it was restricted (losses it is formed after).
+  absl::flat_hash_map<uint64_t, uint64_t> restricted_after_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, LinkStats> links_ ABSL_GUARDED_BY(mu_);
   // Per restricted communicator: the peers whose messages of it are accepted.
   absl::flat_hash_map<uint64_t, absl::flat_hash_set<std::string>> members_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> refused_ ABSL_GUARDED_BY(mu_);  // per peer
+  // Refused messages come from an authenticated daemon, but as fast as it likes.
+  LogLimiter refused_log_{5, absl::Minutes(1)};
 };
 
 }  // namespace baton::transport

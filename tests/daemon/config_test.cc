@@ -118,5 +118,29 @@ TEST(ConfigTest, MappingAndCommIdLimitsHaveSaneDefaultsAndBounds) {
   }
 }
 
+// The limits of one source stay under the global ones: a per-source limit above its global
+// limit, or any limit out of range, is refused naming it.
+TEST(ConfigTest, PerSourceLimitsAreAtMostTheirGlobalLimits) {
+  Config defaults;
+  ASSERT_TRUE(FinalizeConfig(defaults).ok());
+  EXPECT_EQ(defaults.max_pending_data_handshakes, 256);
+  EXPECT_EQ(defaults.max_pending_data_handshakes_per_source, 16);
+  EXPECT_EQ(defaults.max_pending_sessions, 1024);
+  EXPECT_EQ(defaults.max_pending_sessions_per_uid, 64);
+  Config config;
+  ASSERT_TRUE(Configure(config, "max-pending-sessions-per-uid", "1024").ok());
+  EXPECT_EQ(config.max_pending_sessions_per_uid, 1024);
+  for (const auto& [name, value] :
+       {std::pair{"max_pending_sessions_per_uid", "1025"},
+        std::pair{"max_pending_sessions_per_uid", "0"}, std::pair{"max_pending_sessions", "0"},
+        std::pair{"max_pending_data_handshakes_per_source", "257"},
+        std::pair{"max_pending_data_handshakes", "65537"}}) {
+    Config refused;
+    const absl::Status status = Configure(refused, name, value);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name << "=" << value;
+    EXPECT_NE(status.message().find(name), std::string::npos) << status;
+  }
+}
+
 }  // namespace
 }  // namespace baton::daemon

@@ -211,6 +211,48 @@ TEST(ReceiveMatcherTest, LostPeerKeepsDeliveredMessagesUntilReconnect) {
             absl::StatusCode::kDeadlineExceeded);
 }
 
+// A peer lost before a communicator was formed (restricted) is, for that communicator, the peer
+// of its plan as it is now (a daemon restarted at the same address): its receives wait for the
+// message, until their deadline, instead of failing at once. A communicator formed before the
+// loss, or not restricted, fails at once; one formed after fails at once on a later loss.
+TEST(ReceiveMatcherTest, ALossBeforeACommunicatorFormedDoesNotFailItsReceives) {
+  ReceiveMatcher matcher;
+  matcher.PeerConnected(kPeer);
+  const std::string members[] = {kPeer};
+  matcher.Restrict(1, members);
+  matcher.PeerLost(kPeer, absl::UnavailableError("lost connection from peer peer-a: EOF"));
+  matcher.Restrict(2, members);
+  EXPECT_EQ(
+      matcher.Recv(kPeer, Tag{.comm = 1, .seq = 1}, {}, absl::Now() + absl::Seconds(30)).code(),
+      absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      matcher.Recv(kPeer, Tag{.comm = 3, .seq = 1}, {}, absl::Now() + absl::Seconds(30)).code(),
+      absl::StatusCode::kUnavailable);
+  EXPECT_EQ(matcher.Recv(kPeer, Tag{.comm = 2, .seq = 1}, {}, absl::Now() + absl::Milliseconds(50))
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // The restarted peer's message arrives and completes it.
+  std::unique_ptr<PostedRecv> waiting =
+      matcher.Post(kPeer, Tag{.comm = 2, .seq = 2}, {}, absl::Now() + absl::Seconds(30));
+  EXPECT_FALSE(waiting->Test());
+  Deliver(matcher, kPeer, Tag{.comm = 2, .seq = 2}, 0, 'x');
+  EXPECT_TRUE(waiting->Wait().ok());
+  // A loss after it formed fails its pending and later receives at once.
+  std::unique_ptr<PostedRecv> pending =
+      matcher.Post(kPeer, Tag{.comm = 2, .seq = 3}, {}, absl::Now() + absl::Seconds(30));
+  matcher.PeerLost(kPeer, absl::UnavailableError("lost connection from peer peer-a: reset"));
+  EXPECT_EQ(pending->Wait().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(
+      matcher.Recv(kPeer, Tag{.comm = 2, .seq = 4}, {}, absl::Now() + absl::Seconds(30)).code(),
+      absl::StatusCode::kUnavailable);
+  // Forgotten and formed again, it is new once more.
+  matcher.Forget(2);
+  matcher.Restrict(2, members);
+  EXPECT_EQ(matcher.Recv(kPeer, Tag{.comm = 2, .seq = 5}, {}, absl::Now() + absl::Milliseconds(50))
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
 TEST(ReceiveMatcherTest, UnexpectedBytesPerPeerAreBoundedUntilTheReceiverCatchesUp) {
   // 100-byte messages against a 1000-byte bound: the 16 messages any peer may always have held
   // (1600 bytes) are the larger allowance.

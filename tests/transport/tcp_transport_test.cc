@@ -209,6 +209,8 @@ TEST(TcpTransportTest, ConnectIsRetriedUntilThePeerListens) {
   EXPECT_TRUE(send.get().ok());
 }
 
+// An operation whose connection the peer closes after it sent on it fails (what it sent may not
+// have arrived), naming the peer; the next operation connects afresh.
 TEST(TcpTransportTest, SendNoticesAClosedConnectionAndThenReconnects) {
   auto endpoint = NewLoopbackEndpoint();
   ASSERT_NE(endpoint, nullptr);
@@ -226,8 +228,8 @@ TEST(TcpTransportTest, SendNoticesAClosedConnectionAndThenReconnects) {
   }  // the peer drops the connection
   // The first send after the close may still be accepted by the kernel; the next cannot be.
   absl::Status failed;
-  for (uint64_t seq = 2; seq < 5 && failed.ok(); ++seq) {
-    failed = endpoint->Send(peer.address, Tag{.seq = seq}, {}, Deadline());
+  for (uint32_t step = 1; step < 4 && failed.ok(); ++step) {
+    failed = endpoint->Send(peer.address, Tag{.seq = 1, .step = step}, {}, Deadline());
   }
   EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
   EXPECT_THAT(failed.message(), HasSubstr(peer.address));
@@ -240,6 +242,47 @@ TEST(TcpTransportTest, SendNoticesAClosedConnectionAndThenReconnects) {
   ASSERT_TRUE(conn.valid());
   EXPECT_EQ(AcceptHello(conn.get(), peer.address), endpoint->address());
   EXPECT_TRUE(again.get().ok());
+}
+
+// A connection the peer closed (say it restarted) before an operation sent anything on it is
+// replaced within the operation's deadline: the send connects afresh, with the handshake, and
+// succeeds, with no error counted.
+TEST(TcpTransportTest, AConnectionFoundClosedBeforeAnOperationStartsIsReplaced) {
+  auto endpoint = NewLoopbackEndpoint();
+  ASSERT_NE(endpoint, nullptr);
+  RawListener peer = BindLoopback(/*listening=*/true);
+  auto first = std::async(std::launch::async, [&] {
+    return endpoint->Send(peer.address, Tag{.comm = 1, .seq = 1}, {}, Deadline());
+  });
+  {
+    FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+    ASSERT_TRUE(conn.valid());
+    AcceptHello(conn.get(), peer.address);
+    ReadHeader(conn.get());
+    ASSERT_TRUE(first.get().ok());
+  }  // the peer drops the connection
+  // Once the endpoint has seen it go (the link is down), an operation of the same communicator
+  // and one of another start on a new connection.
+  const std::string payload = "fresh";
+  for (const Tag tag : {Tag{.comm = 1, .seq = 2}, Tag{.comm = 2, .seq = 1}}) {
+    const absl::Time until = Deadline(absl::Seconds(10));
+    while (StatsFor(*endpoint, peer.address).up && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_FALSE(StatsFor(*endpoint, peer.address).up);
+    auto next = std::async(std::launch::async, [&] {
+      return endpoint->Send(peer.address, tag,
+                            std::as_bytes(std::span(payload.data(), payload.size())), Deadline());
+    });
+    FileDescriptor conn = AcceptWithin(peer.fd.get(), absl::Seconds(10));
+    ASSERT_TRUE(conn.valid());
+    EXPECT_EQ(AcceptHello(conn.get(), peer.address), endpoint->address());
+    const FrameHeader header = ReadHeader(conn.get());
+    EXPECT_EQ(header.tag, tag);
+    EXPECT_EQ(ReadString(conn.get(), header.payload_bytes), payload);
+    EXPECT_TRUE(next.get().ok());
+  }  // and drops that one too
+  EXPECT_EQ(StatsFor(*endpoint, peer.address).errors, 0u);
 }
 
 // True when a frame (or anything else) arrives on `fd` within `timeout`.

@@ -1,3 +1,5 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -7,8 +9,10 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,6 +23,32 @@
 #include "transport/tcp/tcp_endpoint.h"
 
 namespace baton::transport::tcp {
+namespace {
+
+// The source whose share of the handshakes an accepted connection takes: its remote IPv4
+// address, or the /64 prefix of its IPv6 address (one host usually holds a whole /64).
+std::string SourceAddress(const sockaddr_storage& from) {
+  std::array<char, INET6_ADDRSTRLEN> text{};
+  if (from.ss_family == AF_INET) {
+    const in_addr& address = reinterpret_cast<const sockaddr_in*>(&from)->sin_addr;
+    if (inet_ntop(AF_INET, &address, text.data(), text.size()) != nullptr) return text.data();
+  } else if (from.ss_family == AF_INET6) {
+    in6_addr address = reinterpret_cast<const sockaddr_in6*>(&from)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&address)) {
+      if (inet_ntop(AF_INET, &address.s6_addr[12], text.data(), text.size()) != nullptr) {
+        return text.data();
+      }
+    } else {
+      std::fill(std::begin(address.s6_addr) + 8, std::end(address.s6_addr), 0);
+      if (inet_ntop(AF_INET6, &address, text.data(), text.size()) != nullptr) {
+        return absl::StrCat(text.data(), "/64");
+      }
+    }
+  }
+  return "unknown";
+}
+
+}  // namespace
 
 void TcpEndpoint::ListenLoop() {
   while (true) {
@@ -41,42 +71,62 @@ void TcpEndpoint::ListenLoop() {
     }
     if (fds[1].revents != 0) return;  // shutting down
     if (fds[0].revents == 0) continue;
-    const int fd = accept4(listener_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_storage from{};
+    socklen_t from_length = sizeof(from);
+    const int fd =
+        accept4(listener_.fd.get(), reinterpret_cast<sockaddr*>(&from), &from_length, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
-      spdlog::error("tcp endpoint {}: accept failed: {}", address_,
-                    BATON_ERRNO_STATUS("accept4").ToString());
+      accept_error_log_.Log(spdlog::level::err, "tcp endpoint {}: accept failed: {}", address_,
+                            BATON_ERRNO_STATUS("accept4").ToString());
       // E.g. out of fds: back off instead of spinning on a listener that stays readable.
       absl::SleepFor(absl::Milliseconds(50));
       continue;
     }
     ReapFinishedReaders();
-    // Until it proves who it is, a connection gets a thread only while few others wait too.
-    if (handshaking_.fetch_add(1) >= max_pending_handshakes_) {
-      handshaking_.fetch_sub(1);
-      ::close(fd);
-      NoteRefused("too many connections in their handshake");
-      continue;
-    }
     auto conn = std::make_shared<Conn>();
     conn->fd = FileDescriptor(fd);
-    SetNoDelay(fd);  // frames go back to the peer on this connection too
-    absl::MutexLock lock(&mu_);
-    conn->reader = std::thread([this, conn] {
-      SetThreadName("baton-tcp-read");
-      ReadLoop(conn, /*accepted=*/true);
-    });
-    conns_.push_back(std::move(conn));
+    conn->source = SourceAddress(from);
+    // Until it proves who it is, a connection gets a thread only while few others wait too, and
+    // fewer still from the same address: one host cannot take every place.
+    std::string refused;
+    {
+      absl::MutexLock lock(&mu_);
+      auto from_source = handshaking_from_.find(conn->source);
+      if (handshaking_ >= max_pending_handshakes_) {
+        refused = "too many connections in their handshake";
+      } else if (from_source != handshaking_from_.end() &&
+                 from_source->second >= max_pending_handshakes_per_source_) {
+        refused = absl::StrCat("too many connections from ", conn->source, " in their handshake");
+      } else {
+        ++handshaking_;
+        ++handshaking_from_[conn->source];
+        SetNoDelay(fd);  // frames go back to the peer on this connection too
+        conn->reader = std::thread([this, conn] {
+          SetThreadName("baton-tcp-read");
+          ReadLoop(conn, /*accepted=*/true);
+        });
+        conns_.push_back(std::move(conn));
+      }
+    }
+    if (!refused.empty()) {
+      conn.reset();  // closed at once: a daemon dialling here tries again until its deadline
+      NoteRefused(refused);
+    }
   }
 }
 
+void TcpEndpoint::EndHandshakeLocked(const Conn& conn) {
+  --handshaking_;
+  auto it = handshaking_from_.find(conn.source);
+  if (it != handshaking_from_.end() && --it->second <= 0) handshaking_from_.erase(it);
+}
+
 void TcpEndpoint::NoteRefused(const std::string& why) {
-  // Anyone who reaches the port can cause these: the first, then one in 1024.
   const uint64_t refused = refused_connections_.fetch_add(1) + 1;
-  if (refused == 1 || refused % 1024 == 0) {
-    spdlog::warn("tcp endpoint {}: refused a connection: {} ({} refused so far)", address_, why,
-                 refused);
-  }
+  refused_log_.Log(spdlog::level::warn,
+                   "tcp endpoint {}: refused a connection: {} ({} refused so far)", address_, why,
+                   refused);
 }
 
 void TcpEndpoint::ReapFinishedReaders() {

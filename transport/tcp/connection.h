@@ -14,6 +14,7 @@ inline absl::Status ShutDownError() { return absl::UnavailableError("endpoint sh
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -62,6 +63,9 @@ inline void Drain(int event) {
   (void)!read(event, &count, sizeof(count));
 }
 
+// An operation as the send side tells them apart: its communicator and sequence number.
+using OperationId = std::pair<uint64_t, uint64_t>;
+
 // One TCP connection with a peer, whichever side opened it. Frames flow both ways: its reader
 // thread reads what the peer sends, and Sends to the peer write to it, one at a time. Carrying
 // both directions on one connection lets TCP's acknowledgements ride on data going the other
@@ -73,6 +77,9 @@ struct Connection {
   FileDescriptor fd;
   std::string peer;   // known at once when we connect; from the hello when we accept
   bool ours = false;  // we connected (rather than accepted) it
+  // An accepted connection's remote IP address, under whose share of the handshakes it counts
+  // until it is admitted (TcpOptions::max_pending_handshakes_per_source).
+  std::string source;
   // A sealed connection's ciphers (frame.h), set with fd: `seal` belongs to the Send that holds
   // `busy`, `open` to the thread that holds `reading`.
   std::optional<RecordCipher> seal;
@@ -82,6 +89,10 @@ struct Connection {
   bool connecting = false;  // being connected by the Send that reserved it (no fd yet)
   bool busy = false;        // a Send is writing to it
   bool finished = false;    // its reader has ended and its thread only has to return
+  // The operation (communicator, sequence) whose data frame was last written to it, if any: a
+  // Send that finds the connection dead connects afresh unless it belongs to that operation,
+  // whose earlier frames may then have been lost with the connection.
+  std::optional<OperationId> last_operation;
 
   // The read side. Frames are read by one thread at a time, the one that holds `reading`: the
   // reader thread, or a thread waiting for a small receive from the peer, which reads for

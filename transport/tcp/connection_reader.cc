@@ -24,8 +24,8 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
   const int fd = conn->fd.get();
   if (accepted) {
     absl::StatusOr<Admitted> admitted = AdmitPeer(fd);
-    handshaking_.fetch_sub(1);
     absl::MutexLock lock(&mu_);
+    EndHandshakeLocked(*conn);
     if (admitted.ok() && connections_[admitted->peer] >= max_connections_per_peer_) {
       admitted = absl::ResourceExhaustedError(
           absl::StrCat("peer ", admitted->peer, " already holds ", max_connections_per_peer_,
@@ -65,8 +65,9 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
       }
       if (n < 0 && poll_errno != EINTR) {
         // Cannot happen with valid fds; read anyway, which reports what is wrong.
-        spdlog::warn("tcp endpoint {}: poll on the connection from peer {} failed: errno {}",
-                     address_, peer, poll_errno);
+        peer_error_log_.Log(spdlog::level::warn,
+                            "tcp endpoint {}: poll on the connection from peer {} failed: errno {}",
+                            address_, peer, poll_errno);
       }
       kicked = kicked || n == 0 || (n < 0 && poll_errno == EINTR);
     }
@@ -144,8 +145,9 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
                                                     : "an unsealed frame on a sealed connection");
     }
     if (!decoded.ok()) {
-      spdlog::error("tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
-                    decoded.status().ToString());
+      peer_error_log_.Log(spdlog::level::err,
+                          "tcp endpoint {}: closing the connection from peer {}: {}", address_,
+                          peer, decoded.status().ToString());
       CountError(peer);
       return decoded.status();
     }

@@ -190,47 +190,75 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
     }
     total += kFrameHeaderBytes + message.data.size();
   }
-  BATON_ASSIGN_OR_RETURN(std::shared_ptr<Conn> stream, AcquireStream(peer, tag, total, deadline));
-  const int fd = stream->fd.get();
-  const bool sealed = stream->seal.has_value();
-  // Only data frames carry a checksum, and never sealed ones (frame.h).
-  const bool checksum = checksum_ && type == FrameType::kData && !sealed;
-  for (const OutMessage& message : messages) {
-    if (sealed) total += kSealTagBytes * SealedRecords(message.data.size());
-    if (checksum) total += kFrameChecksumBytes;
-  }
-  bool closed = false;
-  {
-    absl::MutexLock lock(&mu_);
-    closed = stream->finished;
-  }
-  if (closed) {
-    // The peer went away since our last send (the connection's reader saw it go); what we sent
-    // last may not have arrived, so this is an error rather than a silent reconnect. The next
-    // Send connects afresh. (Until the reader has seen the end, a Send may still succeed.)
-    ReleaseStream(peer, stream, /*healthy=*/false);
-    CountError(peer);
-    return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
-                                               TagToString(tag), "): peer closed the connection"));
-  }
+  // The operation whose bytes this send writes (data frames only: a ping belongs to none).
+  std::optional<OperationId> operation;
+  if (type == FrameType::kData) operation.emplace(tag.comm, tag.seq);
+  // A connection found dead before this send wrote a byte on it (the peer closed it, or went
+  // away and came back) is replaced by a new one, within the deadline; a few times at most, since
+  // each new connection has just passed the handshake with the peer.
+  constexpr int kMaxFreshConnections = 4;
+  std::shared_ptr<Conn> stream;
   size_t written = 0;
-  auto cancelled = [this, &tag] { return SendCancelled(tag.comm); };
-  auto on_full = [this] { StopLingering(); };
   absl::Status status;
-  if (sealed) {
-    status = WriteSealedFrames(fd, type, messages, *stream->seal, deadline, cancelled, on_full,
-                               &written);
-  } else if (checksum) {
-    status = WriteChecksummedFrames(fd, messages, deadline, cancelled, on_full, &written);
-  } else {
-    status = WriteFrames(fd, type, messages, deadline, cancelled, on_full, &written);
+  bool sealed = false;
+  for (int attempt = 0;; ++attempt) {
+    BATON_ASSIGN_OR_RETURN(stream, AcquireStream(peer, tag, operation, total, deadline));
+    const int fd = stream->fd.get();
+    sealed = stream->seal.has_value();
+    // Only data frames carry a checksum, and never sealed ones (frame.h).
+    const bool checksum = checksum_ && type == FrameType::kData && !sealed;
+    bool dead = false;
+    bool same_operation = false;
+    {
+      absl::MutexLock lock(&mu_);
+      dead = stream->finished;
+      same_operation = operation.has_value() && stream->last_operation == operation;
+    }
+    if (dead && (same_operation || attempt == kMaxFreshConnections)) {
+      // The peer went away since this operation's last send on the connection (its reader saw
+      // it go): what the operation sent there may not have arrived, so this is an error rather
+      // than a silent reconnect.
+      ReleaseStream(peer, stream, /*healthy=*/false);
+      CountError(peer);
+      return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
+                                                 TagToString(tag),
+                                                 "): peer closed the connection"));
+    }
+    if (dead) {
+      ReleaseStream(peer, stream, /*healthy=*/false);
+      continue;
+    }
+    size_t frame_bytes = total;
+    for (const OutMessage& message : messages) {
+      if (sealed) frame_bytes += kSealTagBytes * SealedRecords(message.data.size());
+      if (checksum) frame_bytes += kFrameChecksumBytes;
+    }
+    auto cancelled = [this, &tag] { return SendCancelled(tag.comm); };
+    auto on_full = [this] { StopLingering(); };
+    if (sealed) {
+      status = WriteSealedFrames(fd, type, messages, *stream->seal, deadline, cancelled, on_full,
+                                 &written);
+    } else if (checksum) {
+      status = WriteChecksummedFrames(fd, messages, deadline, cancelled, on_full, &written);
+    } else {
+      status = WriteFrames(fd, type, messages, deadline, cancelled, on_full, &written);
+    }
+    if (absl::IsUnavailable(status) && written == 0 && !same_operation &&
+        attempt < kMaxFreshConnections) {
+      // The connection had failed (reset by the peer) before a byte of this send went out.
+      ReleaseStream(peer, stream, /*healthy=*/false);
+      continue;
+    }
+    total = frame_bytes;
+    break;
   }
   // A frame cut short leaves the stream unusable, and so does a socket error; a frame that was
   // never started because the deadline passed or the communicator was aborted does not, unless
   // it was sealed already (the record numbers would be out of step).
   ReleaseStream(peer, stream,
                 status.ok() || (written == 0 && !sealed &&
-                                (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status))));
+                                (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status))),
+                written > 0 ? operation : std::nullopt);
   {
     absl::MutexLock lock(&mu_);
     if (status.ok()) {
@@ -254,7 +282,8 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
 }
 
 absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
-    const std::string& peer, const Tag& tag, size_t bytes, absl::Time deadline) {
+    const std::string& peer, const Tag& tag, std::optional<OperationId> operation, size_t bytes,
+    absl::Time deadline) {
   const bool striped = bytes >= kStripeMinBytes && streams_per_peer_ > 1;
   std::shared_ptr<Conn> stream;
   {
@@ -271,6 +300,10 @@ absl::StatusOr<std::shared_ptr<TcpEndpoint::Conn>> TcpEndpoint::AcquireStream(
                                                       ") timed out waiting for a free connection"));
     }
     BATON_RETURN_IF_ERROR(SendBlockingErrorLocked(tag.comm));
+    if (absl::Status dropped = DropDeadStreamsLocked(peer, operation, tag); !dropped.ok()) {
+      CountSendLocked(peer, 0, false);
+      return dropped;
+    }
     std::vector<std::shared_ptr<Conn>>& streams = out_[peer];
     std::shared_ptr<Conn> idle;
     if (!striped) {
@@ -334,8 +367,16 @@ absl::StatusOr<TcpEndpoint::Introduced> TcpEndpoint::ConnectAndIntroduce(const s
                                                                          uint64_t comm,
                                                                          absl::Time deadline) {
   auto cancelled = [this, comm] { return SendCancelled(comm); };
+  // A peer that is busy (its limits on connections in the handshake are reached) or restarting
+  // closes the connection before the handshake ends: dial again, with backoff, until the
+  // deadline, as ConnectWithRetry does for a refused connect.
+  constexpr absl::Duration kInitialBackoff = absl::Milliseconds(5);
+  constexpr absl::Duration kMaxBackoff = absl::Milliseconds(200);
+  absl::Duration backoff = kInitialBackoff;
   // A peer that restarted at the same address has a new key: fetch it again, once.
-  for (bool refresh = false;; refresh = true) {
+  bool refreshed = false;
+  bool refresh = false;
+  while (true) {
     BATON_ASSIGN_OR_RETURN(FileDescriptor fd, ConnectWithRetry(peer, deadline, cancelled));
     HandshakeKey key = kNoHandshakeKey;
     if (handshake_keys_ != nullptr) {
@@ -343,20 +384,35 @@ absl::StatusOr<TcpEndpoint::Introduced> TcpEndpoint::ConnectAndIntroduce(const s
       if (!issued.ok()) return Annotate(issued.status(), "getting the peer's handshake key");
       key = *issued;
     }
+    refresh = false;
     absl::StatusOr<std::optional<SealedStream>> sealed =
         Introduce(fd.get(), address_, peer, key, seal_, deadline, cancelled);
     if (sealed.ok()) return Introduced{std::move(fd), *std::move(sealed)};
-    if (!absl::IsPermissionDenied(sealed.status()) || refresh || handshake_keys_ == nullptr) {
-      return Annotate(sealed.status(), "handshake");
+    if (absl::IsPermissionDenied(sealed.status()) && !refreshed && handshake_keys_ != nullptr) {
+      refreshed = refresh = true;
+      continue;
     }
+    if (!absl::IsUnavailable(sealed.status())) return Annotate(sealed.status(), "handshake");
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return Annotate(sealed.status(),
+                      "handshake (the peer closed every connection by the deadline)");
+    }
+    if (cancelled()) return absl::CancelledError(absl::StrCat("connect to ", peer, " cancelled"));
+    absl::SleepFor(std::min(backoff, deadline - now));
+    backoff = std::min(backoff * 2, kMaxBackoff);
   }
 }
 
 void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream,
-                                bool healthy) {
+                                bool healthy, std::optional<OperationId> written_operation) {
   absl::MutexLock lock(&mu_);
   stream->busy = false;
-  if (healthy) return;
+  if (written_operation.has_value()) stream->last_operation = written_operation;
+  if (!healthy) DropStreamLocked(peer, stream);
+}
+
+void TcpEndpoint::DropStreamLocked(const std::string& peer, const std::shared_ptr<Conn>& stream) {
   // Keep the broken connection's retransmits: the counter must not go backwards.
   lost_retransmits_[peer] += TcpRetransmits(stream->fd.get());
   shutdown(stream->fd.get(), SHUT_RDWR);
@@ -364,6 +420,24 @@ void TcpEndpoint::ReleaseStream(const std::string& peer, const std::shared_ptr<C
   if (it == out_.end()) return;
   std::erase(it->second, stream);
   if (it->second.empty()) out_.erase(it);
+}
+
+absl::Status TcpEndpoint::DropDeadStreamsLocked(const std::string& peer,
+                                                std::optional<OperationId> operation,
+                                                const Tag& tag) {
+  auto it = out_.find(peer);
+  if (it == out_.end()) return absl::OkStatus();
+  std::vector<std::shared_ptr<Conn>> dead;
+  bool lost_operation = false;
+  for (const std::shared_ptr<Conn>& conn : it->second) {
+    if (!conn->finished || conn->busy) continue;
+    dead.push_back(conn);
+    lost_operation = lost_operation || (operation.has_value() && conn->last_operation == operation);
+  }
+  for (const std::shared_ptr<Conn>& conn : dead) DropStreamLocked(peer, conn);
+  if (!lost_operation) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
+                                             TagToString(tag), "): peer closed the connection"));
 }
 
 }  // namespace baton::transport::tcp

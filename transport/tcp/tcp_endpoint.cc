@@ -168,8 +168,9 @@ absl::Status TcpEndpoint::IntegrityFailure(const std::string& peer, const Tag& t
                              ") did not open: it was altered, dropped or replayed on the way"))
           : absl::DataLossError(absl::StrCat("checksum mismatch on a message from peer ", peer,
                                              " (", TagToString(tag), "): the link corrupted data"));
-  spdlog::error("tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
-                error.ToString());
+  peer_error_log_.Log(spdlog::level::err,
+                      "tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
+                      error.ToString());
   return error;
 }
 

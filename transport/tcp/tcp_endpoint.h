@@ -10,6 +10,7 @@
 //   stream_pool.cc        sending: framing, the connections per peer, connecting
 //   round_trip.cc         ping/pong (RoundTrip) and the pong thread
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -31,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/log_limiter.h"
 #include "common/thread_name.h"
 #include "transport/frame.h"
 #include "transport/receive_matcher.h"
@@ -55,6 +57,8 @@ class TcpEndpoint final : public Endpoint {
         handshake_keys_(options.handshake_keys),
         handshake_timeout_(options.handshake_timeout),
         max_pending_handshakes_(options.max_pending_handshakes),
+        max_pending_handshakes_per_source_(
+            std::min(options.max_pending_handshakes_per_source, options.max_pending_handshakes)),
         max_connections_per_peer_(2 * options.streams_per_peer +
                                   options.spare_connections_per_peer),
         checksum_(options.checksum),
@@ -122,6 +126,9 @@ class TcpEndpoint final : public Endpoint {
   absl::StatusOr<Admitted> AdmitPeer(int fd);
   // Counts a connection closed before it was admitted (and logs now and then).
   void NoteRefused(const std::string& why);
+  // An accepted connection's handshake has ended, admitted or not: frees its place among the
+  // handshakes in progress (in all and from its source).
+  void EndHandshakeLocked(const Conn& conn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The reader thread's turn to read: waits while threads read for their receives (and
   // reader_linger_ after), then takes `reading`. False once the connection has ended.
   bool TakeReaderTurn(Conn& conn);
@@ -166,8 +173,10 @@ class TcpEndpoint final : public Endpoint {
   bool SendCancelled(uint64_t comm) const ABSL_LOCKS_EXCLUDED(mu_);
   // Reserves an idle connection to `peer` for `bytes` of frames: the preferred one (see
   // PreferredLocked) for less than kStripeMinBytes, else the next in turn, connecting one more
-  // while there are fewer than streams_per_peer_ (or none).
+  // while there are fewer than streams_per_peer_ (or none). Drops dead connections first
+  // (DropDeadStreamsLocked, for `operation`: the data frames' operation, none for a ping).
   absl::StatusOr<std::shared_ptr<Conn>> AcquireStream(const std::string& peer, const Tag& tag,
+                                                      std::optional<OperationId> operation,
                                                       size_t bytes, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A connection to `peer` that has passed the handshake, and its ciphers if it is sealed.
@@ -178,8 +187,20 @@ class TcpEndpoint final : public Endpoint {
   absl::StatusOr<Introduced> ConnectAndIntroduce(const std::string& peer, uint64_t comm,
                                                  absl::Time deadline);
   // Returns a stream after a Send; a broken one is dropped so that the next Send reconnects.
-  void ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream, bool healthy)
+  // `written_operation`: the operation of the data frames the Send wrote bytes of, if any.
+  void ReleaseStream(const std::string& peer, const std::shared_ptr<Conn>& stream, bool healthy,
+                     std::optional<OperationId> written_operation = std::nullopt)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Drops `stream` from the connections Sends to `peer` use (keeping its retransmits).
+  void DropStreamLocked(const std::string& peer, const std::shared_ptr<Conn>& stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops `peer`'s connections whose reader has ended (the peer closed them, or restarted) and
+  // that no Send holds, so that a Send connects afresh instead of failing on one. Unavailable
+  // (naming `tag`), after dropping them, when one of them last carried a data frame of
+  // `operation`: what the operation sent on it may not have arrived, and the operation fails
+  // rather than go on as if it had.
+  absl::Status DropDeadStreamsLocked(const std::string& peer, std::optional<OperationId> operation,
+                                     const Tag& tag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountSendLocked(const std::string& peer, uint64_t length, bool ok)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes `messages` to `peer` as frames of `type` in one system call (SendAll for data frames,
@@ -207,20 +228,25 @@ class TcpEndpoint final : public Endpoint {
   HandshakeKeys* const handshake_keys_;  // may be null
   const absl::Duration handshake_timeout_;
   const int max_pending_handshakes_;
+  const int max_pending_handshakes_per_source_;
   const int max_connections_per_peer_;
   const bool checksum_;  // TcpOptions::checksum
   const bool seal_;      // TcpOptions::seal
-  // Accepted connections still in their handshake, and those refused (no room, a failed
-  // handshake, a peer over its connections): logged only now and then, since anyone can cause
-  // them.
-  std::atomic<int> handshaking_{0};
+  // Connections refused (no room, a failed handshake, a peer over its connections), and the lines
+  // that anyone who reaches the port can cause: logged at most a few times a minute each.
   std::atomic<uint64_t> refused_connections_{0};
+  LogLimiter refused_log_{5, absl::Minutes(1)};
+  LogLimiter accept_error_log_{5, absl::Minutes(1)};
+  LogLimiter peer_error_log_{20, absl::Minutes(1)};
   ReceiveMatcher matcher_;
   std::thread listener_thread_;
 
   // Lock order: mu_ before the matcher's internal lock.
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Accepted connections still in their handshake, in all and per source address.
+  int handshaking_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, int> handshaking_from_ ABSL_GUARDED_BY(mu_);
   // The send side's copy of the abort reasons (the receive side's live in matcher_).
   absl::flat_hash_map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
   // The connections Sends to each peer use: those we opened and those the peer opened.

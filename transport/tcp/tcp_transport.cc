@@ -30,10 +30,10 @@ absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& optio
         absl::StrCat("streams_per_peer must be between 1 and 16, got ", options.streams_per_peer));
   }
   if (options.handshake_timeout <= absl::ZeroDuration() || options.max_pending_handshakes < 1 ||
-      options.spare_connections_per_peer < 0) {
+      options.max_pending_handshakes_per_source < 1 || options.spare_connections_per_peer < 0) {
     return absl::InvalidArgumentError(
-        "handshake_timeout and max_pending_handshakes must be positive, "
-        "spare_connections_per_peer not negative");
+        "handshake_timeout, max_pending_handshakes and max_pending_handshakes_per_source must be "
+        "positive, spare_connections_per_peer not negative");
   }
   auto endpoint =
       std::make_unique<tcp::TcpEndpoint>(std::move(listener), std::move(wake), address, options);

@@ -50,10 +50,14 @@ struct TcpOptions {
   // must outlive the endpoint. Null: kNoHandshakeKey, which authenticates nobody.
   HandshakeKeys* handshake_keys = nullptr;
   // How long an accepted connection may take to complete the handshake before it is closed, and
-  // how many may be in the handshake at once (more are closed as they arrive), so that
-  // connections that never introduce themselves cannot use up descriptors or threads.
+  // how many may be in the handshake at once, in all and from one source (a remote IPv4 address
+  // or IPv6 /64): more are closed as they arrive, so that connections that never introduce
+  // themselves cannot use up descriptors or threads, and one host that opens them cannot keep
+  // the others out. A dialling endpoint whose connection is closed during the handshake dials
+  // again, with backoff, until its deadline. The per-source limit counts as at most the global.
   absl::Duration handshake_timeout = absl::Seconds(5);
-  int max_pending_handshakes = 64;
+  int max_pending_handshakes = 256;
+  int max_pending_handshakes_per_source = 16;
   // Connections one peer may hold open with this endpoint beyond what its streams need; an
   // authenticated connection past 2 * streams_per_peer + this is closed.
   int spare_connections_per_peer = 4;
@@ -83,6 +87,12 @@ inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 // the peer whose checksum did not match, kSealFailuresCounter, those with a sealed record that
 // did not open, and kRetransmitsCounter, the segments the kernel retransmitted on the link's
 // connections.
+//
+// A send that finds its connection closed or reset by the peer (a peer that restarted at its
+// address, say) before it wrote a byte on it connects afresh, with the handshake, within its
+// deadline; if the dead connection last carried a data frame of the same operation (communicator
+// and sequence), it fails instead with Unavailable naming the peer, since what the operation sent
+// may not have arrived. A send that wrote part of its frames before the connection failed fails.
 //
 // A message whose checksum does not match, or a record of which does not open, fails its receive
 // with DataLoss naming the peer (a
