@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "collective/node_arena.h"
 #include "collective/schedule.h"
+#include "common/log_limiter.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/thread_name.h"
@@ -219,20 +220,22 @@ void Communicator::Abort(const absl::Status& reason, bool notify_peers) {
     absl::MutexLock lock(&mu_);
     if (!aborted_.ok()) return;
     aborted_ = reason;
+    // The arena in the same step: from here on a rank that asks the daemon (OpenArena, Submit)
+    // and a rank already waiting in the arena both fail with this reason, with no window in
+    // which one fails at once while the other waits for its deadline.
+    if (arena_owner_) arena_owner_->Abort(reason);
   }
-  // Destruction after the last rank left is the normal end, not a failure worth a warning.
+  // Destruction after the last rank left is the normal end, not a failure worth a warning. Any
+  // local user can create and abort communicators in a loop: the warnings are rate-limited.
+  static LogLimiter aborted_lines(20, absl::Minutes(1));
   if (absl::IsCancelled(reason) && !notify_peers) {
     spdlog::debug("communicator {:x} closed: {}", plan_.comm_tag, reason.message());
   } else {
-    spdlog::warn("communicator {:x} aborted: {}", plan_.comm_tag, reason.ToString());
+    aborted_lines.Log(spdlog::level::warn, "communicator {:x} aborted: {}", plan_.comm_tag,
+                      reason.ToString());
   }
   endpoint_->Abort(plan_.comm_tag, reason);
   point_to_point_.Abort(reason);
-  {
-    // Ranks waiting in the node arena fail with the reason too (a rank that went away, an abort).
-    absl::MutexLock lock(&mu_);
-    if (arena_owner_) arena_owner_->Abort(reason);
-  }
   if (notify_peers && notify_abort_) notify_abort_(plan_, reason);
 }
 

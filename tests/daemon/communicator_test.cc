@@ -3,10 +3,17 @@
 
 #include "daemon/communicator.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <latch>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "collective/node_arena.h"
 #include "gtest/gtest.h"
+#include "transport/forwarding_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
 
 namespace baton::daemon {
@@ -78,6 +85,62 @@ TEST_F(CommunicatorTest, EmptyOnceAbortedWithNoRankAttached) {
   EXPECT_FALSE(comm.Empty());
   comm.Abort(absl::AbortedError("gone"), /*notify_peers=*/false);
   EXPECT_TRUE(comm.Empty());
+}
+
+// An endpoint whose Abort does not return until released: the transport's part of an abort may
+// take a while (a connection being torn down on a loaded node).
+class SlowAbortEndpoint final : public transport::ForwardingEndpoint {
+ public:
+  using ForwardingEndpoint::ForwardingEndpoint;
+  void Abort(uint64_t comm, const absl::Status& reason) override {
+    entered.count_down();
+    release.wait();
+    ForwardingEndpoint::Abort(comm, reason);
+  }
+  std::latch entered{1};
+  std::latch release{1};
+};
+
+// A rank already waiting in the node arena fails with the abort's reason as soon as the
+// communicator is aborted, at the same moment as a rank that asks the daemon, and not only once
+// the transport's part of the abort is done.
+TEST_F(CommunicatorTest, AnAbortReachesARankWaitingInTheArenaBeforeTheTransportIsDone) {
+  SlowAbortEndpoint slow(endpoint_.get());
+  auto comm = std::make_unique<Communicator>(OneDaemonPlan({0, 1}), 0, &slow, CommunicatorOptions{},
+                                             nullptr);
+  ASSERT_TRUE(comm->AttachRank(0, 10).ok());
+  ASSERT_TRUE(comm->AttachRank(1, 11).ok());
+  absl::StatusOr<Communicator::Arena> opened = comm->OpenArena(0, 10);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  void* memory = mmap(nullptr, opened->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, opened->fd, 0);
+  close(opened->fd);
+  ASSERT_NE(memory, MAP_FAILED);
+  absl::StatusOr<collective::NodeArena> arena =
+      collective::NodeArena::Attach(memory, opened->bytes, opened->rank);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+
+  absl::Status waited;
+  std::latch failed(1);
+  std::thread rank0([&] {  // rank 1 never comes
+    waited = arena->Barrier(absl::Now() + absl::Seconds(60));
+    failed.count_down();
+  });
+  std::thread aborter(
+      [&] { comm->Abort(absl::AbortedError("rank 1 lost its shard"), /*notify_peers=*/false); });
+  slow.entered.wait();
+  // The transport's Abort has not returned; the rank in the arena fails all the same.
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (!failed.try_wait() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  const bool failed_first = failed.try_wait();
+  EXPECT_TRUE(absl::IsAborted(comm->OpenArena(1, 11).status()));
+  slow.release.count_down();
+  aborter.join();
+  rank0.join();
+  EXPECT_TRUE(failed_first) << "the rank in the arena waited for the transport's abort";
+  EXPECT_TRUE(absl::IsAborted(waited)) << waited;
+  EXPECT_NE(waited.message().find("rank 1 lost its shard"), std::string::npos) << waited;
+  comm.reset();
+  munmap(memory, opened->bytes);
 }
 
 }  // namespace
