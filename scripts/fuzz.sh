@@ -2,15 +2,16 @@
 # Builds the libFuzzer targets of tests/fuzz with clang (ASan + UBSan, coverage-instrumented) in
 # build-fuzz/ and runs each for a bounded time: what untrusted peers and ranks send (frame
 # headers and handshake payloads, both sides of the data handshake, operations over gRPC and the
-# submission channel, the session socket, and every handler of the daemon's client and peer
-# APIs). Any crash, sanitizer report, leak or hang fails the run; the input that caused it is
-# left in build-fuzz/ (crash-*, leak-*, timeout-*). Corpora grow in build-fuzz/corpus/ between
+# submission channel, the session socket, every handler of the daemon's client and peer APIs, and
+# the shared memory ranks write and the daemon reads: the node arena and the channel page). Any
+# crash, sanitizer report, leak or hang fails the run; the input that caused it is left in
+# build-fuzz/ (crash-*, leak-*, timeout-*). Corpora grow in build-fuzz/corpus/ between
 # runs; targets that have seed inputs write them there first (BATON_FUZZ_SEEDS).
 #   BATON_FUZZ_SECONDS  seconds per target (default 30)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${BATON_FUZZ_SECONDS:-30}
-targets=(frame_fuzz handshake_fuzz op_codec_fuzz session_fuzz proto_handlers_fuzz)
+targets=(frame_fuzz handshake_fuzz op_codec_fuzz session_fuzz proto_handlers_fuzz shared_memory_fuzz)
 if [ ! -f build-fuzz/build.ninja ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DBATON_FUZZ=ON -DBATON_WITH_CUDA=OFF >/dev/null
