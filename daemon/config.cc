@@ -114,6 +114,13 @@ void RegisterOptions(OptionSet& options, Config& config) {
   options.AddInt("max_mapped_bytes", &config.max_mapped_bytes,
                  "bytes all sessions' buffers may span: the daemon's address space they take, "
                  "however sparse the memory (1 MiB to 64 TiB)");
+  options.AddInt("max_ranks_per_session", &config.max_ranks_per_session,
+                 "communicator ranks one session may hold at once, joined or joining (1 to "
+                 "65536); each costs the daemon a communicator's threads and memory");
+  options.AddInt("max_ranks_per_uid", &config.max_ranks_per_uid,
+                 "communicator ranks the sessions of one uid may hold at once (1 to 65536)");
+  options.AddInt("max_ranks", &config.max_ranks,
+                 "communicator ranks all sessions may hold at once (1 to 65536)");
   options.AddInt("max_world_size", &config.max_world_size,
                  "the most ranks a communicator may have (1 to 16777216); larger joins are "
                  "refused before anything is allocated for them");
@@ -261,6 +268,15 @@ absl::Status FinalizeConfig(Config& config) {
     if (value < (int64_t{1} << 20) || value > (int64_t{64} << 40)) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, " must be between 1048576 (1 MiB) and 70368744177664 (64 TiB), got ", value));
+    }
+  }
+  for (const auto& [name, value] :
+       {std::pair{"max_ranks_per_session", config.max_ranks_per_session},
+        std::pair{"max_ranks_per_uid", config.max_ranks_per_uid},
+        std::pair{"max_ranks", config.max_ranks}}) {
+    if (value < 1 || value > (1 << 16)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be between 1 and 65536, got ", value));
     }
   }
   if (config.max_world_size < 1 || config.max_world_size > (1 << 24)) {

@@ -62,6 +62,11 @@ struct Config {
   int64_t max_mapped_bytes_per_session = int64_t{2} << 40;
   int64_t max_mapped_bytes_per_uid = int64_t{4} << 40;
   int64_t max_mapped_bytes = int64_t{32} << 40;
+  // Communicator ranks sessions hold (joined, or waiting in a join, and not destroyed), per
+  // session, per uid and in all: each costs the daemon a communicator's threads and memory.
+  int64_t max_ranks_per_session = 512;
+  int64_t max_ranks_per_uid = 2048;
+  int64_t max_ranks = 8192;
   // The largest communicator a join may ask for.
   int64_t max_world_size = 65536;
   // How long a communicator id nobody joined stays valid, and how many such ids the daemon keeps.

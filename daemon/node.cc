@@ -82,15 +82,17 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
           Rendezvous::Limits{config.comm_id_ttl, static_cast<size_t>(config.max_pending_comm_ids),
                              static_cast<size_t>(config.max_pending_comm_ids_per_uid)}),
       device_(std::move(device)),
-      sessions_(SessionLimits{static_cast<int>(config.max_sessions),
-                              static_cast<int>(config.max_sessions_per_uid),
-                              static_cast<int>(config.max_buffers_per_session),
-                              static_cast<int>(config.max_buffers_per_uid),
-                              static_cast<int>(config.max_buffers),
-                              static_cast<uint64_t>(config.max_mapped_bytes_per_session),
-                              static_cast<uint64_t>(config.max_mapped_bytes_per_uid),
-                              static_cast<uint64_t>(config.max_mapped_bytes)},
-                device_.get()),
+      sessions_(
+          SessionLimits{
+              static_cast<int>(config.max_sessions), static_cast<int>(config.max_sessions_per_uid),
+              static_cast<int>(config.max_buffers_per_session),
+              static_cast<int>(config.max_buffers_per_uid), static_cast<int>(config.max_buffers),
+              static_cast<uint64_t>(config.max_mapped_bytes_per_session),
+              static_cast<uint64_t>(config.max_mapped_bytes_per_uid),
+              static_cast<uint64_t>(config.max_mapped_bytes),
+              static_cast<int>(config.max_ranks_per_session),
+              static_cast<int>(config.max_ranks_per_uid), static_cast<int>(config.max_ranks)},
+          device_.get()),
       peers_(credentials),
       directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
                  config.peer_linger),
@@ -389,6 +391,16 @@ absl::StatusOr<JoinResult> Node::Join(uint64_t session_id, const std::string& co
   }
   BATON_ASSIGN_OR_RETURN(CommId id, ParseCommId(comm_id));
   BATON_RETURN_IF_ERROR(CheckWorld(world_size, rank, config_.max_world_size));
+  // Held from now on (a join that waits counts: it holds a thread), given back by Destroy, by
+  // the session's end, or below if the join fails.
+  BATON_RETURN_IF_ERROR(sessions_.HoldRank(session_id));
+  absl::StatusOr<JoinResult> joined = JoinHeld(session_id, id, world_size, rank, deadline);
+  if (!joined.ok()) sessions_.ReleaseRanks(session_id, 1);
+  return joined;
+}
+
+absl::StatusOr<JoinResult> Node::JoinHeld(uint64_t session_id, const CommId& id, int world_size,
+                                          int rank, absl::Time deadline) {
   absl::StatusOr<Plan> plan =
       id.root_address == self_.peer_address
           ? rendezvous_.Join(id.secret, world_size, rank, self_, deadline)
@@ -419,10 +431,12 @@ absl::Status Node::Destroy(uint64_t session_id, uint64_t comm_tag, int rank) {
   if (comm == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(comm_tag)));
   }
-  if (comm->DetachSession(session_id).empty()) {
+  const std::vector<int> detached = comm->DetachSession(session_id);
+  if (detached.empty()) {
     return absl::PermissionDeniedError(
         absl::StrCat("this session holds no rank of communicator ", absl::Hex(comm_tag)));
   }
+  sessions_.ReleaseRanks(session_id, static_cast<int>(detached.size()));
   CloseChannels([&](const ChannelServer& c) {
     return c.session_id() == session_id && c.comm_tag() == comm_tag;
   });

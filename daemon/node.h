@@ -106,6 +106,8 @@ class Node {
   // A new communicator id rooted here, for session `session_id` (NotFound if unknown), counted
   // against its uid until the communicator forms (Rendezvous::CreateSecret's limits).
   absl::StatusOr<std::string> CreateCommId(uint64_t session_id);
+  // Joins rank `rank` of the communicator `comm_id` for the session, which holds the rank until
+  // Destroy or its end: ResourceExhausted past SessionLimits' max_ranks limits.
   absl::StatusOr<JoinResult> Join(uint64_t session_id, const std::string& comm_id, int world_size,
                                   int rank, absl::Time deadline);
   absl::Status Destroy(uint64_t session_id, uint64_t comm_tag, int rank);
@@ -178,6 +180,9 @@ class Node {
   void CloseAllChannels();
 
  private:
+  // Join, once the session holds the rank.
+  absl::StatusOr<JoinResult> JoinHeld(uint64_t session_id, const CommId& id, int world_size,
+                                      int rank, absl::Time deadline);
   // Stops the channels that match (outside the lock: stopping joins their threads).
   void CloseChannels(const std::function<bool(const ChannelServer&)>& match);
 

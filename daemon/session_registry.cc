@@ -200,9 +200,55 @@ absl::Status SessionRegistry::Close(uint64_t session_id) {
   if (it == sessions_.end()) return UnknownSession(session_id);
   auto uid = sessions_per_uid_.find(it->second.peer.uid);
   if (uid != sessions_per_uid_.end() && --uid->second <= 0) sessions_per_uid_.erase(uid);
+  GiveBackRanksLocked(it->second, it->second.ranks);
   closed = std::move(it->second);
   sessions_.erase(it);
   return absl::OkStatus();
+}
+
+absl::Status SessionRegistry::HoldRank(uint64_t session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return UnknownSession(session_id);
+  Session& session = it->second;
+  int& of_uid = ranks_per_uid_[session.peer.uid];
+  const auto refuse = [](absl::string_view holder, int held, absl::string_view limit, int value) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        holder, " holds ", held, " communicator ranks, its limit (", limit, " = ", value, ")"));
+  };
+  absl::Status refused;
+  if (session.ranks >= limits_.max_ranks_per_session) {
+    refused = refuse(absl::StrCat("session ", session_id), session.ranks, "max_ranks_per_session",
+                     limits_.max_ranks_per_session);
+  } else if (of_uid >= limits_.max_ranks_per_uid) {
+    refused = refuse(absl::StrCat("uid ", session.peer.uid), of_uid, "max_ranks_per_uid",
+                     limits_.max_ranks_per_uid);
+  } else if (ranks_ >= limits_.max_ranks) {
+    refused = refuse("this daemon", ranks_, "max_ranks", limits_.max_ranks);
+  }
+  if (!refused.ok()) {
+    if (of_uid == 0) ranks_per_uid_.erase(session.peer.uid);
+    return refused;
+  }
+  ++session.ranks;
+  ++of_uid;
+  ++ranks_;
+  return absl::OkStatus();
+}
+
+void SessionRegistry::ReleaseRanks(uint64_t session_id, int ranks) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return;  // Close gave back what it held
+  GiveBackRanksLocked(it->second, std::min(ranks, it->second.ranks));
+}
+
+void SessionRegistry::GiveBackRanksLocked(Session& session, int ranks) {
+  if (ranks <= 0) return;
+  session.ranks -= ranks;
+  ranks_ -= ranks;
+  auto uid = ranks_per_uid_.find(session.peer.uid);
+  if (uid != ranks_per_uid_.end() && (uid->second -= ranks) <= 0) ranks_per_uid_.erase(uid);
 }
 
 bool SessionRegistry::Exists(uint64_t session_id) const {

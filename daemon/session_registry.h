@@ -53,6 +53,10 @@ struct SessionLimits {
   uint64_t max_mapped_bytes_per_session = uint64_t{2} << 40;  // 2 TiB
   uint64_t max_mapped_bytes_per_uid = uint64_t{4} << 40;      // 4 TiB
   uint64_t max_mapped_bytes = uint64_t{32} << 40;             // 32 TiB of the 128 TiB there is
+  // Communicator ranks held (HoldRank): each is a communicator's threads and memory in batond.
+  int max_ranks_per_session = 512;
+  int max_ranks_per_uid = 2048;
+  int max_ranks = 8192;
 };
 
 // What is mapped for sessions: buffers (and event sets) and the bytes they span.
@@ -108,6 +112,13 @@ class SessionRegistry {
   absl::StatusOr<BufferRegion> Resolve(uint64_t session_id, uint64_t buffer_id, uint64_t offset,
                                        uint64_t bytes) const;
 
+  // Counts one more communicator rank held by the session (a join, until Destroy or the
+  // session's end): ResourceExhausted naming the limit past max_ranks_per_session, _per_uid or
+  // max_ranks; NotFound for an unknown session. Close gives back what the session held.
+  absl::Status HoldRank(uint64_t session_id);
+  // Gives back `ranks` of the session's (a failed join, a Destroy); nothing if it is gone.
+  void ReleaseRanks(uint64_t session_id, int ranks);
+
   // What is mapped now for one session (released buffers that an operation still uses
   // included, after the session closed too), for one uid, and for all sessions.
   MappedUsage SessionUsage(uint64_t session_id) const;
@@ -130,11 +141,14 @@ class SessionRegistry {
     std::string client_name;
     std::string token;
     absl::flat_hash_map<uint64_t, Buffer> buffers;
+    int ranks = 0;  // HoldRank
   };
   // Charges one more buffer of `bytes` to the session and its uid: ResourceExhausted naming the
   // limit it would pass, NotFound for an unknown session.
   absl::StatusOr<std::unique_ptr<Share>> Charge(uint64_t session_id, uint64_t bytes) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes `ranks` held ranks off the session, its uid and the total.
+  void GiveBackRanksLocked(Session& session, int ranks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds `buffer` to the session, if it still exists.
   absl::StatusOr<uint64_t> Add(uint64_t session_id, Buffer buffer) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -146,6 +160,8 @@ class SessionRegistry {
   uint64_t next_buffer_id_ ABSL_GUARDED_BY(mu_) = 1;
   absl::flat_hash_map<uint64_t, Session> sessions_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uid_t, int> sessions_per_uid_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uid_t, int> ranks_per_uid_ ABSL_GUARDED_BY(mu_);
+  int ranks_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace baton::daemon

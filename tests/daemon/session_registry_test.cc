@@ -236,5 +236,33 @@ TEST_F(SessionRegistryTest, UidOfNamesTheOpenersUid) {
   EXPECT_TRUE(absl::IsNotFound(registry.UidOf(session).status()));
 }
 
+// Communicator ranks a session holds (joined or joining) are bounded per session, per uid and in
+// all, each refusal naming its limit; Destroy and the session's end give them back.
+TEST_F(SessionRegistryTest, HeldRanksAreBoundedPerSessionPerUidAndInAll) {
+  SessionLimits limits;
+  limits.max_ranks_per_session = 3;
+  limits.max_ranks_per_uid = 5;
+  limits.max_ranks = 7;
+  SessionRegistry registry(limits);
+  const uint64_t a1 = Open(registry, 1000);
+  const uint64_t a2 = Open(registry, 1000);
+  const uint64_t b = Open(registry, 2000);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(registry.HoldRank(a1).ok()) << i;
+  ExpectRefusedBy(registry.HoldRank(a1), "max_ranks_per_session");
+  ASSERT_TRUE(registry.HoldRank(a2).ok());
+  ASSERT_TRUE(registry.HoldRank(a2).ok());
+  ExpectRefusedBy(registry.HoldRank(a2), "max_ranks_per_uid");
+  ASSERT_TRUE(registry.HoldRank(b).ok()) << "another uid is not held back by uid 1000";
+  ASSERT_TRUE(registry.HoldRank(b).ok());
+  ExpectRefusedBy(registry.HoldRank(b), "max_ranks");
+  // Given back: one destroyed, then a whole session closed.
+  registry.ReleaseRanks(a1, 1);
+  EXPECT_TRUE(registry.HoldRank(b).ok()) << "the total had room again";
+  ASSERT_TRUE(registry.Close(a1).ok());
+  EXPECT_TRUE(registry.HoldRank(a2).ok()) << "uid 1000's share came back with the session";
+  registry.ReleaseRanks(a1, 1);  // a closed session: nothing to give back, nothing goes wrong
+  EXPECT_TRUE(absl::IsNotFound(registry.HoldRank(a1)));
+}
+
 }  // namespace
 }  // namespace baton::daemon
