@@ -98,6 +98,9 @@ TEST(ConfigTest, MappingAndCommIdLimitsHaveSaneDefaultsAndBounds) {
   EXPECT_EQ(defaults.max_mapped_bytes_per_uid, int64_t{4} << 40);
   EXPECT_EQ(defaults.max_mapped_bytes, int64_t{32} << 40);
   EXPECT_EQ(defaults.max_pending_comm_ids_per_uid, 1024);
+  EXPECT_EQ(defaults.max_ranks_per_session, 512);
+  EXPECT_EQ(defaults.max_ranks_per_uid, 2048);
+  EXPECT_EQ(defaults.max_ranks, 8192);
 
   Config set;
   ASSERT_TRUE(Configure(set, "max-mapped-bytes-per-uid", "1073741824").ok());
@@ -109,6 +112,9 @@ TEST(ConfigTest, MappingAndCommIdLimitsHaveSaneDefaultsAndBounds) {
       {"max_mapped_bytes_per_uid", "140737488355328"},  // 128 TiB
       {"max_mapped_bytes", "-1"},
       {"max_pending_comm_ids_per_uid", "0"},
+      {"max_ranks_per_session", "0"},
+      {"max_ranks_per_uid", "65537"},
+      {"max_ranks", "-3"},
   };
   for (const auto& [name, value] : bad) {
     Config refused;
