@@ -58,9 +58,6 @@ absl::Duration AcrossSpinLimit() {
 
 // A blocked waiter wakes at least this often to look at the abort word and its deadline.
 constexpr absl::Duration kSlice = absl::Milliseconds(50);
-// How long past their deadline the other local ranks wait for rank 0's inter-node step: longer
-// than libbaton gives a daemon past the call's timeout (client/lib/client_core.cc, RunOnGrpc).
-constexpr absl::Duration kAcrossGrace = absl::Seconds(15);
 
 // An operation's fill of its input slot: `bytes` of `send` unless it is null.
 auto CopyIn(const void* send, size_t bytes) {
@@ -258,11 +255,16 @@ absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_
         if ((block(r).*flag).load(std::memory_order_acquire) < op) late.push_back(Name(r));
       }
       const bool arriving = flag == &RankBlock::arrived;
-      const absl::Status timeout = absl::DeadlineExceededError(
-          absl::StrCat(Name(rank_), " waited past its deadline for ", absl::StrJoin(late, ", "),
-                       late.size() == 1 ? ", which has not " : ", which have not ",
-                       arriving ? "called" : "finished its part of", " operation ", op, " (",
-                       signature.Describe(), ") in the node's shared arena"));
+      // A wait for rank 0 alone on `reduced` is a wait for the node's inter-node step.
+      const bool across = !arriving && only == 0 && ranks_ > 1;
+      const absl::Status timeout = absl::DeadlineExceededError(absl::StrCat(
+          Name(rank_), " waited past its deadline for ", absl::StrJoin(late, ", "),
+          late.size() == 1 ? ", which has not " : ", which have not ",
+          arriving ? "called"
+          : across ? "finished the node's step between nodes of"
+                   : "finished its part of",
+          " operation ", op, " (", signature.Describe(), ") in the node's shared arena",
+          across ? " (its own error names the nodes the daemons waited for)" : ""));
       Abort(timeout);
       const absl::Status status = aborted();
       return status.ok() ? timeout : status;
@@ -313,12 +315,12 @@ absl::StatusOr<std::string> NodeArena::LocalPhase(
     note[length] = '\0';
     Raise(&RankBlock::reduced, n);
   } else {
-    // Rank 0's inter-node step ends by the same deadline with its own reason (which nodes the
-    // daemons waited for), which then aborts the arena: wait for that rather than blame rank 0.
-    // It takes a network round trip at least: looking longer before blocking saves the wake-up
-    // that would follow rank 0's (measured in docs/node-arena.md).
-    BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::reduced, n, signature, deadline + kAcrossGrace,
-                                   /*only=*/0, AcrossSpinLimit()));
+    // Rank 0's inter-node step takes a network round trip at least: looking longer before
+    // blocking saves the wake-up that would follow rank 0's (measured in docs/node-arena.md). No
+    // longer than the deadline, whatever rank 0 does: then this rank fails saying rank 0 was
+    // still in the step, and rank 0's own error names the nodes the daemons waited for.
+    BATON_RETURN_IF_ERROR(
+        AwaitAll(&RankBlock::reduced, n, signature, deadline, /*only=*/0, AcrossSpinLimit()));
   }
   deliver(buffer);
   block(rank_).tallies[static_cast<int>(signature.collective)].local_phases.fetch_add(

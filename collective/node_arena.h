@@ -137,8 +137,9 @@ class NodeArena {
   // inter-node step through the daemon by calling `across` on a buffer in the arena holding the
   // node's part (in place: the result replaces it), and every local rank copies the result out.
   // A failure of `across` aborts the arena with its reason, so the other local ranks fail with
-  // it; they wait for rank 0 up to 15 s past their deadline, since its inter-node step fails at
-  // the same deadline with a better reason (who the daemons waited for). Counted in counters()
+  // it; they wait for rank 0 until their deadline and no longer, whatever rank 0 does, and then
+  // fail saying that rank 0 was still in the inter-node step (rank 0's own error says which
+  // nodes the daemons waited for). Counted in counters()
   // as local_phases only (the daemon counts the operation). `across` receives null for a
   // barrier, and returns a short note for every local rank (the algorithm that ran between
   // nodes; up to kNoteBytes - 1 characters kept), which the operations return.
