@@ -35,23 +35,21 @@ absl::Status CheckElementOffset(const char* side, uint64_t offset, collective::D
 }  // namespace
 
 absl::StatusOr<CommId> ParseCommId(const std::string& text) {
+  // First, so that the messages below may quote the id: it is printable and bounded.
+  BATON_RETURN_IF_ERROR(CheckCommIdText(text));
   // Messages quote at most the start of what the caller sent.
   const std::string quoted = text.size() <= 64 ? text : text.substr(0, 64) + "...";
-  if (text.size() > kMaxCommIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("communicator id of ", text.size(), " bytes (at most ", kMaxCommIdBytes, ")"));
-  }
   const size_t slash = text.rfind('/');
   if (slash == std::string::npos || slash == 0) {
     return absl::InvalidArgumentError(absl::StrCat("malformed communicator id '", quoted,
                                                    "': expected <root address>/<32 hex digits>"));
   }
-  CommId id{text.substr(0, slash), text.substr(slash + 1)};
-  if (!Rendezvous::TagOfSecret(id.secret).ok()) {
+  absl::StatusOr<std::string> secret = CanonicalCommSecret(text.substr(slash + 1));
+  if (!secret.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed communicator id '", quoted, "': the secret must be 32 hex digits"));
   }
-  return id;
+  return CommId{text.substr(0, slash), *std::move(secret)};
 }
 
 absl::Status CheckWorld(int world_size, int rank, int64_t max_world_size) {

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/comm_id.h"
 #include "daemon/channel_server.h"
 #include "daemon/collective_call.h"
 #include "daemon/communicator_registry.h"
@@ -42,8 +43,8 @@ struct CommId {
 // The longest abort reason sent to or accepted from other daemons.
 inline constexpr size_t kMaxAbortMessage = 1024;
 
-// The longest communicator id accepted ("<root address>/<32 hex digits>").
-inline constexpr size_t kMaxCommIdBytes = 320;
+// InvalidArgument unless `text` is an id (common/comm_id.h: printable ASCII, at most
+// kMaxCommIdBytes, a secret of 32 hex digits); the secret comes back in canonical form.
 absl::StatusOr<CommId> ParseCommId(const std::string& text);
 
 // InvalidArgument unless 1 <= world_size <= max_world_size and rank is one of its ranks.

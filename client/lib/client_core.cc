@@ -33,6 +33,7 @@
 #include "collective/node_arena.h"
 #include "collective/route_tuner.h"
 #include "collective/schedule.h"
+#include "common/comm_id.h"
 #include "common/lock_checks.h"
 #include "common/shared_memory.h"
 #include "common/spin.h"
@@ -1108,6 +1109,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
 absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Session>& session,
                                                       const std::string& comm_id, int world_size,
                                                       int rank, absl::Duration timeout) {
+  // Before it goes out: gRPC cannot carry text that is not UTF-8, and would fail the call without
+  // saying why.
+  BATON_RETURN_IF_ERROR(CheckCommIdText(comm_id));
   v1::JoinRequest request;
   request.set_session_id(session->id());
   request.set_comm_id(comm_id);
