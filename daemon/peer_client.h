@@ -24,7 +24,10 @@ class PeerClient {
   explicit PeerClient(const PeerTlsCredentials& credentials)
       : channel_credentials_(credentials.channel()), certified_peers_(credentials.secure()) {}
 
-  // Forwards a rank's join to the root daemon at `root_address`; returns the plan.
+  // Forwards a rank's join to the root daemon at `root_address`; returns the plan. Returns by
+  // `deadline` whatever the root does: the root's own error (DeadlineExceeded naming the missing
+  // ranks: it is asked to give up a little earlier), or DeadlineExceeded naming the root when it
+  // never answered (down, unreachable, stopped).
   absl::StatusOr<Plan> JoinRank(const std::string& root_address, const std::string& secret,
                                 int world_size, int rank, const Member& member,
                                 absl::Time deadline);

@@ -1,5 +1,10 @@
 // Communicator formation through real daemons: missing ranks, bad ids, duplicate ranks.
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cctype>
 #include <string>
 #include <thread>
@@ -101,6 +106,42 @@ TEST(JoinTest, BadIdsAndRanksGetClearErrors) {
   op.join();
   EXPECT_EQ(a, 3);
   EXPECT_EQ(b, 3);
+}
+
+// A join whose id names a root daemon that is not there fails at the join's deadline, not after
+// it: whether nothing listens at the root's address (the forwarding daemon's channel is in
+// connection backoff) or something accepts connections there and never answers.
+TEST(JoinTest, AJoinTowardsADeadRootFailsAtItsDeadline) {
+  TestCluster cluster(1);
+  ASSERT_TRUE(cluster.ok());
+  std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
+  for (const bool listening : {false, true}) {
+    SCOPED_TRACE(listening ? "a root that never answers" : "no root at the address");
+    // Held for the whole test, so that no one else gets the port.
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    if (listening) {
+      ASSERT_EQ(listen(fd, 16), 0);
+    }
+    const std::string root = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
+    const absl::Time start = absl::Now();
+    const Status status =
+        client->Join(root + "/0123456789abcdef0123456789abcdef", 2, 0, std::chrono::seconds(3))
+            .status();
+    const absl::Duration took = absl::Now() - start;
+    close(fd);
+    EXPECT_EQ(status.code(), StatusCode::kDeadlineExceeded) << status;
+    EXPECT_NE(status.message().find(root), std::string::npos) << status;
+    EXPECT_GE(took, absl::Milliseconds(2900)) << "not before its deadline";
+    // Before, the forwarded call gave the root two seconds more.
+    EXPECT_LT(took, absl::Milliseconds(4500)) << "at its deadline, not after";
+  }
 }
 
 // A communicator id is "<root address>/<32 hex digits>", printable ASCII: bytes that are not UTF-8
