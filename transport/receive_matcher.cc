@@ -397,7 +397,10 @@ void ReceiveMatcher::PeerConnected(const std::string& peer) {
 
 void ReceiveMatcher::PeerLost(const std::string& peer, const absl::Status& status) {
   absl::MutexLock lock(&mu_);
-  const absl::Status& stored = lost_[peer] = NotOk(status, "lost connection to peer");
+  absl::Status& stored = lost_[peer];
+  // Data lost from the peer explains every later failure until it connects again; the
+  // connections that close after it must not hide it.
+  if (!absl::IsDataLoss(stored)) stored = NotOk(status, "lost connection to peer");
   if (auto link = links_.find(peer); link != links_.end()) link->second.up = false;
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->first.peer == peer) {

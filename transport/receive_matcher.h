@@ -165,8 +165,9 @@ class ReceiveMatcher {
   // `peer` has (re)connected: clears its lost status and marks its link up.
   void PeerConnected(const std::string& peer);
   // `peer`'s link is gone: its pending receives that are not being written fail with `status`
-  // (Unavailable naming the peer) and so do later receives from it, until PeerConnected(peer).
-  // Messages already delivered from it stay receivable.
+  // (Unavailable naming the peer; DataLoss when what it sent was altered or lost on the way) and
+  // so do later receives from it, until PeerConnected(peer). A DataLoss status is kept until then:
+  // a later PeerLost does not replace it. Messages already delivered from it stay receivable.
   void PeerLost(const std::string& peer, const absl::Status& status);
 
   // Fails every pending and later Recv with `status` and drops unexpected messages.
