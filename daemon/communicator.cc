@@ -241,12 +241,14 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
   const absl::Time until = std::min(deadline, absl::Now() + options_.op_timeout);
   const absl::Time start = absl::Now();
   absl::Status status;
+  const size_t element = collective::DataTypeSize(spec.type);
   if (request.device == nullptr) {
     status = spec.collective == collective::Collective::kSend
                  ? point_to_point_.Send(rank, spec.peer,
-                                        transport::ConstByteSpan(request.send, bytes), until)
+                                        transport::ConstByteSpan(request.send, bytes), until,
+                                        element)
                  : point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(request.recv, bytes),
-                                        until);
+                                        until, element);
   } else {
     status = RunPointToPointStaged(rank, request, bytes, until);
   }
@@ -281,10 +283,11 @@ absl::Status Communicator::RunPointToPointStaged(int rank, const OpRequest& requ
   if (spec.collective == collective::Collective::kSend) {
     BATON_RETURN_IF_ERROR(request.device->copy(staged.get(), request.send, bytes));
     return point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(staged.get(), bytes),
-                                until);
+                                until, collective::DataTypeSize(spec.type));
   }
-  BATON_RETURN_IF_ERROR(
-      point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(staged.get(), bytes), until));
+  BATON_RETURN_IF_ERROR(point_to_point_.Recv(spec.peer, rank,
+                                             transport::ByteSpan(staged.get(), bytes), until,
+                                             collective::DataTypeSize(spec.type)));
   return request.device->copy(request.recv, staged.get(), bytes);
 }
 

@@ -132,6 +132,10 @@ class Communicator {
   // order per pair of ranks. PermissionDenied when the rank is not attached by `session_id`; the
   // abort reason once the communicator has failed; FailedPrecondition when local ranks disagree
   // on the operation. A failed or timed-out operation aborts the communicator on every daemon.
+  // A recv whose count differs from its send's fails with FailedPrecondition naming both counts,
+  // and so does the send when its recv was waiting on this daemon; either way the communicator is
+  // aborted with that error, which fails the sender's pending and later operations too (an eager
+  // send that completed before the recv came returned OK: collective/point_to_point.h).
   absl::StatusOr<std::string> Submit(int rank, uint64_t session_id, OpRequest request,
                                      absl::Time deadline);
 
