@@ -57,10 +57,10 @@ std::string Amount(uint64_t bytes, size_t element_bytes) {
 
 absl::Status LengthMismatch(int src, int dst, uint64_t number, uint64_t sent, size_t buffer,
                             size_t element_bytes) {
-  return absl::FailedPreconditionError(absl::StrCat(
-      "point-to-point: rank ", src, " sent ", Amount(sent, element_bytes), " to rank ", dst,
-      ", whose receive is of ", Amount(buffer, element_bytes), " (", MessageName(src, dst, number),
-      "; the message was dropped)"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("point-to-point: rank ", src, " sent ", Amount(sent, element_bytes), " to rank ",
+                   dst, ", whose receive is of ", Amount(buffer, element_bytes), " (",
+                   MessageName(src, dst, number), "; the message was dropped)"));
 }
 
 }  // namespace

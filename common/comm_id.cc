@@ -18,16 +18,16 @@ int HexValue(char c) {
 
 absl::Status CheckCommIdText(std::string_view text) {
   if (text.size() > kMaxCommIdBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("communicator id of ", text.size(),
-                                                   " bytes (at most ", kMaxCommIdBytes, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("communicator id of ", text.size(), " bytes (at most ", kMaxCommIdBytes, ")"));
   }
   for (size_t i = 0; i < text.size(); ++i) {
     const auto byte = static_cast<unsigned char>(text[i]);
     if (byte < 0x21 || byte > 0x7e) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "communicator id has byte 0x%02x at offset %d: an id is printable ASCII, "
-          "<root address>/<32 hex digits>",
-          byte, i));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("communicator id has byte 0x%02x at offset %d: an id is printable ASCII, "
+                          "<root address>/<32 hex digits>",
+                          byte, i));
     }
   }
   return absl::OkStatus();

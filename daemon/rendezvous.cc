@@ -61,7 +61,9 @@ absl::StatusOr<uint64_t> Rendezvous::TagOfSecret(const std::string& secret) {
 }
 
 size_t Rendezvous::TagHash::operator()(const std::string& secret) const {
-  return absl::Hash<std::string_view>()(std::string_view(secret).substr(0, 16));
+  const absl::Hash<std::string_view> hash;
+  const std::string_view text = secret;
+  return hash(text.substr(0, 16));
 }
 
 bool Rendezvous::SecretEquals::operator()(const std::string& a, const std::string& b) const {

@@ -417,9 +417,8 @@ TEST(PointToPointTest, ASendThatFindsItsRecvWaitingWithAnotherLengthFailsToo) {
   for (uint64_t message = 0; message < 2; ++message) {
     std::vector<std::byte> buffer(5 * 4);
     absl::Status received;
-    std::thread receiver([&] {
-      received = cluster.of(1).Recv(0, 1, buffer, Deadline(), /*element_bytes=*/4);
-    });
+    std::thread receiver(
+        [&] { received = cluster.of(1).Recv(0, 1, buffer, Deadline(), /*element_bytes=*/4); });
     const absl::Time until = Deadline(absl::Seconds(20));
     while (cluster.of(0).WaitingLocalRecvs(0, 1) == 0 && absl::Now() < until) {
       std::this_thread::yield();
@@ -430,9 +429,8 @@ TEST(PointToPointTest, ASendThatFindsItsRecvWaitingWithAnotherLengthFailsToo) {
     receiver.join();
     EXPECT_TRUE(absl::IsFailedPrecondition(received)) << received;
     EXPECT_EQ(sent, received);
-    EXPECT_THAT(received.message(),
-                AllOf(HasSubstr("rank 0 sent 4 elements (16 bytes) to rank 1"),
-                      HasSubstr("whose receive is of 5 elements (20 bytes)")));
+    EXPECT_THAT(received.message(), AllOf(HasSubstr("rank 0 sent 4 elements (16 bytes) to rank 1"),
+                                          HasSubstr("whose receive is of 5 elements (20 bytes)")));
     EXPECT_EQ(cluster.of(0).WaitingLocalRecvs(0, 1), 0u);
   }
   // The pair goes on.

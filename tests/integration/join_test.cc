@@ -154,10 +154,10 @@ TEST(JoinTest, AnIdThatIsNotPrintableAsciiIsRefusedWithoutBeingEchoed) {
   const std::string id = NewCommIdOf(cluster);
   const size_t slash = id.rfind('/');
   const std::vector<std::string> bad = {
-      id.substr(0, slash) + "\xff" + id.substr(slash),  // not UTF-8, in the address
-      id.substr(0, id.size() - 2) + "\xc3(",           // not UTF-8, in the secret
+      id.substr(0, slash) + "\xff" + id.substr(slash),      // not UTF-8, in the address
+      id.substr(0, id.size() - 2) + "\xc3(",                // not UTF-8, in the secret
       id.substr(0, slash) + "\xc3\xa9" + id.substr(slash),  // UTF-8, but not ASCII
-      id.substr(0, slash) + "\n" + id.substr(slash),         // a control character
+      id.substr(0, slash) + "\n" + id.substr(slash),        // a control character
       std::string("\x80\x80\x80") + "/0123456789abcdef0123456789abcdef",
   };
   for (size_t i = 0; i < bad.size(); ++i) {
