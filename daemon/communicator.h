@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -100,8 +101,10 @@ struct CommunicatorOptions {
 class Communicator {
  public:
   // Called (without locks held) when this daemon aborts the communicator because of its own
-  // failure, so the caller can tell the other daemons in the plan.
-  using AbortNotifier = std::function<void(const Plan& plan, const absl::Status& reason)>;
+  // failure, so the caller can tell the other daemons in the plan; `from_operation` is set when
+  // the communicator fails only from that collective on (FailFrom).
+  using AbortNotifier = std::function<void(const Plan& plan, const absl::Status& reason,
+                                           std::optional<uint64_t> from_operation)>;
 
   // `self` is this daemon's index in plan.daemons. `endpoint` must outlive the communicator.
   Communicator(Plan plan, int self, transport::Endpoint* endpoint, CommunicatorOptions options,
@@ -143,6 +146,19 @@ class Communicator {
   // so other daemons abort too. Only the first reason is kept.
   void Abort(const absl::Status& reason, bool notify_peers);
 
+  // A rank will take no part in collective `seq` or any later one (it left, or its call was
+  // refused): they fail with `reason` on every local rank, at once where they are pending and at
+  // submission after, and never run here. Collectives before `seq` are untouched, and so are sends
+  // and receives. Only an operation `seq` (or later) already running here, which waits for the
+  // rank that will not come, aborts the communicator (its sends and receives with it: the
+  // transport has no way to stop one operation alone). The earliest `seq` given stays. With
+  // notify_peers the other daemons are told, with `seq`. Within a node arena, the local ranks
+  // that wait for the rank there are not woken (its abort would also fail local ranks still
+  // finishing an earlier operation): their own deadline ends their wait.
+  void FailFrom(uint64_t seq, const absl::Status& reason, bool notify_peers);
+  // FailFrom from local rank `rank`'s next collective: the one it has not submitted yet.
+  void FailFromNextOf(int rank, const absl::Status& reason, bool notify_peers);
+
   // The tuner's prediction for `kind` on a buffer of `bytes` across this communicator's daemons,
   // cheapest first (collective/tuner.h); empty when it has a single daemon.
   std::vector<collective::AlgorithmCost> Predict(collective::Collective kind, size_t bytes) const;
@@ -182,6 +198,7 @@ class Communicator {
     absl::Status result;
     std::string algorithm;
     absl::Time deadline = absl::InfiniteFuture();  // the earliest of the parts' call deadlines
+    bool cut = false;  // failed by FailFrom before it ran: freed once its arrivals collected
   };
 
   absl::Status CheckAttachedLocked(int index, int rank, uint64_t session_id) const
@@ -230,6 +247,8 @@ class Communicator {
   bool running_ ABSL_GUARDED_BY(mu_) = false;  // an operation runs (executor or inline)
   uint64_t ops_completed_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  // FailFrom's operation and reason: collectives from there on fail without running.
+  std::optional<std::pair<uint64_t, absl::Status>> fail_from_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<SharedMemory> arena_ ABSL_GUARDED_BY(mu_);  // made by OpenArena
 

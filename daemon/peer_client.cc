@@ -122,7 +122,7 @@ absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
 
 void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
                             const absl::Status& reason, const std::string& from_node,
-                            const std::string& proof) {
+                            const std::string& proof, std::optional<uint64_t> from_operation) {
   struct Call {
     grpc::ClientContext context;
     v1::AbortRequest request;
@@ -134,6 +134,7 @@ void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
   call->request.set_message(std::string{reason.message()});
   call->request.set_from_node(from_node);
   call->request.set_proof(proof);
+  if (from_operation.has_value()) call->request.set_from_operation(*from_operation);
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
   StubFor(address)->async()->Abort(
       &call->context, &call->request, &call->response, [call, address](const grpc::Status& status) {

@@ -3,6 +3,7 @@
 // Calls other daemons' peer API. Channels are cached per address.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -34,8 +35,10 @@ class PeerClient {
 
   // Tells the daemon at `address` to abort communicator `comm_tag`. Fire and forget: failures are
   // logged, and the call gives up after a few seconds.
+  // With `from_operation`, the communicator fails only from that collective on.
   void AbortAsync(const std::string& address, uint64_t comm_tag, const absl::Status& reason,
-                  const std::string& from_node, const std::string& proof);
+                  const std::string& from_node, const std::string& proof,
+                  std::optional<uint64_t> from_operation = std::nullopt);
 
   // One link probe round trip carrying `send_bytes` to the daemon at `address`; returns who
   // answered.

@@ -223,7 +223,10 @@ BATON_API int baton_comm_daemon_count(const baton_comm_t* comm);
 
 /* Leaves the communicator once the operations already submitted have finished (like
  * ncclCommFinalize). The handle stays valid, and later operations on it fail with
- * BATON_FAILED_PRECONDITION. Idempotent: later calls return BATON_OK. */
+ * BATON_FAILED_PRECONDITION. The other ranks' collectives from the next one this rank did not
+ * submit fail at once with BATON_FAILED_PRECONDITION naming this rank (it will never take part);
+ * their earlier ones, and the messages this rank sent before, are not affected. Idempotent: later
+ * calls return BATON_OK. */
 BATON_API baton_code_t baton_comm_leave(baton_comm_t* comm);
 
 /* Leaves the communicator if baton_comm_leave was not called, and frees the handle (also when
