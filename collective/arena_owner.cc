@@ -1,6 +1,7 @@
 #include "collective/arena_owner.h"
 
 #include "collective/node_arena_layout.h"
+#include "common/futex.h"
 #include "common/status_macros.h"
 
 namespace baton::collective {
@@ -15,6 +16,15 @@ absl::StatusOr<ArenaOwner> ArenaOwner::Create(void* memory, size_t size,
 void ArenaOwner::Abort(const absl::Status& reason) const {
   // The abort word, the reason and the bell are at fixed offsets: only written here.
   reinterpret_cast<arena::Header*>(base_)->Abort(reason);
+}
+
+void ArenaOwner::MarkGone(int rank) const {
+  if (rank < 0 || rank >= ranks_) return;
+  auto* block = reinterpret_cast<arena::RankBlock*>(base_ + arena::BlockOffset(rank));
+  block->gone.store(1, std::memory_order_seq_cst);
+  auto* header = reinterpret_cast<arena::Header*>(base_);
+  header->bell.fetch_add(1, std::memory_order_seq_cst);
+  FutexWake(header->bell);
 }
 
 NodeArena::Counters ArenaOwner::counters(int rank, Collective collective) const {

@@ -31,6 +31,11 @@ class ArenaOwner final {
   // first reason written stays.
   void Abort(const absl::Status& reason) const;
 
+  // Local rank `rank` left the communicator after the operations it arrived at: the local ranks
+  // waiting for it at a later one fail at once (FailedPrecondition naming it), while operations
+  // it took part in complete. Nothing for a rank out of range.
+  void MarkGone(int rank) const;
+
   // What local rank `rank` counted for `collective` (zero for a rank or collective out of
   // range). The values are whatever the rank wrote.
   NodeArena::Counters counters(int rank, Collective collective) const;

@@ -234,13 +234,37 @@ absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_
     }
     return true;
   };
-  auto done = [&] { return all_there() || h.abort_state.load(std::memory_order_acquire) != 0; };
+  // A rank the daemon marked gone that has not reached `op` never will.
+  auto gone = [&]() -> std::optional<int> {
+    for (int r = first; r < last; ++r) {
+      if ((block(r).*flag).load(std::memory_order_acquire) < op &&
+          block(r).gone.load(std::memory_order_acquire) != 0) {
+        return r;
+      }
+    }
+    return std::nullopt;
+  };
+  auto done = [&] {
+    return all_there() || h.abort_state.load(std::memory_order_acquire) != 0 || gone();
+  };
   SpinUntil(spin.value_or(SpinLimit()), /*busy=*/absl::ZeroDuration(), done);
   // Whatever the ranks write into the flags, the abort word or the bell, this returns by the
-  // deadline: OK only when every flag was seen, else the abort's reason or the deadline's.
+  // deadline: OK only when every flag was seen, else the abort's reason or the deadline's. Every
+  // flag seen wins over an abort: a rank that left after its part of this round (the daemon
+  // aborts the arena when one leaves) spoils nothing of it for the others.
   while (true) {
-    if (absl::Status status = aborted(); !status.ok()) return status;
     if (all_there()) return absl::OkStatus();
+    if (absl::Status status = aborted(); !status.ok()) return status;
+    if (const std::optional<int> left = gone()) {
+      const absl::Status failure = absl::FailedPreconditionError(absl::StrCat(
+          Name(*left), " left the communicator (its handle was destroyed) before operation ", op,
+          " (", signature.Describe(),
+          ") in the node's shared arena: it takes no part in it or "
+          "any later one"));
+      Abort(failure);
+      const absl::Status status = aborted();
+      return status.ok() ? failure : status;
+    }
     const uint32_t seen = h.bell.load(std::memory_order_seq_cst);
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (done()) {

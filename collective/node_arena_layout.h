@@ -24,7 +24,8 @@
 namespace baton::collective::arena {
 
 inline constexpr uint64_t kMagic = 0x616e6572616e7462ULL;  // "btnarena" read little-endian
-// 2: counters by collective; 3: routes agreed; 4: comm ranks; 5: the shape's comm ranks table.
+// 2: counters by collective; 3: routes agreed; 4: comm ranks; 5: the shape's comm ranks table,
+// the gone flag.
 inline constexpr uint32_t kVersion = 5;
 inline constexpr size_t kAlign = 64;
 inline constexpr size_t kReasonBytes = 512;
@@ -94,6 +95,9 @@ struct RankBlock {
   std::atomic<uint64_t> reduced{0};                  // the last whose part of the result is in
   Signature signatures[2];                           // of operations with odd and even numbers
   std::atomic<uint64_t> rooted{0};  // the last operation across nodes whose root this rank is
+  // Set by the daemon when the rank left the communicator (ArenaOwner::MarkGone): it takes no
+  // operation after the last it arrived at.
+  std::atomic<uint32_t> gone{0};
   // The rank's rank in the communicator, published with its input to an all_gather across nodes
   // (-1 before).
   std::atomic<int64_t> comm_rank{-1};

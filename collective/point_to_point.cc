@@ -47,10 +47,19 @@ std::string MessageName(int src, int dst, uint64_t number) {
   return absl::StrCat("message ", number, " from rank ", src, " to rank ", dst);
 }
 
-absl::Status LengthMismatch(int src, int dst, uint64_t number, uint64_t sent, size_t buffer) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("point-to-point: rank ", src, " sent ", sent, " bytes to rank ", dst,
-                   ", but rank ", dst, "'s receive buffer has ", buffer, " bytes (",
+// `bytes` as the caller counts: elements of `element_bytes` when they divide it, else bytes.
+std::string Amount(uint64_t bytes, size_t element_bytes) {
+  if (element_bytes > 1 && bytes % element_bytes == 0) {
+    return absl::StrCat(bytes / element_bytes, " elements (", bytes, " bytes)");
+  }
+  return absl::StrCat(bytes, " bytes");
+}
+
+absl::Status LengthMismatch(int src, int dst, uint64_t number, uint64_t sent, size_t buffer,
+                            size_t element_bytes) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("point-to-point: rank ", src, " sent ", Amount(sent, element_bytes), " to rank ",
+                   dst, ", whose receive is of ", Amount(buffer, element_bytes), " (",
                    MessageName(src, dst, number), "; the message was dropped)"));
 }
 
@@ -116,18 +125,19 @@ transport::Tag PointToPoint::TagOf(int src, int dst, uint64_t number, uint32_t p
 }
 
 absl::Status PointToPoint::Send(int src, int dst, transport::ConstByteSpan data,
-                                absl::Time deadline) {
+                                absl::Time deadline, size_t element_bytes) {
   BATON_RETURN_IF_ERROR(CheckRank("sending", src, /*local=*/true));
   BATON_RETURN_IF_ERROR(CheckRank("destination", dst, /*local=*/false));
-  if (IsLocal(dst)) return SendLocal(src, dst, data);
+  if (IsLocal(dst)) return SendLocal(src, dst, data, element_bytes);
   return SendRemote(src, dst, data, deadline);
 }
 
-absl::Status PointToPoint::Recv(int src, int dst, transport::ByteSpan data, absl::Time deadline) {
+absl::Status PointToPoint::Recv(int src, int dst, transport::ByteSpan data, absl::Time deadline,
+                                size_t element_bytes) {
   BATON_RETURN_IF_ERROR(CheckRank("receiving", dst, /*local=*/true));
   BATON_RETURN_IF_ERROR(CheckRank("source", src, /*local=*/false));
-  if (IsLocal(src)) return RecvLocal(src, dst, data, deadline);
-  return RecvRemote(src, dst, data, deadline);
+  if (IsLocal(src)) return RecvLocal(src, dst, data, deadline, element_bytes);
+  return RecvRemote(src, dst, data, deadline, element_bytes);
 }
 
 void PointToPoint::Abort(const absl::Status& reason) {
@@ -146,6 +156,12 @@ void PointToPoint::Abort(const absl::Status& reason) {
   }
 }
 
+size_t PointToPoint::WaitingLocalRecvs(int src, int dst) const {
+  absl::MutexLock lock(&mu_);
+  auto it = pairs_.find({src, dst});
+  return it == pairs_.end() ? 0 : it->second.waiting.size();
+}
+
 // ---- Within the daemon ----
 
 // The copy into a waiting receiver's buffer is made without the lock: a Send claims the waiter,
@@ -153,7 +169,8 @@ void PointToPoint::Abort(const absl::Status& reason) {
 // never written after Recv returned. A message for a receiver not waiting yet is copied into a
 // buffer of its own before the lock is taken again, so no large copy holds up other pairs; the
 // message number is taken together with the queueing, so the queue stays in order.
-absl::Status PointToPoint::SendLocal(int src, int dst, transport::ConstByteSpan data) {
+absl::Status PointToPoint::SendLocal(int src, int dst, transport::ConstByteSpan data,
+                                     size_t element_bytes) {
   std::vector<std::byte> copy;
   bool copied = false;
   LocalWaiter* waiter = nullptr;
@@ -170,9 +187,11 @@ absl::Status PointToPoint::SendLocal(int src, int dst, transport::ConstByteSpan 
         waiter = it->second;
         pair.waiting.erase(it);
         if (waiter->data.size() != data.size()) {
-          waiter->result = LengthMismatch(src, dst, number, data.size(), waiter->data.size());
+          // Both ranks are here at once: both learn of it.
+          waiter->result =
+              LengthMismatch(src, dst, number, data.size(), waiter->data.size(), element_bytes);
           waiter->done = true;
-          return absl::OkStatus();
+          return waiter->result;
         }
         waiter->claimed = true;
         break;
@@ -193,7 +212,7 @@ absl::Status PointToPoint::SendLocal(int src, int dst, transport::ConstByteSpan 
 }
 
 absl::Status PointToPoint::RecvLocal(int src, int dst, transport::ByteSpan data,
-                                     absl::Time deadline) {
+                                     absl::Time deadline, size_t element_bytes) {
   std::vector<std::byte> message;
   uint64_t number;
   {
@@ -221,7 +240,7 @@ absl::Status PointToPoint::RecvLocal(int src, int dst, transport::ByteSpan data,
     pair.queued.pop_front();
   }
   if (message.size() != data.size()) {
-    return LengthMismatch(src, dst, number, message.size(), data.size());
+    return LengthMismatch(src, dst, number, message.size(), data.size(), element_bytes);
   }
   if (!data.empty()) std::memcpy(data.data(), message.data(), data.size());
   return absl::OkStatus();
@@ -291,7 +310,7 @@ absl::Status PointToPoint::AwaitPiece(RemoteReceive& receive, size_t part,
 }
 
 absl::Status PointToPoint::RecvRemote(int src, int dst, transport::ByteSpan data,
-                                      absl::Time deadline) {
+                                      absl::Time deadline, size_t element_bytes) {
   const uint64_t expected = PieceCount(data.size(), chunk_bytes_);
   if (expected > kMaxPieces) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -306,10 +325,12 @@ absl::Status PointToPoint::RecvRemote(int src, int dst, transport::ByteSpan data
     number = pairs_[{src, dst}].received++;
     receiving_.insert(&receive);
   }
-  absl::Status status = ReceivePieces(receive, src, dst, number, data, deadline);
+  bool mismatch = false;
+  absl::Status status =
+      ReceivePieces(receive, src, dst, number, data, deadline, element_bytes, mismatch);
   absl::MutexLock lock(&mu_);
   receiving_.erase(&receive);
-  if (status.ok() || status.code() == absl::StatusCode::kInvalidArgument) return status;
+  if (status.ok() || mismatch) return status;
   if (!abort_.ok()) return abort_;
   const std::string& peer = AddressOf(src);
   if (absl::IsDeadlineExceeded(status)) {
@@ -328,7 +349,8 @@ absl::Status PointToPoint::RecvRemote(int src, int dst, transport::ByteSpan data
 // length, which drops the piece), those for pieces it did not send are withdrawn, and the
 // pieces beyond those posted are consumed and dropped.
 absl::Status PointToPoint::ReceivePieces(RemoteReceive& receive, int src, int dst, uint64_t number,
-                                         transport::ByteSpan data, absl::Time deadline) {
+                                         transport::ByteSpan data, absl::Time deadline,
+                                         size_t element_bytes, bool& mismatch) {
   const std::string& peer = AddressOf(src);
   const uint64_t expected = PieceCount(data.size(), chunk_bytes_);
   auto signal = [&receive](uint32_t part) {
@@ -384,7 +406,10 @@ absl::Status PointToPoint::ReceivePieces(RemoteReceive& receive, int src, int ds
   for (uint64_t i = expected; i < pieces; ++i) {
     BATON_RETURN_IF_ERROR(AwaitPiece(receive, i + 1, *dropped[i - expected], deadline));
   }
-  if (length != data.size()) return LengthMismatch(src, dst, number, length, data.size());
+  mismatch = true;
+  if (length != data.size()) {
+    return LengthMismatch(src, dst, number, length, data.size(), element_bytes);
+  }
   return absl::FailedPreconditionError(
       absl::StrCat("point-to-point: daemon ", peer, " cut ", MessageName(src, dst, number),
                    " into pieces of ", chunk, " bytes, this daemon into pieces of ", chunk_bytes_,

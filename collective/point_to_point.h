@@ -28,9 +28,14 @@
 // before the header arrives, so that the payload lands in its buffer without an extra copy.
 //
 // Failures: every call ends by its deadline or at Abort, with an error naming both ranks.
-// - A Recv whose buffer's length differs from the Send's fails with InvalidArgument naming both
-//   sizes and both ranks; the message is consumed and dropped, so the pair's next message is
-//   received intact. The buffer's contents are unspecified after any failed Recv.
+// - A Recv whose buffer's length differs from the Send's fails with FailedPrecondition naming
+//   both ranks and both lengths (in elements, given the element size); the message is consumed
+//   and dropped, so the pair's next message is received intact. The buffer's contents are
+//   unspecified after any failed Recv. The Send fails with the same error when it finds its
+//   Recv waiting on this daemon; otherwise it has returned OK already (it is eager: across
+//   daemons, or before the Recv came, it cannot know), and only the receiving side learns of the
+//   mismatch here. The daemon then aborts the communicator with it, which fails the sender's
+//   pending operations and the later ones (daemon/communicator.h).
 // - A Recv that fails otherwise (deadline, Abort, lost peer) still counts as the pair's k-th
 //   receive: message k is dropped whenever it comes (across daemons, its pieces stay with the
 //   transport until the communicator is forgotten). A communicator is aborted after such a
@@ -75,22 +80,31 @@ class PointToPoint {
   // Returns once the bytes are handed over (to the transport, or copied for a local receiver).
   // Errors: InvalidArgument when `src` is not a rank of this daemon or `dst` is out of range; the
   // abort reason after Abort; the transport's error (Unavailable for a lost peer,
-  // DeadlineExceeded) annotated with both ranks.
-  absl::Status Send(int src, int dst, transport::ConstByteSpan data, absl::Time deadline);
+  // DeadlineExceeded) annotated with both ranks; FailedPrecondition naming both lengths when the
+  // matching Recv is waiting on this daemon with another length (see the top of the file).
+  // `element_bytes`: the size of the caller's elements, for the lengths in that message.
+  absl::Status Send(int src, int dst, transport::ConstByteSpan data, absl::Time deadline,
+                    size_t element_bytes = 1);
 
   // Local rank `dst` receives the pair's next message from rank `src` into `data`, which must be
   // exactly as long as the message. Errors: InvalidArgument when `dst` is not a rank of this
-  // daemon, `src` is out of range, or the lengths differ (both named; the message is dropped);
-  // DeadlineExceeded naming both ranks at `deadline`; the abort reason at Abort (a waiting Recv
-  // returns at once); Unavailable when `src`'s daemon is lost. See the top of the file for what a
-  // failure leaves behind.
-  absl::Status Recv(int src, int dst, transport::ByteSpan data, absl::Time deadline);
+  // daemon or `src` is out of range; FailedPrecondition when the lengths differ (both named, in
+  // elements of `element_bytes`; the message is dropped) or the daemons cut it into different
+  // pieces; DeadlineExceeded naming both ranks at `deadline`; the abort reason at Abort (a
+  // waiting Recv returns at once); Unavailable when `src`'s daemon is lost. See the top of the
+  // file for what a failure leaves behind.
+  absl::Status Recv(int src, int dst, transport::ByteSpan data, absl::Time deadline,
+                    size_t element_bytes = 1);
 
   // Fails pending and future Sends and Recvs with `reason` (an OK one is replaced by Cancelled) at
   // once, and drops the messages queued for local receivers. The first reason stays. The
   // transport is not aborted here: the caller aborts its communicator there separately (a Send
   // blocked in the transport ends then). Waiting Recvs return without it.
   void Abort(const absl::Status& reason);
+
+  // How many Recvs of local rank `dst` wait now for a message from local rank `src` on this
+  // daemon (tests and diagnostics: at most one while the client serialises each rank's calls).
+  size_t WaitingLocalRecvs(int src, int dst) const;
 
  private:
   // A local Recv waiting for its message; lives on the receiver's stack.
@@ -119,13 +133,17 @@ class PointToPoint {
     return layout_.daemons[static_cast<size_t>(daemon_of_[static_cast<size_t>(rank)])].address;
   }
 
-  absl::Status SendLocal(int src, int dst, transport::ConstByteSpan data);
-  absl::Status RecvLocal(int src, int dst, transport::ByteSpan data, absl::Time deadline);
+  absl::Status SendLocal(int src, int dst, transport::ConstByteSpan data, size_t element_bytes);
+  absl::Status RecvLocal(int src, int dst, transport::ByteSpan data, absl::Time deadline,
+                         size_t element_bytes);
   absl::Status SendRemote(int src, int dst, transport::ConstByteSpan data, absl::Time deadline);
-  absl::Status RecvRemote(int src, int dst, transport::ByteSpan data, absl::Time deadline);
-  // Posts and takes the parts of message `number` of (src, dst) for RecvRemote.
+  absl::Status RecvRemote(int src, int dst, transport::ByteSpan data, absl::Time deadline,
+                          size_t element_bytes);
+  // Posts and takes the parts of message `number` of (src, dst) for RecvRemote. Sets `mismatch`
+  // when it fails because the message is not what `data` expects (its length, its pieces).
   absl::Status ReceivePieces(RemoteReceive& receive, int src, int dst, uint64_t number,
-                             transport::ByteSpan data, absl::Time deadline);
+                             transport::ByteSpan data, absl::Time deadline, size_t element_bytes,
+                             bool& mismatch);
   // Waits for part `part` of `receive` (posted as `posted`) and returns its result, or the abort
   // reason once aborted.
   static absl::Status AwaitPiece(RemoteReceive& receive, size_t part, transport::PostedRecv& posted,

@@ -114,7 +114,8 @@ grpc::Status ClientService::AbortCommunicator(grpc::ServerContext* context,
   }
   return ToGrpc(node_->AbortCommunicator(request->session_id(), request->comm_tag(),
                                          request->rank(), request->reason().substr(0, kMaxReason),
-                                         static_cast<absl::StatusCode>(code)));
+                                         static_cast<absl::StatusCode>(code),
+                                         request->from_next_operation()));
 }
 
 grpc::Status ClientService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest* request,

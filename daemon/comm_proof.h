@@ -6,6 +6,7 @@
 // itself never travels in control messages and is never logged.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/string_view.h"
@@ -13,8 +14,9 @@
 namespace baton::daemon {
 
 // The proof of an abort of communicator `comm_tag` with status code `code` and `message`, by
-// the daemon on `from_node`: 64 hex digits.
+// the daemon on `from_node`, from collective `from_operation` on when it is set: 64 hex digits.
 std::string AbortProof(const std::string& secret, uint64_t comm_tag, int code,
-                       absl::string_view message, absl::string_view from_node);
+                       absl::string_view message, absl::string_view from_node,
+                       std::optional<uint64_t> from_operation = std::nullopt);
 
 }  // namespace baton::daemon

@@ -168,6 +168,15 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
   if (!aborted_.ok()) return aborted_;
   const uint64_t seq = next_seq_[index];
   const bool node_part = request.node_part;
+  if (fail_from_.has_value() && seq >= fail_from_->first) {
+    // A rank will not come to it: it fails at once, and takes its place in the sequence.
+    if (node_part) {
+      for (uint64_t& next : next_seq_) next = std::max(next, seq + 1);
+    } else {
+      ++next_seq_[index];
+    }
+    return fail_from_->second;
+  }
   if (node_part) {
     BATON_RETURN_IF_ERROR(CheckNodePartLocked(index, seq, request.spec));
     // The other local ranks took part in the arena: this is their operation `seq` too.
@@ -208,7 +217,7 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
                                     : absl::StatusOr<std::string>(slot.result))
                 : absl::StatusOr<std::string>(aborted_);
   if (++slot.collected == slot.arrived && (slot.done || !aborted_.ok()) &&
-      slot.arrived == slot.expected) {
+      (slot.arrived == slot.expected || slot.cut)) {
     // The executor has taken (or will never take) this slot: the last reader frees it.
     if (slot.done) slots_.erase(seq);
   }
@@ -236,7 +245,54 @@ void Communicator::Abort(const absl::Status& reason, bool notify_peers) {
   }
   endpoint_->Abort(plan_.comm_tag, reason);
   point_to_point_.Abort(reason);
-  if (notify_peers && notify_abort_) notify_abort_(plan_, reason);
+  if (notify_peers && notify_abort_) notify_abort_(plan_, reason, std::nullopt);
+}
+
+void Communicator::FailFromNextOf(int rank, const absl::Status& reason, bool notify_peers) {
+  const int index = LocalIndex(rank);
+  if (index < 0) return;
+  uint64_t seq;
+  {
+    absl::MutexLock lock(&mu_);
+    seq = next_seq_[index];
+  }
+  FailFrom(seq, reason, notify_peers);
+}
+
+void Communicator::RankLeft(int rank, const absl::Status& reason) {
+  const int index = LocalIndex(rank);
+  if (index < 0) return;
+  {
+    // Its peers in the node arena stop waiting for it at an operation it never reached.
+    absl::MutexLock lock(&mu_);
+    if (arena_owner_) arena_owner_->MarkGone(index);
+  }
+  FailFromNextOf(rank, reason, /*notify_peers=*/true);
+}
+
+void Communicator::FailFrom(uint64_t seq, const absl::Status& reason, bool notify_peers) {
+  const absl::Status failure =
+      reason.ok() ? absl::CancelledError("communicator ended without a reason") : reason;
+  bool running = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!aborted_.ok() || (fail_from_.has_value() && fail_from_->first <= seq)) return;
+    fail_from_.emplace(seq, failure);
+    for (auto& [number, slot] : slots_) {
+      if (number < seq || slot.done) continue;
+      if (running_ && number == next_to_run_) {
+        running = true;  // it waits for the rank that will not come: only an abort stops it
+        continue;
+      }
+      slot.done = true;
+      slot.cut = true;
+      slot.result = failure;
+    }
+  }
+  spdlog::info("communicator {:x} fails from operation {} on: {}", plan_.comm_tag, seq,
+               failure.ToString());
+  if (notify_peers && notify_abort_) notify_abort_(plan_, failure, seq);
+  if (running) Abort(failure, /*notify_peers=*/false);
 }
 
 absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequest& request,
@@ -246,12 +302,14 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
   const absl::Time until = std::min(deadline, absl::Now() + options_.op_timeout);
   const absl::Time start = absl::Now();
   absl::Status status;
+  const size_t element = collective::DataTypeSize(spec.type);
   if (request.device == nullptr) {
-    status = spec.collective == collective::Collective::kSend
-                 ? point_to_point_.Send(rank, spec.peer,
-                                        transport::ConstByteSpan(request.send, bytes), until)
-                 : point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(request.recv, bytes),
-                                        until);
+    status =
+        spec.collective == collective::Collective::kSend
+            ? point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(request.send, bytes),
+                                   until, element)
+            : point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(request.recv, bytes), until,
+                                   element);
   } else {
     status = RunPointToPointStaged(rank, request, bytes, until);
   }
@@ -286,10 +344,11 @@ absl::Status Communicator::RunPointToPointStaged(int rank, const OpRequest& requ
   if (spec.collective == collective::Collective::kSend) {
     BATON_RETURN_IF_ERROR(request.device->copy(staged.get(), request.send, bytes));
     return point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(staged.get(), bytes),
-                                until);
+                                until, collective::DataTypeSize(spec.type));
   }
-  BATON_RETURN_IF_ERROR(
-      point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(staged.get(), bytes), until));
+  BATON_RETURN_IF_ERROR(point_to_point_.Recv(spec.peer, rank,
+                                             transport::ByteSpan(staged.get(), bytes), until,
+                                             collective::DataTypeSize(spec.type)));
   return request.device->copy(request.recv, staged.get(), bytes);
 }
 
@@ -365,6 +424,7 @@ void Communicator::RunExecutor() {
 
 bool Communicator::NextIsReady() const {
   if (running_) return false;
+  if (fail_from_.has_value() && next_to_run_ >= fail_from_->first) return false;
   auto it = slots_.find(next_to_run_);
   return it != slots_.end() && it->second.arrived == it->second.expected;
 }

@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -101,8 +102,10 @@ struct CommunicatorOptions {
 class Communicator {
  public:
   // Called (without locks held) when this daemon aborts the communicator because of its own
-  // failure, so the caller can tell the other daemons in the plan.
-  using AbortNotifier = std::function<void(const Plan& plan, const absl::Status& reason)>;
+  // failure, so the caller can tell the other daemons in the plan; `from_operation` is set when
+  // the communicator fails only from that collective on (FailFrom).
+  using AbortNotifier = std::function<void(const Plan& plan, const absl::Status& reason,
+                                           std::optional<uint64_t> from_operation)>;
 
   // `self` is this daemon's index in plan.daemons. `endpoint` must outlive the communicator.
   Communicator(Plan plan, int self, transport::Endpoint* endpoint, CommunicatorOptions options,
@@ -133,12 +136,33 @@ class Communicator {
   // order per pair of ranks. PermissionDenied when the rank is not attached by `session_id`; the
   // abort reason once the communicator has failed; FailedPrecondition when local ranks disagree
   // on the operation. A failed or timed-out operation aborts the communicator on every daemon.
+  // A recv whose count differs from its send's fails with FailedPrecondition naming both counts,
+  // and so does the send when its recv was waiting on this daemon; either way the communicator is
+  // aborted with that error, which fails the sender's pending and later operations too (an eager
+  // send that completed before the recv came returned OK: collective/point_to_point.h).
   absl::StatusOr<std::string> Submit(int rank, uint64_t session_id, OpRequest request,
                                      absl::Time deadline);
 
   // Fails pending and future operations with `reason`. With notify_peers, the notifier is called
   // so other daemons abort too. Only the first reason is kept.
   void Abort(const absl::Status& reason, bool notify_peers);
+
+  // A rank will take no part in collective `seq` or any later one (it left, or its call was
+  // refused): they fail with `reason` on every local rank, at once where they are pending and at
+  // submission after, and never run here. Collectives before `seq` are untouched, and so are sends
+  // and receives. Only an operation `seq` (or later) already running here, which waits for the
+  // rank that will not come, aborts the communicator (its sends and receives with it: the
+  // transport has no way to stop one operation alone). The earliest `seq` given stays. With
+  // notify_peers the other daemons are told, with `seq`. Within a node arena,
+  // the local ranks that wait for the rank there are not woken: their own deadline ends their
+  // wait (RankLeft, for a rank that left, does wake them).
+  void FailFrom(uint64_t seq, const absl::Status& reason, bool notify_peers);
+  // FailFrom from local rank `rank`'s next collective: the one it has not submitted yet.
+  void FailFromNextOf(int rank, const absl::Status& reason, bool notify_peers);
+  // Local rank `rank` left (destroyed its handle): FailFromNextOf, telling the other daemons, and
+  // its peers in the node arena that wait for it at an operation it never reached fail at once
+  // (ArenaOwner::MarkGone).
+  void RankLeft(int rank, const absl::Status& reason);
 
   // The tuner's prediction for `kind` on a buffer of `bytes` across this communicator's daemons,
   // cheapest first (collective/tuner.h); empty when it has a single daemon.
@@ -179,6 +203,7 @@ class Communicator {
     absl::Status result;
     std::string algorithm;
     absl::Time deadline = absl::InfiniteFuture();  // the earliest of the parts' call deadlines
+    bool cut = false;  // failed by FailFrom before it ran: freed once its arrivals collected
   };
 
   absl::Status CheckAttachedLocked(int index, int rank, uint64_t session_id) const
@@ -227,6 +252,8 @@ class Communicator {
   bool running_ ABSL_GUARDED_BY(mu_) = false;  // an operation runs (executor or inline)
   uint64_t ops_completed_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
+  // FailFrom's operation and reason: collectives from there on fail without running.
+  std::optional<std::pair<uint64_t, absl::Status>> fail_from_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Made by OpenArena. The daemon reads and writes it through arena_owner_ only, whose copy of
   // its shape the ranks cannot change.

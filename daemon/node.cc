@@ -36,23 +36,21 @@ absl::Status CheckElementOffset(const char* side, uint64_t offset, collective::D
 }  // namespace
 
 absl::StatusOr<CommId> ParseCommId(const std::string& text) {
+  // First, so that the messages below may quote the id: it is printable and bounded.
+  BATON_RETURN_IF_ERROR(CheckCommIdText(text));
   // Messages quote at most the start of what the caller sent.
   const std::string quoted = text.size() <= 64 ? text : text.substr(0, 64) + "...";
-  if (text.size() > kMaxCommIdBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("communicator id of ", text.size(), " bytes (at most ", kMaxCommIdBytes, ")"));
-  }
   const size_t slash = text.rfind('/');
   if (slash == std::string::npos || slash == 0) {
     return absl::InvalidArgumentError(absl::StrCat("malformed communicator id '", quoted,
                                                    "': expected <root address>/<32 hex digits>"));
   }
-  CommId id{text.substr(0, slash), text.substr(slash + 1)};
-  if (!Rendezvous::TagOfSecret(id.secret).ok()) {
+  absl::StatusOr<std::string> secret = CanonicalCommSecret(text.substr(slash + 1));
+  if (!secret.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed communicator id '", quoted, "': the secret must be 32 hex digits"));
   }
-  return id;
+  return CommId{text.substr(0, slash), *std::move(secret)};
 }
 
 absl::Status CheckWorld(int world_size, int rank, int64_t max_world_size) {
@@ -133,16 +131,17 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
         options.completed_total = &collectives_completed_;
         options.observer = observer_;
         return std::make_shared<Communicator>(
-            plan, index, endpoint_, options, [this](const Plan& p, const absl::Status& reason) {
+            plan, index, endpoint_, options,
+            [this](const Plan& p, const absl::Status& reason, std::optional<uint64_t> from) {
               const absl::Status bounded(reason.code(),
                                          reason.message().substr(0, kMaxAbortMessage));
               const std::string proof =
                   AbortProof(p.secret, p.comm_tag, static_cast<int>(bounded.code()),
-                             bounded.message(), self_.node_name);
+                             bounded.message(), self_.node_name, from);
               for (const PlanDaemon& daemon : p.daemons) {
                 if (daemon.member.data_address == self_.data_address) continue;
                 peers_.AbortAsync(daemon.member.peer_address, p.comm_tag, bounded, self_.node_name,
-                                  proof);
+                                  proof, from);
               }
             });
       }),
@@ -431,12 +430,19 @@ absl::Status Node::Destroy(uint64_t session_id, uint64_t comm_tag, int rank) {
   if (comm == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(comm_tag)));
   }
-  const std::vector<int> detached = comm->DetachSession(session_id);
-  if (detached.empty()) {
+  const std::vector<int> left = comm->DetachSession(session_id);
+  if (left.empty()) {
     return absl::PermissionDeniedError(
         absl::StrCat("this session holds no rank of communicator ", absl::Hex(comm_tag)));
   }
-  sessions_.ReleaseRanks(session_id, static_cast<int>(detached.size()));
+  sessions_.ReleaseRanks(session_id, static_cast<int>(left.size()));
+  // The other ranks' collectives from there on would wait for it until their timeout.
+  for (int gone : left) {
+    comm->RankLeft(
+        gone, absl::FailedPreconditionError(absl::StrCat(
+                  "rank ", gone, " destroyed its handle of the communicator (on node ",
+                  self_.node_name, "): it takes no part in this collective or any later one")));
+  }
   CloseChannels([&](const ChannelServer& c) {
     return c.session_id() == session_id && c.comm_tag() == comm_tag;
   });
@@ -453,8 +459,28 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
     return absl::NotFoundError(absl::StrCat("unknown communicator ", absl::Hex(call.comm_tag)));
   }
   // Only a rank this session holds may learn anything about the communicator, even whether its
-  // arguments are valid. Every check here fails only this call: the communicator stays usable.
+  // arguments are valid.
   BATON_RETURN_IF_ERROR(comm->CheckAttached(call.rank, call.session_id));
+  absl::StatusOr<OpRequest> request = RequestOf(call, comm->plan().world_size);
+  if (!request.ok()) {
+    if (comm->plan().world_size > 1 && !call.spec.PointToPoint()) {
+      // The other ranks would wait for this rank's part until their timeout: this collective,
+      // and every later one, fails now on every rank, naming the rank and its error (the ones
+      // before it go on). Only this call gets the error itself.
+      comm->FailFromNextOf(
+          call.rank,
+          absl::AbortedError(absl::StrCat("communicator aborted by rank ", call.rank, ": its ",
+                                          collective::CollectiveName(call.spec.collective),
+                                          " was refused on node ", self_.node_name, ": ",
+                                          request.status().ToString())),
+          /*notify_peers=*/true);
+    }
+    return request.status();
+  }
+  return comm->Submit(call.rank, call.session_id, *std::move(request), call.deadline);
+}
+
+absl::StatusOr<OpRequest> Node::RequestOf(const CollectiveCall& call, int world) {
   OpRequest request;
   request.spec = call.spec;
   request.node_part = call.node_part;
@@ -462,7 +488,6 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
   if (spec.collective == collective::Collective::kBarrier) spec.count = 0;
   if (!spec.Rooted()) spec.root = 0;
   if (!spec.PointToPoint()) spec.peer = 0;
-  const int world = comm->plan().world_size;
   BATON_RETURN_IF_ERROR(spec.Validate(world, call.rank));
 
   const uint64_t element = collective::DataTypeSize(spec.type);
@@ -526,7 +551,7 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
     // inputs written. A missed deadline fails this call only (nothing was submitted).
     BATON_RETURN_IF_ERROR(WaitForEvent(*(*events)[call.stream->slot], call.deadline, call.rank));
   }
-  return comm->Submit(call.rank, call.session_id, std::move(request), call.deadline);
+  return request;
 }
 
 absl::Status Node::WaitForEvent(device::Event& event, absl::Time deadline, int rank) {
@@ -644,20 +669,26 @@ absl::StatusOr<Communicator::Arena> Node::OpenArena(uint64_t session_id, uint64_
 }
 
 absl::Status Node::AbortCommunicator(uint64_t session_id, uint64_t comm_tag, int rank,
-                                     const std::string& reason, absl::StatusCode code) {
+                                     const std::string& reason, absl::StatusCode code,
+                                     bool from_next_operation) {
   std::shared_ptr<Communicator> comm = communicators_.Find(comm_tag);
   if (comm == nullptr) {
     return absl::NotFoundError(absl::StrCat("no communicator ", absl::Hex(comm_tag)));
   }
   BATON_RETURN_IF_ERROR(comm->CheckAttached(rank, session_id));
-  comm->Abort(absl::Status(code, absl::StrCat("communicator aborted by rank ", rank, ": ",
-                                              reason.empty() ? "no reason given" : reason)),
-              /*notify_peers=*/true);
+  const absl::Status status(code, absl::StrCat("communicator aborted by rank ", rank, ": ",
+                                               reason.empty() ? "no reason given" : reason));
+  if (from_next_operation) {
+    comm->FailFromNextOf(rank, status, /*notify_peers=*/true);
+  } else {
+    comm->Abort(status, /*notify_peers=*/true);
+  }
   return absl::OkStatus();
 }
 
 absl::Status Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
-                                 const std::string& from_node, const std::string& proof) {
+                                 const std::string& from_node, const std::string& proof,
+                                 std::optional<uint64_t> from_operation) {
   if (reason.message().size() > kMaxAbortMessage || from_node.size() > 256) {
     return absl::InvalidArgumentError("an abort's message or node name is too long");
   }
@@ -667,6 +698,9 @@ absl::Status Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
     // forms: a notice is either applied directly or found there, never lost in between.
     absl::MutexLock lock(&early_mu_);
     comm = communicators_.Find(comm_tag);
+    // A rank that left a communicator this daemon has forgotten (every rank's Destroy sends one):
+    // nothing here waits for it.
+    if (comm == nullptr && from_operation.has_value()) return absl::OkStatus();
     if (comm == nullptr) {
       // The plan may still be on its way to this daemon's joining ranks (the sender's ranks got
       // theirs first): keep the notice, bounded, and check it when the communicator forms.
@@ -679,20 +713,26 @@ absl::Status Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
       return absl::OkStatus();
     }
   }
-  BATON_RETURN_IF_ERROR(CheckAbortProof(comm->plan(), reason, from_node, proof));
-  comm->Abort(reason, /*notify_peers=*/false);
+  BATON_RETURN_IF_ERROR(CheckAbortProof(comm->plan(), reason, from_node, proof, from_operation));
+  if (from_operation.has_value()) {
+    comm->FailFrom(*from_operation, reason, /*notify_peers=*/false);
+  } else {
+    comm->Abort(reason, /*notify_peers=*/false);
+  }
   return absl::OkStatus();
 }
 
 absl::Status Node::CheckAbortProof(const Plan& plan, const absl::Status& reason,
-                                   const std::string& from_node, const std::string& proof) const {
+                                   const std::string& from_node, const std::string& proof,
+                                   std::optional<uint64_t> from_operation) const {
   bool member = false;
   for (const PlanDaemon& daemon : plan.daemons) {
     member = member || (daemon.member.node_name == from_node &&
                         daemon.member.data_address != self_.data_address);
   }
-  const std::string expected = AbortProof(
-      plan.secret, plan.comm_tag, static_cast<int>(reason.code()), reason.message(), from_node);
+  const std::string expected =
+      AbortProof(plan.secret, plan.comm_tag, static_cast<int>(reason.code()), reason.message(),
+                 from_node, from_operation);
   if (member && !plan.secret.empty() && ConstantTimeEquals(proof, expected)) {
     return absl::OkStatus();
   }
@@ -718,7 +758,7 @@ void Node::ApplyEarlyAborts(Communicator& comm) {
     early_aborts_.erase(moved, early_aborts_.end());
   }
   for (const EarlyAbort& e : mine) {
-    if (CheckAbortProof(comm.plan(), e.reason, e.from_node, e.proof).ok()) {
+    if (CheckAbortProof(comm.plan(), e.reason, e.from_node, e.proof, std::nullopt).ok()) {
       comm.Abort(e.reason, /*notify_peers=*/false);
     }
   }

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/comm_id.h"
 #include "daemon/channel_server.h"
 #include "daemon/collective_call.h"
 #include "daemon/communicator_registry.h"
@@ -42,8 +43,8 @@ struct CommId {
 // The longest abort reason sent to or accepted from other daemons.
 inline constexpr size_t kMaxAbortMessage = 1024;
 
-// The longest communicator id accepted ("<root address>/<32 hex digits>").
-inline constexpr size_t kMaxCommIdBytes = 320;
+// InvalidArgument unless `text` is an id (common/comm_id.h: printable ASCII, at most
+// kMaxCommIdBytes, a secret of 32 hex digits); the secret comes back in canonical form.
 absl::StatusOr<CommId> ParseCommId(const std::string& text);
 
 // InvalidArgument unless 1 <= world_size <= max_world_size and rank is one of its ranks.
@@ -110,7 +111,16 @@ class Node {
   // Destroy or its end: ResourceExhausted past SessionLimits' max_ranks limits.
   absl::StatusOr<JoinResult> Join(uint64_t session_id, const std::string& comm_id, int world_size,
                                   int rank, absl::Time deadline);
+  // Detaches the session's ranks from the communicator. The other ranks' collectives from each
+  // such rank's next one on fail at once on every daemon with FailedPrecondition naming the rank
+  // (Communicator::FailFrom): it will never take part in them. Earlier ones, and sends and
+  // receives, go on.
   absl::Status Destroy(uint64_t session_id, uint64_t comm_tag, int rank);
+  // Runs a rank's operation. A collective refused here (its arguments, its buffers, its stream's
+  // event not reached by the deadline) fails with its own error and, unless the rank is alone in
+  // its communicator, fails that collective and every later one on every daemon with Aborted
+  // naming the rank and that error (Communicator::FailFrom), so that the other ranks, which would
+  // wait for its part, fail at once; the collectives before it go on.
   absl::StatusOr<std::string> RunCollective(const CollectiveCall& call);
   // Serves the submission channel in the session's buffer `buffer_id` for rank `rank` of a
   // communicator, which the session must have attached (PermissionDenied otherwise), replacing
@@ -132,19 +142,23 @@ class Node {
   // A rank's Abort(reason): fails the communicator's pending and future operations on every
   // daemon with Status(code, "communicator aborted by rank R: reason"). PermissionDenied unless
   // the session has `rank` attached; NotFound for an unknown communicator. Idempotent: only the
-  // first reason is kept.
+  // first reason is kept. With `from_next_operation` the communicator fails only from the rank's
+  // next collective on (Communicator::FailFrom): its call was refused before it reached here.
   absl::Status AbortCommunicator(uint64_t session_id, uint64_t comm_tag, int rank,
                                  const std::string& reason,
-                                 absl::StatusCode code = absl::StatusCode::kAborted);
+                                 absl::StatusCode code = absl::StatusCode::kAborted,
+                                 bool from_next_operation = false);
 
   // Peer API.
   absl::StatusOr<Plan> JoinRank(const std::string& secret, int world_size, int rank,
                                 const Member& member, absl::Time deadline);
   // Another daemon's abort notice: applied only from a daemon of the communicator's plan that
   // proves it holds the communicator's secret (daemon/comm_proof.h), PermissionDenied otherwise.
-  // OK for a communicator this daemon does not have (any more).
+  // OK for a communicator this daemon does not have (any more). With `from_operation` the
+  // communicator fails only from that collective on (Communicator::FailFrom).
   absl::Status AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
-                             const std::string& from_node, const std::string& proof);
+                             const std::string& from_node, const std::string& proof,
+                             std::optional<uint64_t> from_operation = std::nullopt);
 
   // The peer daemons known now (communicator plans, probe_peers, and those still lingering;
   // daemon/peer_directory.h), by peer address.
@@ -219,6 +233,9 @@ class Node {
   static constexpr size_t kStagingKeepBytes = size_t{1} << 30;
   std::unique_ptr<device::PinnedPool> staging_pool_ ABSL_GUARDED_BY(device_ops_mu_);
   absl::StatusOr<const collective::DeviceAccess*> DeviceAccessFor(int ordinal);
+  // The operation `call` asks for on a communicator of `world` ranks, with its buffers resolved
+  // and pinned; InvalidArgument (or the session's error) for a call that cannot run.
+  absl::StatusOr<OpRequest> RequestOf(const CollectiveCall& call, int world);
   // Waits until `event` (recorded by rank `rank`'s stream) is done; DeadlineExceeded naming the
   // rank at `deadline`.
   static absl::Status WaitForEvent(device::Event& event, absl::Time deadline, int rank);
@@ -252,7 +269,8 @@ class Node {
   static constexpr size_t kMaxEarlyAborts = 256;
   static constexpr absl::Duration kEarlyTtl = absl::Seconds(60);
   absl::Status CheckAbortProof(const Plan& plan, const absl::Status& reason,
-                               const std::string& from_node, const std::string& proof) const;
+                               const std::string& from_node, const std::string& proof,
+                               std::optional<uint64_t> from_operation) const;
   void ApplyEarlyAborts(Communicator& comm);
   absl::Mutex early_mu_;
   std::vector<EarlyAbort> early_aborts_ ABSL_GUARDED_BY(early_mu_);

@@ -1,5 +1,7 @@
 #include "daemon/peer_client.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "daemon/grpc_status.h"
@@ -86,12 +88,16 @@ absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
   request.set_world_size(world_size);
   request.set_rank(rank);
   *request.mutable_member() = MemberToProto(member);
-  request.set_timeout_ms(absl::ToInt64Milliseconds(deadline - absl::Now()));
+  // The call ends at the join's deadline, whatever the root does: a root that is gone (its
+  // channel in connection backoff) or stopped fails the join then, not later. The root is asked
+  // to give up a little before it, so that its own DeadlineExceeded, which names the missing
+  // ranks, comes back in time: a twentieth of the time left, at most a second.
+  const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+  const absl::Duration margin = std::min(left / 20, absl::Seconds(1));
+  request.set_timeout_ms(absl::ToInt64Milliseconds(left - margin));
   v1::JoinRankResponse response;
   grpc::ClientContext context;
-  // A little slack so the root's own deadline error (which names missing ranks) arrives first.
-  const absl::Time rpc_deadline = deadline + absl::Seconds(2);
-  context.set_deadline(absl::ToChronoTime(rpc_deadline));
+  context.set_deadline(absl::ToChronoTime(deadline));
   context.set_wait_for_ready(true);
   if (!Track(&context)) return absl::UnavailableError("this daemon is shutting down");
   grpc::Status status = StubFor(root_address)->JoinRank(&context, request, &response);
@@ -103,9 +109,11 @@ absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
     }
     // The root's own DeadlineExceeded (naming missing ranks) passes through; only a root that
     // never answered at all is reported as such.
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && absl::Now() >= rpc_deadline) {
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && absl::Now() >= deadline) {
       return absl::DeadlineExceededError(
-          absl::StrCat("root daemon ", root_address, " did not answer before the deadline"));
+          absl::StrCat("root daemon ", root_address,
+                       " did not answer before the join's deadline (it is down, unreachable or "
+                       "not responding)"));
     }
     return Annotate(FromGrpc(status), absl::StrCat("root daemon ", root_address));
   }
@@ -114,7 +122,7 @@ absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
 
 void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
                             const absl::Status& reason, const std::string& from_node,
-                            const std::string& proof) {
+                            const std::string& proof, std::optional<uint64_t> from_operation) {
   struct Call {
     grpc::ClientContext context;
     v1::AbortRequest request;
@@ -126,6 +134,7 @@ void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
   call->request.set_message(std::string{reason.message()});
   call->request.set_from_node(from_node);
   call->request.set_proof(proof);
+  if (from_operation.has_value()) call->request.set_from_operation(*from_operation);
   // A notice that does not arrive leaves that daemon's ranks waiting until their deadline with
   // no reason (and its node arena's ranks with none at all): it waits through a connection
   // that is still being made or failed for a moment (wait_for_ready), for as long as an

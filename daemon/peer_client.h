@@ -3,6 +3,7 @@
 // Calls other daemons' peer API. Channels are cached per address.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -24,17 +25,21 @@ class PeerClient {
   explicit PeerClient(const PeerTlsCredentials& credentials)
       : channel_credentials_(credentials.channel()), certified_peers_(credentials.secure()) {}
 
-  // Forwards a rank's join to the root daemon at `root_address`; returns the plan.
+  // Forwards a rank's join to the root daemon at `root_address`; returns the plan. Returns by
+  // `deadline` whatever the root does: the root's own error (DeadlineExceeded naming the missing
+  // ranks: it is asked to give up a little earlier), or DeadlineExceeded naming the root when it
+  // never answered (down, unreachable, stopped).
   absl::StatusOr<Plan> JoinRank(const std::string& root_address, const std::string& secret,
                                 int world_size, int rank, const Member& member,
                                 absl::Time deadline);
 
-  // Tells the daemon at `address` to abort communicator `comm_tag`. Fire and forget: the notice
-  // waits for a connection that is not ready yet and gives up after kAbortNoticeTimeout; a
-  // failure is logged.
+  // Tells the daemon at `address` to abort communicator `comm_tag`; with `from_operation`, the
+  // communicator fails only from that collective on. Fire and forget: the notice waits for a
+  // connection that is not ready yet and gives up after kAbortNoticeTimeout; a failure is logged.
   static constexpr absl::Duration kAbortNoticeTimeout = absl::Seconds(30);
   void AbortAsync(const std::string& address, uint64_t comm_tag, const absl::Status& reason,
-                  const std::string& from_node, const std::string& proof);
+                  const std::string& from_node, const std::string& proof,
+                  std::optional<uint64_t> from_operation = std::nullopt);
 
   // One link probe round trip carrying `send_bytes` to the daemon at `address`; returns who
   // answered.

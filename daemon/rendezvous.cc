@@ -1,12 +1,14 @@
 #include "daemon/rendezvous.h"
 
 #include <algorithm>
+#include <string_view>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/comm_id.h"
 #include "common/secure_random.h"
 #include "common/status_macros.h"
 #include "topology/planner.h"
@@ -94,11 +96,17 @@ int Rendezvous::Arrived(const std::string& secret) {
 }
 
 absl::StatusOr<uint64_t> Rendezvous::TagOfSecret(const std::string& secret) {
-  uint64_t tag = 0;
-  if (secret.size() != 32 || !absl::SimpleHexAtoi(secret.substr(0, 16), &tag)) {
-    return absl::InvalidArgumentError("a communicator secret is 32 hex digits");
-  }
-  return tag;
+  return CommTagOfSecret(secret);
+}
+
+size_t Rendezvous::TagHash::operator()(const std::string& secret) const {
+  const absl::Hash<std::string_view> hash;
+  const std::string_view text = secret;
+  return hash(text.substr(0, 16));
+}
+
+bool Rendezvous::SecretEquals::operator()(const std::string& a, const std::string& b) const {
+  return ConstantTimeEquals(a, b);
 }
 
 Plan Rendezvous::ComputePlan(uint64_t comm_tag, int world_size,
@@ -139,6 +147,7 @@ absl::Status Rendezvous::OrderByLocality(Plan& plan) {
 
 absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size, int rank,
                                       const Member& member, absl::Time deadline) {
+  BATON_RETURN_IF_ERROR(CommTagOfSecret(secret).status());
   absl::MutexLock lock(&mu_);
   if (!stopped_.ok()) return stopped_;
   auto it = pending_.find(secret);

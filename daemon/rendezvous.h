@@ -61,7 +61,8 @@ class Rendezvous {
 
   // Registers rank `rank` of communicator `secret`, hosted by `member`, and waits until every rank
   // of `world_size` has arrived or `deadline` passes. Errors:
-  //   PermissionDenied  - the secret was not created here;
+  //   InvalidArgument   - `secret` is not 32 lower case hex digits (common/comm_id.h);
+  //   PermissionDenied  - the secret was not created here (all 128 bits are compared);
   //   InvalidArgument   - rank out of range, a world size differing from the first join's, or a
   //                       rank that already joined;
   //   FailedPrecondition - the communicator has already formed;
@@ -89,7 +90,7 @@ class Rendezvous {
   // unchanged.
   static absl::Status OrderByLocality(Plan& plan);
 
-  // The communicator tag a secret maps to (its first 64 bits).
+  // The communicator tag a secret (32 lower case hex digits) maps to: its first 64 bits.
   static absl::StatusOr<uint64_t> TagOfSecret(const std::string& secret);
 
  private:
@@ -106,6 +107,16 @@ class Rendezvous {
     int waiting = 0;
   };
 
+  // The secrets' map finds a secret by its tag (the first 16 digits, which are not secret) and
+  // compares all 32 digits in constant time, so that how long a join takes to be refused says
+  // nothing about how much of a guessed secret was right.
+  struct TagHash {
+    size_t operator()(const std::string& secret) const;
+  };
+  struct SecretEquals {
+    bool operator()(const std::string& a, const std::string& b) const;
+  };
+
   // Forgets the secrets that nobody waited on for Limits::unused_ttl.
   void ForgetUnused(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets an idle secret (no rank waits on it).
@@ -117,7 +128,7 @@ class Rendezvous {
   const Limits limits_;
   absl::Mutex mu_;
   // Node-based: waiters keep a reference to their entry while the lock is released.
-  absl::node_hash_map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  absl::node_hash_map<std::string, Pending, TagHash, SecretEquals> pending_ ABSL_GUARDED_BY(mu_);
   // Secrets that no rank waits on, by Pending::idle_since: the next to expire first.
   std::set<std::pair<absl::Time, std::string>> idle_ ABSL_GUARDED_BY(mu_);
   // Of those, the ones no rank has ever joined with, by creation: the ones forgotten to make room.

@@ -401,7 +401,9 @@ void ReceiveMatcher::PeerConnected(const std::string& peer) {
 void ReceiveMatcher::PeerLost(const std::string& peer, const absl::Status& status) {
   absl::MutexLock lock(&mu_);
   Lost& lost = lost_[peer];
-  lost.status = NotOk(status, "lost connection to peer");
+  // Data lost from the peer explains every later failure until it connects again; the
+  // connections that close after it must not hide it.
+  if (!absl::IsDataLoss(lost.status)) lost.status = NotOk(status, "lost connection to peer");
   lost.loss = ++losses_;
   const absl::Status& stored = lost.status;
   if (auto link = links_.find(peer); link != links_.end()) link->second.up = false;

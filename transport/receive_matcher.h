@@ -166,11 +166,12 @@ class ReceiveMatcher {
   // `peer` has (re)connected: clears its lost status and marks its link up.
   void PeerConnected(const std::string& peer);
   // `peer`'s link is gone: its pending receives that are not being written fail with `status`
-  // (Unavailable naming the peer) and so do later receives from it, until PeerConnected(peer),
-  // except those of a communicator restricted (Restrict) after the loss: its plan, made since,
-  // holds the peer as it is now (say a daemon that restarted at the same address), and such a
-  // receive waits for the peer to connect, until its deadline. Messages already delivered from it
-  // stay receivable.
+  // (Unavailable naming the peer; DataLoss when what it sent was altered or lost on the way) and
+  // so do later receives from it, until PeerConnected(peer), except those of a communicator
+  // restricted (Restrict) after the loss: its plan, made since, holds the peer as it is now (say
+  // a daemon that restarted at the same address), and such a receive waits for the peer to
+  // connect, until its deadline. A DataLoss status is kept until the peer connects again: a later
+  // PeerLost does not replace it. Messages already delivered from it stay receivable.
   void PeerLost(const std::string& peer, const absl::Status& status);
 
   // Fails every pending and later Recv with `status` and drops unexpected messages.

@@ -30,6 +30,9 @@ struct Call {
   uint32_t event_slot = 0;
   // Set by the node arena's local phase (local rank 0): the call stands for every local rank.
   bool node_part = false;
+  // Not OK: the builder refused the call with this error; only `spec.collective` is set. It still
+  // runs in its place among the rank's calls, to report the refusal in order.
+  absl::Status refused;
 };
 
 // Builds the calls of one rank (`rank` of `world_size`); see client_core.h for each contract.

@@ -33,6 +33,7 @@
 #include "collective/node_arena.h"
 #include "collective/route_tuner.h"
 #include "collective/schedule.h"
+#include "common/comm_id.h"
 #include "common/lock_checks.h"
 #include "common/shared_memory.h"
 #include "common/spin.h"
@@ -123,38 +124,46 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
 
   absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                          const CallOptions& options) override {
-    return Blocking(calls_.AllReduce(send, recv, count, type, op), options);
+    return Blocking(collective::Collective::kAllReduce,
+                    calls_.AllReduce(send, recv, count, type, op), options);
   }
   absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
                              ReduceOp op, const CallOptions& options) override {
-    return Blocking(calls_.ReduceScatter(send, recv, recv_count, type, op), options);
+    return Blocking(collective::Collective::kReduceScatter,
+                    calls_.ReduceScatter(send, recv, recv_count, type, op), options);
   }
   absl::Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
                          const CallOptions& options) override {
-    return Blocking(calls_.AllGather(send, recv, send_count, type), options);
+    return Blocking(collective::Collective::kAllGather,
+                    calls_.AllGather(send, recv, send_count, type), options);
   }
   absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
                          const CallOptions& options) override {
-    return Blocking(calls_.Broadcast(send, recv, count, type, root), options);
+    return Blocking(collective::Collective::kBroadcast,
+                    calls_.Broadcast(send, recv, count, type, root), options);
   }
   absl::Status Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
                       int root, const CallOptions& options) override {
-    return Blocking(calls_.Reduce(send, recv, count, type, op, root), options);
+    return Blocking(collective::Collective::kReduce,
+                    calls_.Reduce(send, recv, count, type, op, root), options);
   }
   absl::Status AllToAll(const void* send, void* recv, size_t count, DataType type,
                         const CallOptions& options) override {
-    return Blocking(calls_.AllToAll(send, recv, count, type), options);
+    return Blocking(collective::Collective::kAllToAll, calls_.AllToAll(send, recv, count, type),
+                    options);
   }
   absl::Status Barrier(const CallOptions& options) override {
-    return Blocking(calls_.Barrier(), options);
+    return Blocking(collective::Collective::kBarrier, calls_.Barrier(), options);
   }
   absl::Status Gather(const void* send, void* recv, size_t count, DataType type, int root,
                       const CallOptions& options) override {
-    return Blocking(calls_.Gather(send, recv, count, type, root), options);
+    return Blocking(collective::Collective::kGather, calls_.Gather(send, recv, count, type, root),
+                    options);
   }
   absl::Status Scatter(const void* send, void* recv, size_t count, DataType type, int root,
                        const CallOptions& options) override {
-    return Blocking(calls_.Scatter(send, recv, count, type, root), options);
+    return Blocking(collective::Collective::kScatter, calls_.Scatter(send, recv, count, type, root),
+                    options);
   }
   absl::Status AllToAllV(const void* send, const std::vector<size_t>& send_counts,
                          const std::vector<size_t>& send_displs, void* recv,
@@ -162,53 +171,62 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
                          const std::vector<size_t>& recv_displs, DataType type,
                          const CallOptions& options) override {
     return Blocking(
+        collective::Collective::kAllToAllV,
         calls_.AllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
         options);
   }
   absl::Status Send(const void* send, size_t count, DataType type, int peer,
                     const CallOptions& options) override {
-    return Blocking(calls_.Send(send, count, type, peer), options);
+    return Blocking(collective::Collective::kSend, calls_.Send(send, count, type, peer), options);
   }
   absl::Status Recv(void* recv, size_t count, DataType type, int peer,
                     const CallOptions& options) override {
-    return Blocking(calls_.Recv(recv, count, type, peer), options);
+    return Blocking(collective::Collective::kRecv, calls_.Recv(recv, count, type, peer), options);
   }
 
   std::shared_ptr<Request> AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
                                           ReduceOp op, const CallOptions& options) override {
-    return Enqueue(calls_.AllReduce(send, recv, count, type, op), options);
+    return Enqueue(collective::Collective::kAllReduce,
+                   calls_.AllReduce(send, recv, count, type, op), options);
   }
   std::shared_ptr<Request> ReduceScatterAsync(const void* send, void* recv, size_t recv_count,
                                               DataType type, ReduceOp op,
                                               const CallOptions& options) override {
-    return Enqueue(calls_.ReduceScatter(send, recv, recv_count, type, op), options);
+    return Enqueue(collective::Collective::kReduceScatter,
+                   calls_.ReduceScatter(send, recv, recv_count, type, op), options);
   }
   std::shared_ptr<Request> AllGatherAsync(const void* send, void* recv, size_t send_count,
                                           DataType type, const CallOptions& options) override {
-    return Enqueue(calls_.AllGather(send, recv, send_count, type), options);
+    return Enqueue(collective::Collective::kAllGather,
+                   calls_.AllGather(send, recv, send_count, type), options);
   }
   std::shared_ptr<Request> BroadcastAsync(const void* send, void* recv, size_t count, DataType type,
                                           int root, const CallOptions& options) override {
-    return Enqueue(calls_.Broadcast(send, recv, count, type, root), options);
+    return Enqueue(collective::Collective::kBroadcast,
+                   calls_.Broadcast(send, recv, count, type, root), options);
   }
   std::shared_ptr<Request> ReduceAsync(const void* send, void* recv, size_t count, DataType type,
                                        ReduceOp op, int root, const CallOptions& options) override {
-    return Enqueue(calls_.Reduce(send, recv, count, type, op, root), options);
+    return Enqueue(collective::Collective::kReduce,
+                   calls_.Reduce(send, recv, count, type, op, root), options);
   }
   std::shared_ptr<Request> AllToAllAsync(const void* send, void* recv, size_t count, DataType type,
                                          const CallOptions& options) override {
-    return Enqueue(calls_.AllToAll(send, recv, count, type), options);
+    return Enqueue(collective::Collective::kAllToAll, calls_.AllToAll(send, recv, count, type),
+                   options);
   }
   std::shared_ptr<Request> BarrierAsync(const CallOptions& options) override {
-    return Enqueue(calls_.Barrier(), options);
+    return Enqueue(collective::Collective::kBarrier, calls_.Barrier(), options);
   }
   std::shared_ptr<Request> GatherAsync(const void* send, void* recv, size_t count, DataType type,
                                        int root, const CallOptions& options) override {
-    return Enqueue(calls_.Gather(send, recv, count, type, root), options);
+    return Enqueue(collective::Collective::kGather, calls_.Gather(send, recv, count, type, root),
+                   options);
   }
   std::shared_ptr<Request> ScatterAsync(const void* send, void* recv, size_t count, DataType type,
                                         int root, const CallOptions& options) override {
-    return Enqueue(calls_.Scatter(send, recv, count, type, root), options);
+    return Enqueue(collective::Collective::kScatter, calls_.Scatter(send, recv, count, type, root),
+                   options);
   }
   std::shared_ptr<Request> AllToAllVAsync(const void* send, const std::vector<size_t>& send_counts,
                                           const std::vector<size_t>& send_displs, void* recv,
@@ -216,16 +234,17 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
                                           const std::vector<size_t>& recv_displs, DataType type,
                                           const CallOptions& options) override {
     return Enqueue(
+        collective::Collective::kAllToAllV,
         calls_.AllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
         options);
   }
   std::shared_ptr<Request> SendAsync(const void* send, size_t count, DataType type, int peer,
                                      const CallOptions& options) override {
-    return Enqueue(calls_.Send(send, count, type, peer), options);
+    return Enqueue(collective::Collective::kSend, calls_.Send(send, count, type, peer), options);
   }
   std::shared_ptr<Request> RecvAsync(void* recv, size_t count, DataType type, int peer,
                                      const CallOptions& options) override {
-    return Enqueue(calls_.Recv(recv, count, type, peer), options);
+    return Enqueue(collective::Collective::kRecv, calls_.Recv(recv, count, type, peer), options);
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
@@ -288,15 +307,18 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   }
 
   // Asks the daemon to abort the communicator with `reason` (it tells the other daemons); the
-  // communicator's operations then fail with `code`.
+  // communicator's operations then fail with `code` (with `from_next_operation`: only this rank's
+  // next collective and the later ones, Node::AbortCommunicator).
   absl::Status AbortOnDaemon(absl::string_view reason,
-                             absl::StatusCode code = absl::StatusCode::kAborted) {
+                             absl::StatusCode code = absl::StatusCode::kAborted,
+                             bool from_next_operation = false) {
     v1::AbortCommunicatorRequest request;
     request.set_session_id(session_->id());
     request.set_comm_tag(tag_);
     request.set_rank(rank_);
     request.set_reason(std::string{reason.substr(0, kMaxReason)});
     request.set_code(static_cast<int32_t>(code));
+    request.set_from_next_operation(from_next_operation);
     v1::AbortCommunicatorResponse response;
     grpc::ClientContext context;
     session_->Prepare(context, kAbortTimeout);
@@ -351,11 +373,17 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
 
   // Runs a call in submission order: inline when nothing is queued or running, else after the
   // queued calls. In a group: deferred, and OK at once.
-  absl::Status Blocking(absl::StatusOr<Call> call, const CallOptions& options) {
-    if (options.on_stream) return OnStream(std::move(call), options);
+  // A call its builder refused outside a group runs all the same, in its place, to report the
+  // refusal in order (RefuseLocked).
+  absl::Status Blocking(collective::Collective kind, absl::StatusOr<Call> call,
+                        const CallOptions& options) {
+    if (options.on_stream) return OnStream(kind, std::move(call), options);
     if (!call.ok()) {
-      if (InGroup()) NoteGroupError(call.status());
-      return call.status();
+      if (InGroup()) {
+        NoteGroupError(call.status());
+        return call.status();
+      }
+      call = RefusedCall(kind, call.status());
     }
     if (InGroup()) {
       Defer(this, *std::move(call), options);
@@ -373,20 +401,40 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
         return status;
       }
     }
-    return Enqueue(std::move(call), options)->Wait();
+    return Enqueue(kind, std::move(call), options)->Wait();
   }
 
-  std::shared_ptr<Request> Enqueue(absl::StatusOr<Call> call, const CallOptions& options) {
+  std::shared_ptr<Request> Enqueue(collective::Collective kind, absl::StatusOr<Call> call,
+                                   const CallOptions& options) {
     if (options.on_stream) {
       // Stream-ordered calls return at once anyway; the request says whether it was enqueued.
       auto enqueued = std::make_shared<PendingRequest>();
-      enqueued->Complete(OnStream(std::move(call), options));
+      enqueued->Complete(OnStream(kind, std::move(call), options));
       return enqueued;
     }
     if (!call.ok()) {
-      if (InGroup()) NoteGroupError(call.status());
       auto failed = std::make_shared<PendingRequest>();
-      failed->Complete(call.status());
+      if (InGroup() || kind == collective::Collective::kSend ||
+          kind == collective::Collective::kRecv) {
+        // A send or recv is outside the sequence: it fails alone, at once.
+        if (InGroup()) NoteGroupError(call.status());
+        failed->Complete(call.status());
+        return failed;
+      }
+      // A collective's refusal takes its place in the sequence: at once when nothing is queued.
+      Call refused = RefusedCall(kind, call.status());
+      {
+        absl::MutexLock lock(&queue_mu_);
+        if (queue_.empty() && !running_) {
+          running_ = true;
+          queue_mu_.Unlock();
+          failed->Complete(Run(refused, options));
+          queue_mu_.Lock();
+          running_ = false;
+          return failed;
+        }
+      }
+      Submit(std::move(refused), options, failed);
       return failed;
     }
     if (InGroup()) return Defer(this, *std::move(call), options);
@@ -431,10 +479,56 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     return abort_status_;
   }
 
+  // A call of `kind` that its builder refused with `error`.
+  static Call RefusedCall(collective::Collective kind, absl::Status error) {
+    Call call;
+    call.spec.collective = kind;
+    call.refused = std::move(error);
+    return call;
+  }
+
+  // A collective this library refused (`error`) before it reached the daemon: its arguments, its
+  // buffers. The other ranks would wait for this rank's part until their timeout, so this
+  // collective and every later one fail on every rank with Aborted naming this rank and `error`
+  // (through the daemon: daemon/communicator.h, FailFrom); the ones before it go on, and this
+  // rank's later collectives fail there too. In the node arena the call takes its place as one
+  // that went to the daemon, so that the local ranks that run it there find a call that differs
+  // and fail at once. Only this call gets `error` itself. Sends and receives are outside the
+  // sequence: a refused one fails alone, and so does any call of a rank alone in its
+  // communicator.
+  // `numbered`: the call has taken its place in the node arena already (TryArena).
+  absl::Status RefuseLocked(const Call& call, bool numbered, absl::Status error)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (error.ok() || call.spec.PointToPoint() || world_size_ == 1 || destroyed_ ||
+        aborted_.load()) {
+      return error;
+    }
+    if (!refused_) {
+      refused_ = true;
+      // Before anything else of this rank reaches the daemon: the failure starts at this call's
+      // place in the rank's sequence.
+      AbortOnDaemon(absl::StrCat("its ", collective::CollectiveName(call.spec.collective),
+                                 " was refused: ", error.ToString()),
+                    absl::StatusCode::kAborted, /*from_next_operation=*/true)
+          .IgnoreError();  // the daemon is gone, or the communicator: nobody waits
+    }
+    if (!numbered && !call.node_part) RecordInArena(call);
+    return error;
+  }
+
+  // Takes `call`'s place in the node arena, if the communicator has one, as a call that went to
+  // the daemon (NodeArena::RecordDaemonCall).
+  void RecordInArena(const Call& call) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    absl::StatusOr<collective::NodeArena*> arena = ArenaOf(call);
+    if (arena.ok() && *arena != nullptr) (*arena)->RecordDaemonCall(call.spec).IgnoreError();
+  }
+
   // Runs `call` with the algorithm chosen (written into its spec).
   absl::Status Run(Call& call, const CallOptions& options) {
+    absl::MutexLock lock(&mu_);  // one operation of this rank at a time; they run in order
+    if (!call.refused.ok()) return RefuseLocked(call, /*numbered=*/false, call.refused);
     absl::StatusOr<CallBytes> bytes = CheckBuffers(call);
-    if (!bytes.ok()) return bytes.status();
+    if (!bytes.ok()) return RefuseLocked(call, /*numbered=*/false, bytes.status());
     const size_t send_bytes = bytes->send;
     const size_t recv_bytes = bytes->recv;
     // $BATON_ALGO overrides the daemon's choice for the collectives that algorithm implements
@@ -444,8 +538,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       if (const char* env = std::getenv("BATON_ALGO"); env != nullptr && *env != '\0') {
         std::optional<Algorithm> parsed = collective::ParseAlgorithm(env);
         if (!parsed) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("BATON_ALGO='", env, "' is not one of ring, tree, direct"));
+          return RefuseLocked(call, /*numbered=*/false,
+                              absl::InvalidArgumentError(absl::StrCat(
+                                  "BATON_ALGO='", env, "' is not one of ring, tree, direct")));
         }
         if (collective::IsSupported(call.spec.collective, *parsed)) algorithm = parsed;
       }
@@ -453,9 +548,10 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     call.spec.algorithm = algorithm;
     if (options.algorithm) {
       // An explicit choice must implement the collective.
-      if (absl::Status s = call.spec.Validate(world_size_, rank_); !s.ok()) return s;
+      if (absl::Status s = call.spec.Validate(world_size_, rank_); !s.ok()) {
+        return RefuseLocked(call, /*numbered=*/false, s);
+      }
     }
-    absl::MutexLock lock(&mu_);  // one operation of this rank at a time; they run in order
     if (destroyed_) return absl::FailedPreconditionError("communicator was destroyed");
     if (aborted_.load()) return AbortStatus();
     // Device memory is the daemon's to reach (registered, never copied by the host); the caller
@@ -465,10 +561,14 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
                                IsDeviceMemory(call.recv, recv_bytes);
     if (!device_memory) {
       // A range that starts in a shared buffer must end in it, wherever the call runs.
-      if (send_bytes > 0)
-        BATON_RETURN_IF_ERROR(InBuffer("send", call.send, send_bytes, 1).status());
-      if (recv_bytes > 0)
-        BATON_RETURN_IF_ERROR(InBuffer("recv", call.recv, recv_bytes, 1).status());
+      if (send_bytes > 0) {
+        BATON_RETURN_IF_ERROR(RefuseLocked(call, /*numbered=*/false,
+                                           InBuffer("send", call.send, send_bytes, 1).status()));
+      }
+      if (recv_bytes > 0) {
+        BATON_RETURN_IF_ERROR(RefuseLocked(call, /*numbered=*/false,
+                                           InBuffer("recv", call.recv, recv_bytes, 1).status()));
+      }
     }
     if (std::optional<absl::Status> in_arena =
             TryArena(call, send_bytes, recv_bytes, options, device_memory)) {
@@ -488,10 +588,16 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     std::optional<v1::BufferRef> send_ref, recv_ref;
     const size_t element = collective::DataTypeSize(call.spec.type);
     if (send_bytes > 0) {
-      BATON_ASSIGN_OR_RETURN(send_ref, InBuffer("send", call.send, send_bytes, element));
+      absl::StatusOr<std::optional<v1::BufferRef>> in =
+          InBuffer("send", call.send, send_bytes, element);
+      if (!in.ok()) return RefuseLocked(call, /*numbered=*/true, in.status());
+      send_ref = *std::move(in);
     }
     if (recv_bytes > 0) {
-      BATON_ASSIGN_OR_RETURN(recv_ref, InBuffer("recv", call.recv, recv_bytes, element));
+      absl::StatusOr<std::optional<v1::BufferRef>> in =
+          InBuffer("recv", call.recv, recv_bytes, element);
+      if (!in.ok()) return RefuseLocked(call, /*numbered=*/true, in.status());
+      recv_ref = *std::move(in);
     }
     const size_t send_staged = send_bytes > 0 && !send_ref ? send_bytes : 0;
     const bool recv_staged = recv_bytes > 0 && !recv_ref;
@@ -503,10 +609,14 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     const size_t recv_at = stage_in_place ? 0 : send_staged;
     if (send_staged > 0 || recv_staged) {
       if (recv_staged && recv_bytes > SIZE_MAX - recv_at) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "cannot stage ", send_staged, " + ", recv_bytes, " bytes (more than memory holds)"));
+        return RefuseLocked(call, /*numbered=*/true,
+                            absl::ResourceExhaustedError(
+                                absl::StrCat("cannot stage ", send_staged, " + ", recv_bytes,
+                                             " bytes (more than memory holds)")));
       }
-      BATON_RETURN_IF_ERROR(EnsureStaging(recv_staged ? recv_at + recv_bytes : send_staged));
+      BATON_RETURN_IF_ERROR(
+          RefuseLocked(call, /*numbered=*/true,
+                       EnsureStaging(recv_staged ? recv_at + recv_bytes : send_staged)));
       auto* staging = static_cast<std::byte*>(staging_);
       if (send_staged > 0) {
         std::memcpy(staging, call.send, send_bytes);
@@ -540,8 +650,12 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   // Queues a stream-ordered call (CallOptions::on_stream): its slot's event is recorded on the
   // stream and the stream waits for the call's value in the channel page; the call itself runs
   // on the queue's worker. Every way the call ends releases the stream.
-  absl::Status OnStream(absl::StatusOr<Call> call, const CallOptions& options) {
-    if (!call.ok()) return call.status();
+  absl::Status OnStream(collective::Collective kind, absl::StatusOr<Call> call,
+                        const CallOptions& options) {
+    if (!call.ok()) {
+      absl::MutexLock lock(&mu_);
+      return RefuseLocked(RefusedCall(kind, call.status()), /*numbered=*/false, call.status());
+    }
     if (InGroup()) {
       return absl::UnimplementedError("stream-ordered calls cannot be queued in a group yet");
     }
@@ -1060,6 +1174,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   // Null when the rank submits over gRPC ($BATON_SUBMIT=grpc, or the daemon refused a channel).
   const std::unique_ptr<ChannelClient> channel_ ABSL_PT_GUARDED_BY(mu_);
   bool destroyed_ ABSL_GUARDED_BY(mu_) = false;
+  // A collective of this rank was refused (RefuseLocked): the daemon has been told.
+  bool refused_ ABSL_GUARDED_BY(mu_) = false;
   void* staging_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t staging_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_algorithm_ ABSL_GUARDED_BY(mu_);
@@ -1109,6 +1225,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
 absl::StatusOr<std::unique_ptr<Communicator>> JoinVia(const std::shared_ptr<Session>& session,
                                                       const std::string& comm_id, int world_size,
                                                       int rank, absl::Duration timeout) {
+  // Before it goes out: gRPC cannot carry text that is not UTF-8, and would fail the call without
+  // saying why.
+  BATON_RETURN_IF_ERROR(CheckCommIdText(comm_id));
   v1::JoinRequest request;
   request.set_session_id(session->id());
   request.set_comm_id(comm_id);

@@ -464,7 +464,7 @@ TEST(CApiCluster, CommunicatorsKnowTheirRankWorldAndDaemons) {
 
 // ---- Argument errors on a live communicator -----------------------------------------------
 
-TEST(CApiCluster, BadArgumentsFailTheCallAndLeaveTheCommunicatorUsable) {
+TEST(CApiCluster, BadArgumentsFailTheCallAndTheCommunicatorFromThere) {
   RunRanks([&](Rank& r) {
     float x[8] = {};
     const baton_call_options_t options = Options();
@@ -495,11 +495,16 @@ TEST(CApiCluster, BadArgumentsFailTheCallAndLeaveTheCommunicatorUsable) {
                       BATON_INVALID_ARGUMENT));
     EXPECT_TRUE(Fails(baton_all_to_all(r.comm, x, nullptr, 2, BATON_FLOAT32, &options),
                       BATON_INVALID_ARGUMENT));
-    // After all that, the communicator still works and a success clears the last error.
+    // The first refusal failed the communicator from there on, on every rank (the others would
+    // have waited for this rank's part); each later call still got its own error above.
     float value = float(r.rank + 1);
     EXPECT_TRUE(
-        Succeeds(baton_all_reduce(r.comm, &value, &value, 1, BATON_FLOAT32, BATON_SUM, &options)));
-    EXPECT_EQ(value, 10.0f);
+        FailsWith(baton_all_reduce(r.comm, &value, &value, 1, BATON_FLOAT32, BATON_SUM, &options),
+                  BATON_ABORTED, "was refused"));
+    EXPECT_EQ(value, float(r.rank + 1));
+    // A success clears the last error.
+    char name[32];
+    EXPECT_TRUE(Succeeds(baton_comm_last_algorithm(r.comm, name, sizeof name)));
     EXPECT_STREQ(baton_last_error(), "");
   });
 }
@@ -567,10 +572,10 @@ TEST(CApiCluster, AnAlgorithmThatDoesNotImplementTheCollectiveIsRefused) {
         baton_all_reduce(r.comm, send.data(), recv.data(), 4, BATON_FLOAT32, BATON_SUM, &direct),
         BATON_INVALID_ARGUMENT));
     EXPECT_TRUE(Fails(baton_barrier(r.comm, &ring), BATON_INVALID_ARGUMENT));
-    // Still usable.
-    EXPECT_TRUE(Succeeds(
-        baton_all_reduce(r.comm, send.data(), recv.data(), 4, BATON_FLOAT32, BATON_SUM, &ring)));
-    EXPECT_TRUE(ElementsAre(recv.data(), 4, [](size_t) { return float(kWorld); }));
+    // The communicator fails from the first refusal on.
+    EXPECT_TRUE(FailsWith(
+        baton_all_reduce(r.comm, send.data(), recv.data(), 4, BATON_FLOAT32, BATON_SUM, &ring),
+        BATON_ABORTED, "all_to_all was refused"));
   });
 }
 

@@ -294,15 +294,19 @@ TEST(CppApiCluster, EveryCollectiveComputesItsResult) {
     EXPECT_TRUE(ElementsAre(a2a_recv.data(), n * kWorld,
                             [&](size_t j) { return uint8_t(j / n * 10 + rank); }));
 
-    EXPECT_TRUE(comm.Barrier(options).ok());
+    const baton::Status barrier = comm.Barrier(options);
+    EXPECT_TRUE(barrier.ok()) << "rank " << rank << ": " << barrier;
     EXPECT_FALSE(comm.last_algorithm().empty());
 
-    // A bad argument is a Status, and the communicator stays usable.
+    // A bad argument is a Status; the communicator fails from that call on (every rank's later
+    // collectives fail naming the refusal), since the other ranks would wait for it.
     const baton::Status bad =
         comm.Broadcast(bc.data(), bc.data(), n, baton::DataType::kFloat64, kWorld, options);
     EXPECT_EQ(bad.code(), baton::StatusCode::kInvalidArgument) << bad;
     EXPECT_EQ(bad.ToString().rfind("INVALID_ARGUMENT: ", 0), 0u) << bad;
-    EXPECT_TRUE(comm.Barrier().ok());
+    const baton::Status later = comm.Barrier();
+    EXPECT_EQ(later.code(), baton::StatusCode::kAborted) << later;
+    EXPECT_NE(later.message().find("was refused"), std::string::npos) << later;
   });
 }
 
@@ -328,7 +332,8 @@ TEST(CppApiCluster, AsyncRequestsTestAndWait) {
     EXPECT_TRUE(tested->ok()) << *tested;
     EXPECT_TRUE(ElementsAre(data.data(), data.size(), [](size_t) { return 10; }));
 
-    // Several in flight run in order; an argument error comes back through the request.
+    // Several in flight run in order; an argument error comes back through the request, in its
+    // place: the calls before it complete, the communicator fails from it on.
     std::vector<float> a(100, float(rank));
     std::vector<float> gathered(100 * kWorld);
     auto first = comm.AllReduceAsync(a.data(), a.data(), a.size(), baton::DataType::kFloat32,
@@ -337,7 +342,9 @@ TEST(CppApiCluster, AsyncRequestsTestAndWait) {
         comm.AllGatherAsync(a.data(), gathered.data(), a.size(), baton::DataType::kFloat32);
     auto broken = comm.BroadcastAsync(a.data(), a.data(), a.size(), baton::DataType::kFloat32, -1);
     auto barrier = comm.BarrierAsync();
-    EXPECT_TRUE(barrier->Wait(30s).ok());
+    const baton::Status after = barrier->Wait(30s);
+    EXPECT_EQ(after.code(), baton::StatusCode::kAborted) << after;
+    EXPECT_NE(after.message().find("was refused"), std::string::npos) << after;
     EXPECT_TRUE(first->Wait().ok());
     EXPECT_TRUE(second->Wait().ok());
     const baton::Status refused = broken->Wait();

@@ -75,11 +75,12 @@ TEST(NewOperationsApi, RootsAndPeersOutOfRangeAreRefused) {
     EXPECT_TRUE(FailsWith(
         baton_send(r.comm, x, 1, static_cast<baton_dtype_t>(99), (r.rank + 1) % kWorld, nullptr),
         BATON_INVALID_ARGUMENT, "unknown data type 99"));
-    // The communicator is still usable.
+    // A refused send or recv fails alone; the refused gather failed the communicator from there
+    // on, on every rank.
     float value = float(r.rank);
     EXPECT_TRUE(
-        Succeeds(baton_all_reduce(r.comm, &value, &value, 1, BATON_FLOAT32, BATON_SUM, nullptr)));
-    EXPECT_EQ(value, 6.0f);
+        FailsWith(baton_all_reduce(r.comm, &value, &value, 1, BATON_FLOAT32, BATON_SUM, nullptr),
+                  BATON_ABORTED, "gather was refused"));
   });
 }
 
@@ -185,8 +186,11 @@ TEST(NewOperationsApi, CppCallsCheckTheirArgumentsToo) {
       EXPECT_EQ(async->Wait().code(), StatusCode::kInvalidArgument);
       EXPECT_EQ(c.SendAsync(x, 1, DataType::kFloat32, 4)->Wait().code(),
                 StatusCode::kInvalidArgument);
-      // An empty reason is allowed, but this test does not abort: the communicator stays usable.
-      EXPECT_TRUE(c.Barrier().ok());
+      // The sends and receives were refused alone; the refused gather failed the communicator
+      // from there on, on every rank.
+      const Status later = c.Barrier();
+      EXPECT_EQ(later.code(), StatusCode::kAborted) << later;
+      EXPECT_NE(later.message().find("gather was refused"), std::string::npos) << later;
       EXPECT_TRUE(c.Destroy().ok());
     });
   }

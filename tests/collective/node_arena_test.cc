@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <latch>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "collective/arena_owner.h"
 #include "collective/node_arena_layout.h"
 #include "collective/op_spec.h"
 #include "common/status_macros.h"
@@ -774,5 +776,40 @@ TEST(NodeArenaTest, TheShapeIsReadOnceAndChecked) {
       absl::IsInvalidArgument(NodeArena::Attach(shared.memory(), shared.size(), 0).status()));
 }
 
+// A rank the daemon marks gone after an operation: the next fails at once for the others,
+// naming it by its rank in the communicator.
+TEST(NodeArenaTest, ARankMarkedGoneFailsTheOperationsItNeverReached) {
+  constexpr int kRanks = 3;
+  SharedArena shared(kRanks, kSlot);
+  absl::StatusOr<ArenaOwner> owner =
+      ArenaOwner::Create(shared.memory(), shared.size(), std::vector<int>{7, 8, 9}, kSlot);
+  ASSERT_TRUE(owner.ok()) << owner.status();
+  std::vector<absl::Status> first(kRanks), second(kRanks);
+  std::vector<absl::Duration> took(kRanks);
+  std::latch left(1);
+  RunThreads(kRanks, [&](int rank) {
+    NodeArena arena = shared.Attach(rank);
+    float x = 1;
+    first[rank] = arena.AllReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum,
+                                  absl::Now() + absl::Seconds(30));
+    if (rank == 1) {  // leaves; the daemon marks it gone
+      owner->MarkGone(1);
+      left.count_down();
+      return;
+    }
+    left.wait();
+    const absl::Time start = absl::Now();
+    second[rank] = arena.Barrier(start + absl::Seconds(30));
+    took[rank] = absl::Now() - start;
+  });
+  for (int rank = 0; rank < kRanks; ++rank) EXPECT_TRUE(first[rank].ok()) << first[rank];
+  for (int rank : {0, 2}) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(second[rank])) << second[rank];
+    EXPECT_NE(second[rank].message().find("rank 8 (local rank 1) left the communicator"),
+              std::string::npos)
+        << second[rank];
+    EXPECT_LT(took[rank], absl::Seconds(15)) << "at once, not at the 30 s deadline";
+  }
+}
 }  // namespace
 }  // namespace baton::collective

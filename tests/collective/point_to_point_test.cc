@@ -355,8 +355,9 @@ constexpr Mismatch kMismatches[] = {
     {100, 50},           {50, 100},           {0, 5}, {5, 0}, {3 * kChunk + 5, 1},
     {1, 3 * kChunk + 5}, {kChunk, kChunk + 1}};
 
-// After a length mismatch, the error names both sizes and ranks and the pair's next message is
-// intact, whether the Recv came first or the Send, on one daemon or across two.
+// After a length mismatch, the error (FailedPrecondition) names both sizes and ranks and the
+// pair's next message is intact, whether the Recv came first or the Send, on one daemon or across
+// two. The Send returns OK, or the same error when it found its Recv waiting on its daemon.
 TEST(PointToPointTest, LengthMismatchDropsOnlyThatMessage) {
   for (const bool recv_first : {false, true}) {
     for (const auto& [src, dst] : {std::pair{0, 3}, std::pair{1, 3}}) {  // local, remote
@@ -375,11 +376,15 @@ TEST(PointToPointTest, LengthMismatchDropsOnlyThatMessage) {
         });
         // Gives the Recv the chance to wait first; nothing depends on it.
         if (recv_first) absl::SleepFor(absl::Milliseconds(2));
-        ASSERT_TRUE(SendPayload(cluster, src, dst, message, m.sent).ok());
+        const absl::Status send = SendPayload(cluster, src, dst, message, m.sent);
         sent.Notify();
         ASSERT_TRUE(SendPayload(cluster, src, dst, message + 1, 2 * kChunk + 3).ok());
         receiver.join();
-        EXPECT_TRUE(absl::IsInvalidArgument(mismatch)) << mismatch;
+        EXPECT_TRUE(absl::IsFailedPrecondition(mismatch)) << mismatch;
+        if (!send.ok()) {
+          EXPECT_EQ(cluster.DaemonOf(src), cluster.DaemonOf(dst)) << send;
+          EXPECT_EQ(send, mismatch);
+        }
         EXPECT_THAT(mismatch.message(),
                     AllOf(HasSubstr(absl::StrCat("rank ", src, " sent ", m.sent, " bytes")),
                           HasSubstr(absl::StrCat(m.received, " bytes")),
@@ -402,6 +407,36 @@ TEST(PointToPointTest, LengthMismatchDropsOnlyThatMessage) {
       }
     }
   }
+}
+
+// A Send that finds its Recv waiting on the same daemon with another length fails too, with the
+// Recv's error: both ranks learn of the mismatch at once. Lengths are named in elements when the
+// element size divides them.
+TEST(PointToPointTest, ASendThatFindsItsRecvWaitingWithAnotherLengthFailsToo) {
+  Cluster cluster({{0, 1}});
+  for (uint64_t message = 0; message < 2; ++message) {
+    std::vector<std::byte> buffer(5 * 4);
+    absl::Status received;
+    std::thread receiver(
+        [&] { received = cluster.of(1).Recv(0, 1, buffer, Deadline(), /*element_bytes=*/4); });
+    const absl::Time until = Deadline(absl::Seconds(20));
+    while (cluster.of(0).WaitingLocalRecvs(0, 1) == 0 && absl::Now() < until) {
+      std::this_thread::yield();
+    }
+    ASSERT_EQ(cluster.of(0).WaitingLocalRecvs(0, 1), 1u);
+    const std::vector<std::byte> payload = Payload(0, 1, message, 4 * 4);
+    const absl::Status sent = cluster.of(0).Send(0, 1, payload, Deadline(), /*element_bytes=*/4);
+    receiver.join();
+    EXPECT_TRUE(absl::IsFailedPrecondition(received)) << received;
+    EXPECT_EQ(sent, received);
+    EXPECT_THAT(received.message(), AllOf(HasSubstr("rank 0 sent 4 elements (16 bytes) to rank 1"),
+                                          HasSubstr("whose receive is of 5 elements (20 bytes)")));
+    EXPECT_EQ(cluster.of(0).WaitingLocalRecvs(0, 1), 0u);
+  }
+  // The pair goes on.
+  std::thread receiver([&] { EXPECT_TRUE(RecvPayload(cluster, 0, 1, 2, 100).ok()); });
+  EXPECT_TRUE(SendPayload(cluster, 0, 1, 2, 100).ok());
+  receiver.join();
 }
 
 // Daemons that cut messages differently (a misconfiguration the plan prevents) fail a message

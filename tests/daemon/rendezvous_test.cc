@@ -1,6 +1,8 @@
 #include "daemon/rendezvous.h"
 
+#include <cctype>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -51,6 +53,36 @@ TEST(RendezvousTest, AllRanksGetTheSamePlanGroupedByDaemonInRankOrder) {
     EXPECT_EQ(plan->daemons[1].ranks, (std::vector<int>{1, 2}));
     EXPECT_EQ(plan->daemons[2].ranks, (std::vector<int>{4}));
   }
+}
+
+// A join names the whole 128-bit secret: one that shares the real one's tag (its first half) but
+// differs in any later digit is refused as unknown, and one whose second half is not hex is not a
+// secret at all. The real one still forms its communicator afterwards.
+TEST(RendezvousTest, EveryDigitOfTheSecretIsChecked) {
+  Rendezvous rendezvous;
+  const std::string secret = NewSecret(rendezvous);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  const std::string digits = "0123456789abcdef";
+  for (size_t at : {size_t{16}, size_t{31}}) {
+    std::string other = secret;
+    other[at] = digits[digits.find(other[at]) ^ 1];
+    EXPECT_EQ(rendezvous.Join(other, 1, 0, Daemon(0), deadline).status().code(),
+              absl::StatusCode::kPermissionDenied)
+        << at;
+  }
+  std::string not_hex = secret;
+  not_hex.replace(16, 16, "zzzzzzzzzzzzzzzz");
+  EXPECT_EQ(rendezvous.Join(not_hex, 1, 0, Daemon(0), deadline).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::string upper = secret;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (upper != secret) {  // only the canonical, lower case form is a key
+    EXPECT_EQ(rendezvous.Join(upper, 1, 0, Daemon(0), deadline).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  }
+  absl::StatusOr<Plan> plan = rendezvous.Join(secret, 1, 0, Daemon(0), deadline);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->comm_tag, *Rendezvous::TagOfSecret(secret));
 }
 
 // Secrets created while ranks wait (other process groups forming at the same time) grow the

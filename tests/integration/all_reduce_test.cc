@@ -154,16 +154,21 @@ TEST_F(AllReduceTest, SeveralCommunicatorsAtOnceAndADaemonRootedCommunicator) {
   b.join();
 }
 
-TEST_F(AllReduceTest, InvalidArgumentsLeaveTheCommunicatorUsable) {
+// An invalid argument fails its call with InvalidArgument and the communicator from there on (the
+// other ranks would wait for the call): the collectives before it completed, later ones fail.
+TEST_F(AllReduceTest, AnInvalidArgumentFailsTheCommunicatorFromThatCallOn) {
   ASSERT_TRUE(cluster_->ok());
   RunWorld(*cluster_, NewCommId(*cluster_), [&](int rank, Communicator& comm, Client&) {
     std::vector<float> data(8, 1.0f);
-    Status overflow =
-        comm.AllReduce(data.data(), data.data(), SIZE_MAX / 2, DataType::kFloat32, ReduceOp::kSum);
-    EXPECT_EQ(overflow.code(), StatusCode::kInvalidArgument) << overflow;
     ASSERT_TRUE(
         comm.AllReduce(data.data(), data.data(), 8, DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ(data[0], static_cast<float>(kWorld));
+    Status overflow =
+        comm.AllReduce(data.data(), data.data(), SIZE_MAX / 2, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(overflow.code(), StatusCode::kInvalidArgument) << overflow;
+    Status later = comm.AllReduce(data.data(), data.data(), 8, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(later.code(), StatusCode::kAborted) << later;
+    EXPECT_NE(later.message().find("was refused"), std::string::npos) << later;
   });
 }
 

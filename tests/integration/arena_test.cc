@@ -325,6 +325,37 @@ TEST_F(ArenaTest, ARankThatNeverCallsIsNamedByItsRankInTheCommunicator) {
   for (int rank : {0, 2}) EXPECT_FALSE(status[rank].ok()) << rank;
 }
 
+// A local rank that destroys its handle fails its arena peers' next operations at once, naming
+// it, while the operation every rank completed stays completed.
+TEST_F(ArenaTest, ARankThatDestroysItsHandleFailsItsArenaPeersAtOnce) {
+  std::vector<absl::Status> status(2);
+  absl::Duration took;
+  std::latch first_done(2);
+  RunRanks(
+      2, [](int) { return 0; },
+      [&](int rank, Communicator& comm, Client&) {
+        float data[2] = {1, 2};
+        status[rank] = comm.AllReduce(data, data, 2, DataType::kFloat32, ReduceOp::kSum);
+        first_done.count_down();
+        if (rank == 1) {
+          first_done.wait();
+          EXPECT_TRUE(comm.Destroy().ok());
+          return;
+        }
+        const absl::Time start = absl::Now();
+        const absl::Status next = comm.AllReduce(data, data, 2, DataType::kFloat32, ReduceOp::kSum,
+                                                 CallOptions(absl::Seconds(30)));
+        took = absl::Now() - start;
+        EXPECT_TRUE(absl::IsFailedPrecondition(next)) << next;
+        EXPECT_NE(next.message().find("rank 1 (local rank 1) left the communicator"),
+                  std::string::npos)
+            << next;
+      });
+  EXPECT_TRUE(status[0].ok()) << status[0];
+  EXPECT_TRUE(status[1].ok()) << status[1];
+  EXPECT_LT(took, absl::Seconds(15)) << "at once, not at its 30 s deadline";
+}
+
 TEST_F(ArenaTest, DifferentCallsFailEveryRank) {
   RunRanks(
       3, [](int) { return 0; },

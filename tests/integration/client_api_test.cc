@@ -1,10 +1,11 @@
 // The daemon's client API spoken directly over gRPC, as a client in another language would:
-// every malformed collective request fails alone with a clear InvalidArgument, and the
-// communicator stays usable.
+// every malformed collective request fails with a clear InvalidArgument (a rank alone in its
+// communicator keeps using it; the other ranks of a larger one fail at once).
 
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <memory>
 #include <new>
 #include <string>
@@ -239,6 +240,76 @@ TEST_F(ClientApiTest, ChannelsServeOnlyTheSessionsOwnRanksAndRejectBadOperations
   // The gRPC path serves the same rank alongside the channel.
   v1::CollectiveResponse response;
   EXPECT_TRUE(Call(&v1::Client::Stub::Collective, Valid(), &response).ok());
+}
+
+// A collective the daemon refuses (here: a range outside the rank's buffer) fails alone, and the
+// other ranks, which would wait for that rank's part until their timeout (60 s here), fail at
+// once with Aborted naming the rank and its error.
+TEST_F(ClientApiTest, ACollectiveTheDaemonRefusesFailsTheOtherRanksAtOnce) {
+  absl::StatusOr<std::unique_ptr<testing::RawSession>> other =
+      testing::RawSession::Connect(cluster_.daemons()[0].socket);
+  ASSERT_TRUE(other.ok()) << other.status();
+  std::unique_ptr<SharedMemory> other_memory = *SharedMemory::Create(4096, "api-test-other");
+  absl::StatusOr<uint64_t> other_buffer = (*other)->Register(*other_memory, 4096);
+  ASSERT_TRUE(other_buffer.ok()) << other_buffer.status();
+  v1::CreateCommIdResponse id;
+  ASSERT_TRUE(Call(&v1::Client::Stub::CreateCommId, IdRequest(), &id).ok());
+  struct Rank {
+    testing::RawSession* session;
+    uint64_t buffer;
+    uint64_t tag = 0;
+  };
+  std::vector<Rank> ranks = {{raw_.get(), buffer_}, {other->get(), *other_buffer}};
+  std::vector<std::thread> joins;
+  for (int rank = 0; rank < 2; ++rank) {
+    joins.emplace_back([&, rank] {
+      v1::JoinRequest join;
+      join.set_session_id(ranks[rank].session->id());
+      join.set_comm_id(id.comm_id());
+      join.set_world_size(2);
+      join.set_rank(rank);
+      join.set_timeout_ms(20000);
+      v1::JoinResponse joined;
+      grpc::Status status = stub_->Join(ranks[rank].session->Context().get(), join, &joined);
+      ASSERT_TRUE(status.ok()) << status.error_message();
+      ranks[rank].tag = joined.comm_tag();
+    });
+  }
+  for (std::thread& join : joins) join.join();
+  auto all_reduce = [&](int rank, uint64_t count) {
+    v1::CollectiveRequest request;
+    request.set_session_id(ranks[rank].session->id());
+    request.set_comm_tag(ranks[rank].tag);
+    request.set_rank(rank);
+    request.set_op(v1::COLLECTIVE_OP_ALL_REDUCE);
+    request.set_data_type("float32");
+    request.set_reduce_op("sum");
+    request.set_count(count);
+    request.mutable_send()->set_buffer_id(ranks[rank].buffer);
+    request.mutable_recv()->set_buffer_id(ranks[rank].buffer);
+    request.set_timeout_ms(60000);
+    auto context = ranks[rank].session->Context();
+    context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(90));
+    v1::CollectiveResponse response;
+    return stub_->Collective(context.get(), request, &response);
+  };
+  grpc::Status waited;
+  absl::Duration took;
+  std::thread waiting([&] {
+    const absl::Time start = absl::Now();
+    waited = all_reduce(0, 16);
+    took = absl::Now() - start;
+  });
+  const grpc::Status refused = all_reduce(1, 2000);  // 8000 bytes in a 4096-byte buffer
+  waiting.join();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("outside buffer"), std::string::npos)
+      << refused.error_message();
+  EXPECT_EQ(waited.error_code(), grpc::StatusCode::ABORTED) << waited.error_message();
+  for (const char* text : {"rank 1", "refused", "outside buffer"}) {
+    EXPECT_NE(waited.error_message().find(text), std::string::npos) << waited.error_message();
+  }
+  EXPECT_LT(took, absl::Seconds(20)) << "at once, not at its 60 s timeout";
 }
 
 // Another process on the node that knows (or guesses) this session's id cannot use it: every

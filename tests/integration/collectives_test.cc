@@ -3,6 +3,7 @@
 // r % 2), which takes the daemons' general paths.
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -241,21 +242,52 @@ TEST_P(CollectivesTest, AllReduceAndReduceScatterOfDistinctInputsGiveTheExactSum
   });
 }
 
-TEST_P(CollectivesTest, InvalidCallsFailAloneAndLeaveTheCommunicatorUsable) {
-  RunRanks([](int rank, Communicator& comm) {
-    float x = 1;
-    CallOptions tree;
-    tree.algorithm = Algorithm::kTree;
-    Status status = comm.AllGather(&x, &x, 1, DataType::kFloat32, tree);
-    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
-    EXPECT_NE(status.message().find("tree"), std::string::npos) << status;
-    status = comm.Broadcast(&x, &x, 1, DataType::kFloat32, kWorld);
-    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
-    status = comm.Reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, -1);
-    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
-    ASSERT_TRUE(comm.AllReduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).ok());
-    EXPECT_EQ(x, static_cast<float>(kWorld));
-  });
+// A rank whose collective is refused (here by libbaton: a root out of range, an algorithm that
+// does not implement the collective) gets InvalidArgument itself; the other ranks, which would
+// wait for its part until their timeout, fail at once with Aborted naming the rank and its error,
+// and so does every later collective. The operations are too large for the node arena, whose
+// waits end at their own deadline (daemon/communicator.h, FailFrom).
+TEST_P(CollectivesTest, ARefusedCallOnOneRankFailsItsPeersAtOnce) {
+  constexpr size_t kCount = 100000;  // 400 KB: through the daemons
+  for (const int refused : {0, kWorld - 1}) {
+    SCOPED_TRACE(absl::StrCat("rank ", refused, " refused"));
+    RunRanks([refused](int rank, Communicator& comm) {
+      std::vector<float> x(kCount * kWorld, 1);
+      // One collective that completes first: the refusal fails only what comes after it.
+      ASSERT_TRUE(
+          comm.AllReduce(x.data(), x.data(), kCount, DataType::kFloat32, ReduceOp::kSum).ok());
+      const auto start = std::chrono::steady_clock::now();
+      Status status;
+      if (rank != refused) {
+        // Every rank's input is needed: nobody can complete it without the refused rank.
+        status = comm.AllReduce(x.data(), x.data(), kCount, DataType::kFloat32, ReduceOp::kSum,
+                                CallOptions(std::chrono::seconds(60)));
+      } else if (refused == 0) {
+        status = comm.Broadcast(x.data(), x.data(), kCount, DataType::kFloat32, kWorld);
+        EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
+      } else {
+        CallOptions tree;
+        tree.algorithm = Algorithm::kTree;
+        status = comm.AllGather(x.data(), x.data(), kCount, DataType::kFloat32, tree);
+        EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status;
+        EXPECT_NE(status.message().find("tree"), std::string::npos) << status;
+      }
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (rank != refused) {
+        EXPECT_EQ(status.code(), StatusCode::kAborted) << "rank " << rank << ": " << status;
+        EXPECT_NE(status.message().find(absl::StrCat("rank ", refused)), std::string::npos)
+            << status;
+        EXPECT_NE(status.message().find("refused"), std::string::npos) << status;
+        EXPECT_NE(status.message().find(refused == 0 ? "root" : "tree"), std::string::npos)
+            << status;
+        EXPECT_LT(seconds, 20.0) << "rank " << rank << " failed after " << seconds << " s";
+      }
+      const Status later = comm.Barrier(CallOptions(std::chrono::seconds(60)));
+      EXPECT_EQ(later.code(), StatusCode::kAborted) << "rank " << rank << ": " << later;
+      EXPECT_NE(later.message().find("refused"), std::string::npos) << later;
+    });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Placements, CollectivesTest, ::testing::Values(0, 1),

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <functional>
+#include <latch>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -236,6 +238,48 @@ TEST(FailureTest, AnAbortReachesAPeerThatWasPausedWhenItWasSent) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20)) << "the notice, not the 40 s deadline";
 }
 
+// A rank that destroys its handle of a communicator takes no part in any later collective: the
+// other ranks' collectives from there on fail at once, naming it, instead of at their timeout
+// (30 s here). What it did before stays: its collectives completed, and the message it sent
+// before leaving is received.
+TEST(FailureTest, ARankThatDestroysItsHandleFailsItsPeersLaterCollectivesAtOnce) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  std::latch pending(1);  // rank 0's next all-reduce is submitted
+  testing::RunRanks(
+      cluster, id, 2, [](int rank) { return rank; },
+      [&](int rank, Communicator& comm) {
+        float value = 1;
+        ASSERT_TRUE(comm.AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+        EXPECT_EQ(value, 2);
+        if (rank == 1) {
+          const float sent = 42;
+          ASSERT_TRUE(comm.Send(&sent, 1, DataType::kFloat32, 0).ok());
+          pending.wait();
+          ASSERT_TRUE(comm.Destroy().ok());
+          return;
+        }
+        float received = 0;
+        const Status got =
+            comm.Recv(&received, 1, DataType::kFloat32, 1, CallOptions(std::chrono::seconds(30)));
+        EXPECT_TRUE(got.ok()) << got;
+        EXPECT_EQ(received, 42);
+        const absl::Time start = absl::Now();
+        std::shared_ptr<Request> next =
+            comm.AllReduceAsync(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
+                                CallOptions(std::chrono::seconds(30)));
+        pending.count_down();
+        const Status status = next->Wait();
+        EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition) << status;
+        EXPECT_TRUE(absl::StrContains(status.message(), "rank 1 destroyed")) << status;
+        EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "at once, not at its 30 s timeout";
+        const Status later = comm.Barrier(CallOptions(std::chrono::seconds(30)));
+        EXPECT_EQ(later.code(), StatusCode::kFailedPrecondition) << later;
+        EXPECT_TRUE(absl::StrContains(later.message(), "rank 1 destroyed")) << later;
+      });
+}
+
 // A call's own timeout bounds the operation on the daemon, not only the daemon's op_timeout: a
 // rank waiting for a peer that never submits fails at its 2 s deadline, naming the peer's node,
 // although the daemons would wait 60 s.
@@ -244,9 +288,11 @@ TEST(FailureTest, ACallsTimeoutBoundsTheOperationAndNamesTheNodeItWaitedFor) {
   ASSERT_TRUE(cluster.ok());
   const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
   std::unique_ptr<Client> late_client = MustConnect(cluster.daemons()[1].socket);
+  // Kept until the end: a rank that destroys its handle fails its peers' later collectives at once.
+  StatusOr<std::unique_ptr<Communicator>> late = Status(StatusCode::kUnknown, "not joined");
   std::thread late_join([&] {
-    auto comm = late_client->Join(id, 2, 1, std::chrono::seconds(30));
-    ASSERT_TRUE(comm.ok()) << comm.status();
+    late = late_client->Join(id, 2, 1, std::chrono::seconds(30));
+    ASSERT_TRUE(late.ok()) << late.status();
   });
   std::unique_ptr<Client> client = MustConnect(cluster.daemons()[0].socket);
   auto comm = client->Join(id, 2, 0, std::chrono::seconds(30));

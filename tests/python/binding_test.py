@@ -163,8 +163,12 @@ def test_forced_algorithms(r):
         check(r.comm.last_algorithm == want, f"last_algorithm {r.comm.last_algorithm}, {want}")
     r.comm.barrier(algorithm="direct", timeout=CALL_TIMEOUT)
     check(r.comm.last_algorithm == "direct", r.comm.last_algorithm)
-    raises(baton.InvalidArgumentError, lambda: r.comm.all_to_all(
-        np.zeros(WORLD, np.float32), algorithm="ring"), code_name="INVALID_ARGUMENT")
+    # A refused collective fails its communicator from there on: refused on one of its own.
+    with r.comm.split(0, timeout=CALL_TIMEOUT) as scratch:
+        raises(baton.InvalidArgumentError, lambda: scratch.all_to_all(
+            np.zeros(WORLD, np.float32), algorithm="ring"), code_name="INVALID_ARGUMENT")
+        raises(baton.BatonError, lambda: scratch.barrier(timeout=CALL_TIMEOUT),
+               contains=("was refused",), code_name="ABORTED")
 
 
 def block(rank, n, salt=0):
@@ -457,7 +461,13 @@ def _group_with_error():
 # ---- Errors ----------------------------------------------------------------------------------
 
 def test_argument_errors(r):
-    comm = r.comm
+    # A collective refused by libbaton fails its communicator from there on (the other ranks
+    # would wait for it): these run on one of their own.
+    with r.comm.split(0, timeout=CALL_TIMEOUT) as comm:
+        argument_errors(comm, r.rank)  # the same ranks, in the same order
+
+
+def argument_errors(comm, rank):
     x = np.zeros(8, np.float32)
     raises(ValueError, lambda: comm.all_reduce(np.zeros(16, np.float32)[::2]),
            contains=("C-contiguous",), code_name="INVALID_ARGUMENT")
@@ -486,12 +496,13 @@ def test_argument_errors(r):
            contains=("3 entries",))
     raises(ValueError, lambda: comm.all_to_all_v(x, [2] * 4, [0, 2, 4, 7], x, [2] * 4, None),
            contains=("send_displs[3]",))
-    raises(ValueError, lambda: comm.gather(x, None, root=r.rank), contains=("root",))
-    raises(ValueError, lambda: comm.scatter(None, x, root=r.rank), contains=("root",))
-    # Refused by libbaton (a root out of range): the communicator stays usable.
+    raises(ValueError, lambda: comm.gather(x, None, root=rank), contains=("root",))
+    raises(ValueError, lambda: comm.scatter(None, x, root=rank), contains=("root",))
+    # Refused by libbaton (a root out of range), like some above: the communicator has failed.
     raises(baton.InvalidArgumentError, lambda: comm.broadcast(x, root=WORLD),
            contains=("root",), code_name="INVALID_ARGUMENT")
-    comm.barrier(timeout=CALL_TIMEOUT)
+    raises(baton.BatonError, lambda: comm.barrier(timeout=CALL_TIMEOUT),
+           contains=("was refused",), code_name="ABORTED")
 
 
 def test_errors_between_ranks(r):

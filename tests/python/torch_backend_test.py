@@ -249,6 +249,9 @@ def errors(rank, world):
     # never calls, and fails at the 3 s timeout instead of hanging, naming the node it waited
     # for.
     pair = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=3))
+    # Rank 1 stays in `pair` until rank 0 is done with it: a rank that leaves a group fails the
+    # others' later collectives there at once, naming it, instead of at their timeout.
+    done = dist.new_group([0, 1])
     if rank == 0:
         t = torch.ones(4)
         work = dist.all_reduce(t, group=late, async_op=True)
@@ -275,10 +278,12 @@ def errors(rank, world):
             raise AssertionError("an all_reduce on the failed group succeeded")
         except dist.DistBackendError as e:
             assert "node-1" in str(e), str(e)
+        dist.barrier(group=done)
     elif rank == 1:
         time.sleep(1.5)
         t = torch.ones(4)
         dist.all_reduce(t, group=late)
+        dist.barrier(group=done)
     dist.barrier(group=dist.new_group([2, 3])) if rank >= 2 else None
     return True
 

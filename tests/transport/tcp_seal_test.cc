@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -376,8 +377,106 @@ TEST(TcpSealTest, AnAlteredReplayedOrDroppedFrameIsNeverDelivered) {
   }
 }
 
+// A raw peer introduced on a sealed connection to `endpoint` as `peer`; the connection and its
+// ciphers.
+struct SealedPeer {
+  FileDescriptor fd;
+  std::optional<tcp::SealedStream> sealed;
+};
+SealedPeer ConnectSealed(Endpoint& endpoint, const std::string& peer) {
+  SealedPeer raw{RawConnect(endpoint.address()), std::nullopt};
+  absl::StatusOr<std::optional<tcp::SealedStream>> sealed =
+      tcp::Introduce(raw.fd.get(), peer, endpoint.address(), kNoHandshakeKey, /*seal=*/true,
+                     Deadline(), [] { return false; });
+  EXPECT_TRUE(sealed.ok() && sealed->has_value()) << sealed.status();
+  if (sealed.ok()) raw.sealed = *std::move(sealed);
+  return raw;
+}
+
+// A record that does not open fails more than the receive of its own frame: whatever the peer
+// sent may be lost from there on (a dropped frame is noticed only at the next one, whose tag is
+// another receive's), so every receive waiting for the peer fails with DataLoss at once, and so
+// does every receive posted before the peer connects again. Here the attacked frame is a replay
+// of a message already received, and the receive that waits is for another message.
+TEST(TcpSealTest, ARecordThatDoesNotOpenFailsEveryReceiveFromThePeerWithDataLoss) {
+  std::unique_ptr<Endpoint> endpoint = NewEndpoint(/*seal=*/false);
+  ASSERT_NE(endpoint, nullptr);
+  const std::string peer = "replaying-peer:1";
+  SealedPeer raw = ConnectSealed(*endpoint, peer);
+  ASSERT_TRUE(raw.sealed.has_value());
+  const std::vector<std::byte> good = Pattern(100, 1);
+  const std::vector<std::byte> good_frame = SealData(raw.sealed->seal, Tag{.seq = 1}, good);
+  WriteRaw(raw.fd.get(), good_frame);
+  std::vector<std::byte> into(good.size());
+  ASSERT_TRUE(endpoint->Recv(peer, Tag{.seq = 1}, into, Deadline()).ok());
+
+  std::vector<std::byte> waiting_into(50);
+  std::unique_ptr<PostedRecv> waiting =
+      endpoint->PostRecv(peer, Tag{.seq = 2}, waiting_into, Deadline(), nullptr);
+  WriteUntilClosed(raw.fd.get(), good_frame);  // the same bytes again
+  const absl::Status status = waiting->Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(status.message(), HasSubstr("a sealed message from peer " + peer));
+  EXPECT_THAT(status.message(), HasSubstr("did not open"));
+  EXPECT_TRUE(ClosedWithin(raw.fd.get(), absl::Seconds(10)));
+  // Until the peer connects again.
+  std::vector<std::byte> later_into(50);
+  const absl::Status later = endpoint->Recv(peer, Tag{.seq = 3}, later_into, Deadline());
+  EXPECT_EQ(later.code(), absl::StatusCode::kDataLoss) << later;
+  EXPECT_EQ(StatsFor(*endpoint, peer).Counter(kSealFailuresCounter), 1u);
+}
+
+// The peer has two connections, and a frame is dropped on one of them: the next frame there does
+// not open. The receive for the dropped message fails with DataLoss at once (the other connection
+// is still up, so it would otherwise wait for its deadline), every connection with the peer is
+// closed, and once the peer connects again its messages arrive.
+TEST(TcpSealTest, AFrameDroppedOnOneOfThePeersConnectionsFailsItsReceiveAtOnce) {
+  std::unique_ptr<Endpoint> endpoint = NewEndpoint(/*seal=*/false);
+  ASSERT_NE(endpoint, nullptr);
+  const std::string peer = "dropping-peer:1";
+  SealedPeer attacked = ConnectSealed(*endpoint, peer);
+  SealedPeer healthy = ConnectSealed(*endpoint, peer);
+  ASSERT_TRUE(attacked.sealed.has_value() && healthy.sealed.has_value());
+  for (SealedPeer* raw : {&attacked, &healthy}) {
+    const std::vector<std::byte> data = Pattern(64, raw == &attacked ? 1 : 2);
+    const Tag tag{.seq = raw == &attacked ? 1u : 2u};
+    WriteRaw(raw->fd.get(), SealData(raw->sealed->seal, tag, data));
+    std::vector<std::byte> into(data.size());
+    ASSERT_TRUE(endpoint->Recv(peer, tag, into, Deadline()).ok());
+    EXPECT_TRUE(into == data);
+  }
+
+  std::vector<std::byte> dropped_into(64);
+  const absl::Time start = absl::Now();
+  std::unique_ptr<PostedRecv> dropped =
+      endpoint->PostRecv(peer, Tag{.seq = 3}, dropped_into, Deadline(absl::Seconds(10)), nullptr);
+  (void)SealData(attacked.sealed->seal, Tag{.seq = 3}, Pattern(64, 3));  // lost on the way
+  WriteUntilClosed(attacked.fd.get(),
+                   SealData(attacked.sealed->seal, Tag{.seq = 4}, Pattern(64, 4)));
+  const absl::Status status = dropped->Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(status.message(), HasSubstr("peer " + peer));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8)) << "at once, not at its deadline";
+  EXPECT_TRUE(ClosedWithin(attacked.fd.get(), absl::Seconds(10)));
+  EXPECT_TRUE(ClosedWithin(healthy.fd.get(), absl::Seconds(10)));
+
+  SealedPeer again = ConnectSealed(*endpoint, peer);
+  ASSERT_TRUE(again.sealed.has_value());
+  // The endpoint admits the connection after the raw side's handshake returns.
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  while (!StatsFor(*endpoint, peer).up && absl::Now() < until) std::this_thread::yield();
+  ASSERT_TRUE(StatsFor(*endpoint, peer).up);
+  const std::vector<std::byte> data = Pattern(64, 5);
+  WriteRaw(again.fd.get(), SealData(again.sealed->seal, Tag{.seq = 5}, data));
+  std::vector<std::byte> into(data.size());
+  const absl::Status received = endpoint->Recv(peer, Tag{.seq = 5}, into, Deadline());
+  ASSERT_TRUE(received.ok()) << received;
+  EXPECT_TRUE(into == data);
+}
+
 // Frames that do not match the connection: unsealed ones on a sealed connection (someone inserting
-// their own) and sealed ones on an unsealed one. Neither is delivered; the connection closes.
+// their own) and sealed ones on an unsealed one. Neither is delivered; the connection closes, and
+// the receive waiting for the peer fails with DataLoss naming it.
 TEST(TcpSealTest, AFrameThatDoesNotMatchTheConnectionClosesIt) {
   std::unique_ptr<Endpoint> endpoint = NewEndpoint(/*seal=*/false);
   ASSERT_NE(endpoint, nullptr);
@@ -403,7 +502,9 @@ TEST(TcpSealTest, AFrameThatDoesNotMatchTheConnectionClosesIt) {
       WriteRaw(raw.get(), SealData(*own, Tag{.seq = 1}, data));
     }
     EXPECT_TRUE(ClosedWithin(raw.get(), absl::Seconds(10)));
-    EXPECT_FALSE(posted->Wait().ok());
+    const absl::Status status = posted->Wait();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+    EXPECT_THAT(status.message(), HasSubstr("peer " + peer));
     EXPECT_NE(into, data);
     EXPECT_EQ(StatsFor(*endpoint, peer).rx_messages, 0u);
     EXPECT_EQ(StatsFor(*endpoint, peer).errors, 1u);

@@ -145,11 +145,12 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
                                                     : "an unsealed frame on a sealed connection");
     }
     if (!decoded.ok()) {
-      peer_error_log_.Log(spdlog::level::err,
-                          "tcp endpoint {}: closing the connection from peer {}: {}", address_,
-                          peer, decoded.status().ToString());
       CountError(peer);
-      return decoded.status();
+      // The stream is out of step or someone writes into it: what follows cannot be trusted.
+      const absl::Status error = absl::DataLossError(
+          absl::StrCat("a frame from peer ", peer, " is not valid: ", decoded.status().message()));
+      DataLostFrom(peer, error);
+      return error;
     }
     header = *decoded;
   }

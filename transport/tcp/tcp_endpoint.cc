@@ -168,10 +168,27 @@ absl::Status TcpEndpoint::IntegrityFailure(const std::string& peer, const Tag& t
                              ") did not open: it was altered, dropped or replayed on the way"))
           : absl::DataLossError(absl::StrCat("checksum mismatch on a message from peer ", peer,
                                              " (", TagToString(tag), "): the link corrupted data"));
-  peer_error_log_.Log(spdlog::level::err,
-                      "tcp endpoint {}: closing the connection from peer {}: {}", address_, peer,
-                      error.ToString());
+  DataLostFrom(peer, error);
   return error;
+}
+
+void TcpEndpoint::DataLostFrom(const std::string& peer, const absl::Status& error) {
+  peer_error_log_.Log(spdlog::level::err,
+                      "tcp endpoint {}: closing every connection with peer {}: {}", address_, peer,
+                      error.ToString());
+  // What the peer sent may be lost from here on, and not only on this connection's stream: a
+  // dropped frame shows only at the next one, whose tag is another receive's. So every receive
+  // waiting for the peer fails now with this error, and so does every one posted before it
+  // connects again; the peer's other connections are closed too, so that it must.
+  matcher_.PeerLost(peer, error);
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::shared_ptr<Conn>& conn : conns_) {
+      if (conn->peer == peer && !conn->finished && conn->fd.valid()) {
+        shutdown(conn->fd.get(), SHUT_RDWR);
+      }
+    }
+  }
 }
 
 }  // namespace baton::transport::tcp

@@ -218,6 +218,10 @@ class TcpEndpoint final : public Endpoint {
   // an error and a checksum or seal failure, logs, and returns the error of its receive.
   absl::Status IntegrityFailure(const std::string& peer, const Tag& tag, bool sealed)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // What `peer` sent can no longer be trusted to be whole (`error`, DataLoss): fails its pending
+  // receives and those posted until it connects again with `error` (ReceiveMatcher::PeerLost),
+  // and closes every connection with it. Logs.
+  void DataLostFrom(const std::string& peer, const absl::Status& error) ABSL_LOCKS_EXCLUDED(mu_);
 
   const Listener listener_;
   const FileDescriptor wake_;  // eventfd that stops ListenLoop

@@ -223,7 +223,10 @@ BATON_API int baton_comm_daemon_count(const baton_comm_t* comm);
 
 /* Leaves the communicator once the operations already submitted have finished (like
  * ncclCommFinalize). The handle stays valid, and later operations on it fail with
- * BATON_FAILED_PRECONDITION. Idempotent: later calls return BATON_OK. */
+ * BATON_FAILED_PRECONDITION. The other ranks' collectives from the next one this rank did not
+ * submit fail at once with BATON_FAILED_PRECONDITION naming this rank (it will never take part);
+ * their earlier ones, and the messages this rank sent before, are not affected. Idempotent: later
+ * calls return BATON_OK. */
 BATON_API baton_code_t baton_comm_leave(baton_comm_t* comm);
 
 /* Leaves the communicator if baton_comm_leave was not called, and frees the handle (also when
@@ -386,8 +389,11 @@ BATON_API baton_code_t baton_send(baton_comm_t* comm, const void* buf, size_t co
                                   baton_dtype_t type, int peer,
                                   const baton_call_options_t* options);
 /* Receives rank `peer`'s next message to this rank into `buf` (`count` elements); returns once the
- * data is in `buf`. A count that differs from the matching send's fails both sides' calls with an
- * error naming both counts. */
+ * data is in `buf`. A count that differs from the matching send's fails the receive with
+ * BATON_FAILED_PRECONDITION naming both counts and aborts the communicator with that error: the
+ * send fails with it too when its receive was already waiting on the same daemon; otherwise the
+ * send has completed (it never waits for its receive), and the sender's pending and next
+ * operations fail with it. */
 BATON_API baton_code_t baton_recv(baton_comm_t* comm, void* buf, size_t count, baton_dtype_t type,
                                   int peer, const baton_call_options_t* options);
 
