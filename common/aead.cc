@@ -45,11 +45,22 @@ void Aes256Gcm::Rekey(const AeadKey& key) {
 void Aes256Gcm::Begin(const AeadNonce& nonce, std::span<const std::byte> associated) {
   failed_ = key_failed_ || EVP_CipherInit_ex(context_->ctx, nullptr, nullptr, nullptr,
                                              Bytes(nonce.data()), -1) != 1;
-  int length = 0;
-  if (!associated.empty() &&
-      EVP_CipherUpdate(context_->ctx, nullptr, &length, Bytes(associated.data()),
-                       static_cast<int>(associated.size())) != 1) {
-    failed_ = true;
+  if (!failed_) Authenticate(associated);
+}
+
+void Aes256Gcm::Authenticate(std::span<const std::byte> data) {
+  // EVP takes int lengths. Associated data may come in pieces of any length: GHASH keeps a
+  // partial block between them.
+  constexpr size_t kMaxCall = size_t{1} << 30;
+  for (size_t done = 0; done < data.size();) {
+    const size_t n = std::min(kMaxCall, data.size() - done);
+    int length = 0;
+    if (EVP_CipherUpdate(context_->ctx, nullptr, &length, Bytes(data.data() + done),
+                         static_cast<int>(n)) != 1) {
+      failed_ = true;
+      return;
+    }
+    done += n;
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
-// AES-256-GCM (libcrypto): authenticated encryption of the data plane's sealed connections
+// AES-256-GCM (libcrypto): authenticated encryption of the data plane's sealed connections, and
+// GMAC (AES-GCM over associated data alone) of its authenticated ones
 // (transport/record_cipher.h builds its numbered records on it).
 
 #include <array>
@@ -20,9 +21,11 @@ using AeadNonce = std::array<std::byte, kAeadNonceBytes>;
 using AeadTag = std::array<std::byte, kAeadTagBytes>;
 
 // One AES-256-GCM context that either seals or opens, one message at a time: Begin (the nonce,
-// then the associated data, which is authenticated but not encrypted), Update as often as the
-// caller likes over the message's bytes in order (in place or not), then Seal or Open. A key must
-// never seal two messages under one nonce. Not thread-safe.
+// then the associated data, which is authenticated but not encrypted), Authenticate as often as
+// the caller likes over more associated data, Update as often as the caller likes over the
+// message's bytes in order (in place or not), then Seal or Open. A message of associated data
+// alone is GMAC: its tag authenticates bytes that stay in the clear. A key must never seal two
+// messages under one nonce. Not thread-safe.
 class Aes256Gcm {
  public:
   enum class Mode { kSeal, kOpen };
@@ -37,6 +40,8 @@ class Aes256Gcm {
   void Rekey(const AeadKey& key);
   // Starts a message.
   void Begin(const AeadNonce& nonce, std::span<const std::byte> associated);
+  // Authenticates `data` as the message's next associated data; only before its first Update.
+  void Authenticate(std::span<const std::byte> data);
   // Seals or opens the message's next in.size() bytes into `out`, which holds as many and may
   // be in.data().
   void Update(std::span<const std::byte> in, std::byte* out);

@@ -81,6 +81,15 @@ void RegisterOptions(OptionSet& options, Config& config) {
                   "replay or insert a message without the operation failing with DATA_LOSS. "
                   "Needs tls_cert, tls_key and tls_ca. A daemon seals a connection whenever "
                   "either end asks; every daemon must be of a version that knows sealing");
+  options.AddString("data_integrity", &config.data_integrity,
+                    "authenticate every data connection this daemon takes part in that is not "
+                    "sealed: payloads cross in the clear, but every 256 KiB of them carries a "
+                    "GMAC tag (AES-256-GCM, keys from the connection's handshake), so a message "
+                    "altered, dropped, replayed or inserted on the way fails its operation with "
+                    "DATA_LOSS. auto (the default): on when tls_cert, tls_key and tls_ca are set, "
+                    "off without them; on (needs them); or off. A daemon authenticates a "
+                    "connection whenever either end asks; every daemon must be of a version that "
+                    "knows it (set off during an upgrade from one that does not)");
   options.AddString("tls_cert", &config.tls_cert,
                     "PEM certificate (then any intermediates) this daemon presents to peers; it "
                     "must name node_name (common name or DNS alternative name). With tls_key and "
@@ -175,6 +184,11 @@ absl::Status CheckChunkBytes(int64_t chunk_bytes, absl::string_view where) {
       absl::StrCat("chunk_bytes must be between 4096 and 1 GiB, got ", chunk_bytes, " in ", where));
 }
 
+bool DataIntegrity(const Config& config) {
+  const bool tls = !config.tls_cert.empty() && !config.tls_key.empty() && !config.tls_ca.empty();
+  return config.data_integrity == "on" || (config.data_integrity == "auto" && tls);
+}
+
 absl::Status FinalizeConfig(Config& config) {
   if (config.node_name.empty()) {
     if (const char* env = std::getenv("NODE_NAME"); env != nullptr && *env != '\0') {
@@ -236,6 +250,18 @@ absl::Status FinalizeConfig(Config& config) {
     return absl::InvalidArgumentError(
         "data_encryption needs tls_cert, tls_key and tls_ca: without mutual TLS the keys that "
         "seal data connections would protect nothing");
+  }
+  if (config.data_integrity != "auto" && config.data_integrity != "on" &&
+      config.data_integrity != "off") {
+    return absl::InvalidArgumentError(absl::StrCat("data_integrity must be auto, on or off, got '",
+                                                   config.data_integrity.substr(0, 32), "'"));
+  }
+  if (config.data_integrity == "on" &&
+      (config.tls_cert.empty() || config.tls_key.empty() || config.tls_ca.empty())) {
+    // As for data_encryption: the keys would follow from public values.
+    return absl::InvalidArgumentError(
+        "data_integrity=on needs tls_cert, tls_key and tls_ca: without mutual TLS the keys that "
+        "authenticate data connections would protect nothing");
   }
   BATON_RETURN_IF_ERROR(ParseIdList("allowed_uids", config.allowed_uids).status());
   BATON_RETURN_IF_ERROR(ParseIdList("allowed_gids", config.allowed_gids).status());

@@ -46,6 +46,10 @@ struct Config {
   // Seal every data connection (AES-256-GCM, keys from its handshake): needs tls_cert, tls_key
   // and tls_ca (transport::TcpOptions::seal).
   bool data_encryption = false;
+  // Authenticate every data connection that is not sealed (GMAC, keys from its handshake;
+  // transport::TcpOptions::authenticate): "auto" (on when tls_cert, tls_key and tls_ca are set),
+  // "on" (needs them) or "off". DataIntegrity() says what it comes to.
+  std::string data_integrity = "auto";
   // Let all_reduce algorithm choices follow measured times (collective::MeasuredTimes).
   bool tuner_learn = true;
   // Who may open sessions (comma-separated uids and group ids; both empty: anyone who can reach
@@ -99,6 +103,11 @@ void RegisterOptions(OptionSet& options, Config& config);
 
 // InvalidArgument unless 4 KiB <= chunk_bytes <= 1 GiB; `where` names its source in the message.
 absl::Status CheckChunkBytes(int64_t chunk_bytes, absl::string_view where);
+
+// Whether this daemon asks that its data connections be authenticated: data_integrity "on", or
+// "auto" with tls_cert, tls_key and tls_ca all set. (data_encryption seals connections, which
+// authenticates them too, whatever this says.)
+bool DataIntegrity(const Config& config);
 
 // Fills defaults that depend on the environment (node name) and checks values.
 absl::Status FinalizeConfig(Config& config);

@@ -107,6 +107,14 @@ class DaemonImpl final : public Daemon {
       data_keys_ = std::make_unique<DataKeys>();
       if (config_.data_encryption) {
         spdlog::info("data connections are sealed: AES-256-GCM under per-connection keys");
+      } else if (DataIntegrity(config_)) {
+        spdlog::info(
+            "data connections are authenticated (data_integrity): payloads in the clear, each "
+            "256 KiB with a GMAC tag under per-connection keys");
+      } else {
+        spdlog::warn(
+            "data_integrity=off: payloads on data connections are neither authenticated nor "
+            "encrypted, so a host on the path can change them unnoticed (unless the peer asks)");
       }
     } else {
       spdlog::warn(
@@ -127,6 +135,7 @@ class DaemonImpl final : public Daemon {
     tcp.streams_per_peer = static_cast<int>(config_.tcp_streams);
     tcp.checksum = config_.data_checksum;
     tcp.seal = config_.data_encryption;
+    tcp.authenticate = DataIntegrity(config_) && peer_credentials_.secure();
     // The data-plane transports, in order of preference: a new transport is one more entry
     // here (shm, cuda and verbs before TCP, which reaches every daemon). Each listens, is
     // advertised in this daemon's Member, and carries the peers the selector gives it.

@@ -175,8 +175,9 @@ class PrometheusMetrics final : public Metrics {
                "Messages from a peer whose payload checksum did not match (data_checksum).",
                MetricType::Counter);
     auto seal_failures = Family("baton_link_seal_failures_total",
-                                "Messages from a peer on a sealed connection that did not open: "
-                                "altered, dropped or replayed on the way (data_encryption).",
+                                "Messages from a peer on a sealed or authenticated connection "
+                                "with a record that did not open: altered, dropped or replayed "
+                                "on the way (data_encryption, data_integrity).",
                                 MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection with the peer is established.",
                      MetricType::Gauge);

@@ -35,13 +35,26 @@ static_assert(kPayloadBytesOffset + sizeof(uint64_t) == kFrameHeaderBytes);
 
 }  // namespace
 
+absl::string_view ProtectionName(Protection protection) {
+  switch (protection) {
+    case Protection::kNone:
+      return "none";
+    case Protection::kAuthenticated:
+      return "authenticated";
+    case Protection::kSealed:
+      return "sealed";
+  }
+  return "unknown";
+}
+
 void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out) {
   std::byte* p = out.data();
   PutLittleEndian<uint32_t>(kFrameMagic, p + kMagicOffset);
   PutLittleEndian<uint8_t>(kFrameVersion, p + kVersionOffset);
   PutLittleEndian<uint8_t>(static_cast<uint8_t>(header.type), p + kTypeOffset);
-  const uint16_t flags =
-      (header.checksum ? kFrameFlagChecksum : 0) | (header.sealed ? kFrameFlagSealed : 0);
+  const uint16_t flags = (header.checksum ? kFrameFlagChecksum : 0) |
+                         (header.sealed ? kFrameFlagSealed : 0) |
+                         (header.authenticated ? kFrameFlagAuthenticated : 0);
   PutLittleEndian<uint16_t>(flags, p + kFlagsOffset);
   PutLittleEndian<uint64_t>(header.tag.comm, p + kCommOffset);
   PutLittleEndian<uint64_t>(header.tag.seq, p + kSeqOffset);
@@ -63,23 +76,31 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
                                             " (this build speaks ", kFrameVersion, ")"));
   }
   const auto flags = GetLittleEndian<uint16_t>(p + kFlagsOffset);
-  if ((flags & ~(kFrameFlagChecksum | kFrameFlagSealed)) != 0) {
+  if ((flags & ~(kFrameFlagChecksum | kFrameFlagSealed | kFrameFlagAuthenticated)) != 0) {
     return absl::DataLossError(absl::StrCat("unknown frame flags 0x", absl::Hex(flags)));
   }
   FrameHeader header;
   header.checksum = (flags & kFrameFlagChecksum) != 0;
   header.sealed = (flags & kFrameFlagSealed) != 0;
+  header.authenticated = (flags & kFrameFlagAuthenticated) != 0;
   const auto type = GetLittleEndian<uint8_t>(p + kTypeOffset);
   // Only data frames carry a checksum: the handshake has its own proofs, and a ping's payload is
-  // an identifier that a corruption merely leaves unanswered. A sealed frame's records are
-  // authenticated already.
-  if (header.checksum && (type != static_cast<uint8_t>(FrameType::kData) || header.sealed)) {
-    return absl::DataLossError(
-        absl::StrCat("checksum flag on a ", header.sealed ? "sealed frame" : "frame of type ",
-                     header.sealed ? "" : absl::StrCat(type), ", which carries none"));
+  // an identifier that a corruption merely leaves unanswered. A sealed or authenticated frame's
+  // records are authenticated already.
+  if (header.checksum && (type != static_cast<uint8_t>(FrameType::kData) || header.in_records())) {
+    return absl::DataLossError(absl::StrCat("checksum flag on ",
+                                            header.sealed ? "a sealed frame"
+                                            : header.authenticated
+                                                ? "an authenticated frame"
+                                                : absl::StrCat("a frame of type ", type),
+                                            ", which carries none"));
   }
-  if (header.sealed && type == static_cast<uint8_t>(FrameType::kProof)) {
-    return absl::DataLossError("sealed flag on a handshake proof");
+  if (header.sealed && header.authenticated) {
+    return absl::DataLossError("sealed and authenticated flags on one frame");
+  }
+  if (header.in_records() && type == static_cast<uint8_t>(FrameType::kProof)) {
+    return absl::DataLossError(
+        absl::StrCat(ProtectionName(header.protection()), " flag on a handshake proof"));
   }
   uint64_t min_payload = 0;
   uint64_t max_payload = 0;

@@ -10,7 +10,8 @@
 //        5    1 type           FrameType: 1 = data, 2 = hello, 3 = ping, 4 = pong,
 //                              5 = challenge, 6 = proof
 //        6    2 flags          bit 0: kFrameFlagChecksum (data frames only);
-//                              bit 1: kFrameFlagSealed (below); the others are 0
+//                              bit 1: kFrameFlagSealed, bit 2: kFrameFlagAuthenticated
+//                              (below); the others are 0
 //        8    8 comm           Tag::comm
 //       16    8 seq            Tag::seq
 //       24    4 step           Tag::step
@@ -39,6 +40,16 @@
 // record it lands in; the connection then ends. On a sealed connection an unsealed frame is an
 // error, and the other way round.
 //
+// A connection is authenticated when its handshake agrees on that instead (below): every frame
+// after the handshake then has kFrameFlagAuthenticated set (and neither the checksum nor the
+// sealed flag), and its payload goes on the wire as records exactly as a sealed frame's, the same
+// number of them, in the same numbering, except that each record's payload bytes are in the
+// clear: its tag is AES-256-GCM's over no plaintext, with the frame's header and then the
+// record's payload as associated data (GMAC; record_cipher.h, Payload::kClear). So a byte changed,
+// dropped, replayed or moved on the way fails the record it lands in just as on a sealed
+// connection, for the same 16 bytes per started 256 KiB, and the payload is not secret. On an
+// authenticated connection a frame that is not authenticated is an error, and the other way round.
+//
 // Every connection starts with a handshake of three frames, all with the tag all zero and none
 // counted in LinkStats (handshake.h has the proofs):
 //   hello      connecting -> accepting: a 16-byte nonce, then the connecting endpoint's address
@@ -48,9 +59,11 @@
 //              it holds the key the two share for that address;
 //   proof      connecting -> accepting: the connecting endpoint's 32-byte proof.
 // Only then does either side send other frames; a connection whose proof is wrong is closed.
-// A hello with kFrameFlagSealed asks that the connection be sealed; a challenge with it says that
-// it will be (the acceptor seals when asked, or when it seals every connection itself). The
-// proofs cover that choice (handshake.h), so nobody on the way can turn sealing off.
+// A hello with kFrameFlagSealed asks that the connection be sealed, one with
+// kFrameFlagAuthenticated that it be at least authenticated; a challenge with either flag says
+// that the connection will be so (Protection: the acceptor takes the strongest of what the hello
+// asks and what it asks of every connection itself). The proofs cover that choice (handshake.h),
+// so nobody on the way can weaken it, and a connector refuses a connection weaker than it asked.
 //
 // A ping frame (tag all zero, kPingPayloadBytes of payload: an identifier the sender chose) asks
 // the receiving endpoint to answer with a pong frame carrying the same payload, over any
@@ -62,6 +75,7 @@
 #include <span>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "transport/transport.h"
 
 namespace baton::transport {
@@ -81,14 +95,25 @@ inline constexpr uint64_t kPingPayloadBytes = 8;
 inline constexpr uint16_t kFrameFlagChecksum = 0x0001;
 inline constexpr size_t kFrameChecksumBytes = 4;
 inline constexpr uint16_t kFrameFlagSealed = 0x0002;
+inline constexpr uint16_t kFrameFlagAuthenticated = 0x0004;
 inline constexpr size_t kSealedRecordBytes = size_t{256} << 10;
 inline constexpr size_t kSealTagBytes = 16;
 
-// The records a sealed frame of `payload_bytes` has: one per started kSealedRecordBytes, and one
-// if there is no payload.
+// The records a sealed or authenticated frame of `payload_bytes` has: one per started
+// kSealedRecordBytes, and one if there is no payload.
 constexpr uint64_t SealedRecords(uint64_t payload_bytes) {
   return payload_bytes == 0 ? 1 : (payload_bytes + kSealedRecordBytes - 1) / kSealedRecordBytes;
 }
+
+// How a connection's frames are protected, weakest first (the flags above): the handshake settles
+// on the strongest that either end asks for.
+enum class Protection : uint8_t {
+  kNone = 0,           // frames as they are (a data frame may carry a checksum)
+  kAuthenticated = 1,  // kFrameFlagAuthenticated: records with tags, payload in the clear
+  kSealed = 2,         // kFrameFlagSealed: records with tags, payload encrypted
+};
+// "none", "authenticated" or "sealed".
+absl::string_view ProtectionName(Protection protection);
 
 enum class FrameType : uint8_t {
   kData = 1,
@@ -108,6 +133,22 @@ struct FrameHeader {
   // kFrameFlagSealed: on data, ping and pong frames, the payload is sealed records; on a hello,
   // the connector asks for a sealed connection; on a challenge, the acceptor agrees.
   bool sealed = false;
+  // kFrameFlagAuthenticated: the same for authenticated records (never with `sealed`).
+  bool authenticated = false;
+
+  // Which of the flags above is set.
+  Protection protection() const {
+    return sealed          ? Protection::kSealed
+           : authenticated ? Protection::kAuthenticated
+                           : Protection::kNone;
+  }
+  // The payload is records with tags (sealed or authenticated).
+  bool in_records() const { return sealed || authenticated; }
+  // Sets the flag of `protection`, clearing the other.
+  void set_protection(Protection protection) {
+    sealed = protection == Protection::kSealed;
+    authenticated = protection == Protection::kAuthenticated;
+  }
 
   friend bool operator==(const FrameHeader&, const FrameHeader&) = default;
 };
@@ -121,8 +162,9 @@ using ConstFrameChecksumBytes = std::span<const std::byte, kFrameChecksumBytes>;
 void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out);
 
 // Parses and validates a header. DataLoss when the magic, version or type are wrong, a flag is
-// unknown, the checksum flag is set on a frame other than data or with the sealed flag, the
-// sealed flag on a proof frame, or the payload length is not
+// unknown, the checksum flag is set on a frame other than data or with the sealed or
+// authenticated flag, the sealed and authenticated flags together or either on a proof frame, or
+// the payload length is not
 // what the frame type allows: at most kMaxFramePayloadBytes for data; a nonce and 1 to
 // kMaxHelloAddressBytes of address for hello; exactly kPingPayloadBytes for ping and pong,
 // kChallengePayloadBytes for challenge and kHandshakeProofBytes for proof.

@@ -10,14 +10,15 @@ namespace baton::transport {
 namespace {
 
 // Fixed-size nonces first, then each address after its length: no two transcripts share a text.
-// An unsealed connection's text is what version 1 of the handshake proved (no suffix).
+// An unprotected connection's text is what version 1 of the handshake proved (no suffix).
 std::string TranscriptText(absl::string_view purpose, const HandshakeTranscript& t) {
   std::string text = absl::StrCat(purpose, "|");
   text.append(reinterpret_cast<const char*>(t.connector_nonce.data()), t.connector_nonce.size());
   text.append(reinterpret_cast<const char*>(t.acceptor_nonce.data()), t.acceptor_nonce.size());
   absl::StrAppend(&text, "|", t.connector_address.size(), ":", t.connector_address, "|",
                   t.acceptor_address.size(), ":", t.acceptor_address);
-  if (t.sealed) text += "|sealed";
+  if (t.protection() != Protection::kNone)
+    absl::StrAppend(&text, "|", ProtectionName(t.protection()));
   return text;
 }
 

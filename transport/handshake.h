@@ -10,9 +10,10 @@
 // the key. Without HandshakeKeys both sides use kNoHandshakeKey: the handshake then only checks
 // that the other end speaks the protocol (development and tests).
 //
-// The handshake also settles whether the connection is sealed (frame.h): if so, each direction
-// seals its frames with a RecordCipher (record_cipher.h) whose secret DeriveSessionSecrets
-// derives from the key and the transcript, so that every connection and direction has its own.
+// The handshake also settles whether the connection is sealed or authenticated (frame.h,
+// Protection): if so, each direction seals its frames with a RecordCipher (record_cipher.h) whose
+// secret DeriveSessionSecrets derives from the key and the transcript, so that every connection
+// and direction (and each protection) has its own.
 
 #include <array>
 #include <cstddef>
@@ -69,20 +70,27 @@ Challenge DecodeChallenge(std::span<const std::byte, kChallengePayloadBytes> pay
 // What the two handshake frames after the hello prove: both nonces and both addresses, one
 // direction each, so that no proof can be replayed for the other direction, another connection
 // or another pair of endpoints.
-// The proofs also cover whether the connection is sealed, so that a proof for one choice does
-// not pass for the other.
+// The proofs also cover whether the connection is sealed or authenticated, so that a proof for
+// one choice does not pass for another.
 struct HandshakeTranscript {
   HandshakeNonce connector_nonce{};
   HandshakeNonce acceptor_nonce{};
   absl::string_view connector_address;
   absl::string_view acceptor_address;
   bool sealed = false;
+  bool authenticated = false;  // never with `sealed`
+
+  Protection protection() const {
+    return sealed          ? Protection::kSealed
+           : authenticated ? Protection::kAuthenticated
+                           : Protection::kNone;
+  }
 };
 HandshakeProof AcceptorProof(const HandshakeKey& key, const HandshakeTranscript& transcript);
 HandshakeProof ConnectorProof(const HandshakeKey& key, const HandshakeTranscript& transcript);
 
-// The secrets of a sealed connection's two directions: HKDF-SHA256 of `key`, salted with both
-// nonces and expanded for both addresses, 32 bytes each.
+// The secrets of a sealed or authenticated connection's two directions: HKDF-SHA256 of `key`,
+// salted with both nonces and expanded for both addresses, 32 bytes each.
 struct SessionSecrets {
   RecordSecret connector_to_acceptor{};
   RecordSecret acceptor_to_connector{};

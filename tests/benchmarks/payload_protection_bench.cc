@@ -1,9 +1,11 @@
 // What protecting payloads costs on the TCP data plane: CRC32C checksums (TcpOptions::checksum,
-// batond's data_checksum) and sealing (TcpOptions::seal, batond's data_encryption). Throughput of
-// CRC32C (hardware and portable) and of AES-256-GCM (seal and open), in cache and not, then a TCP
-// loopback transfer between two endpoints of this process plain, with checksums and sealed,
-// taking turns so that all see the same machine. Prints one line per measurement;
-// docs/bench/2026-12-02-checksum.md and docs/bench/2026-12-02-sealing.md have runs.
+// batond's data_checksum), authentication (TcpOptions::authenticate, batond's data_integrity) and
+// sealing (TcpOptions::seal, batond's data_encryption). Throughput of CRC32C (hardware and
+// portable), of AES-256-GCM (seal and open) and of GMAC (AES-256-GCM with the payload as
+// associated data), in cache and not, then a TCP loopback transfer between two endpoints of this
+// process plain, with checksums, authenticated and sealed, taking turns so that all see the same
+// machine. Prints one line per measurement; docs/bench/2026-12-02-checksum.md,
+// docs/bench/2026-12-02-sealing.md and docs/bench/2026-12-06-integrity.md have runs.
 //
 //   payload_protection_bench [--bytes=67108864] [--iterations=15]
 
@@ -63,8 +65,10 @@ double CrcThroughput(uint32_t (*crc)(uint32_t, std::span<const std::byte>),
 }
 
 // GB/s of AES-256-GCM sealing or opening `data` in place in 256 KiB records (as a sealed
-// connection does), the best of 7 runs of enough records to take about 50 ms.
-double GcmThroughput(Aes256Gcm::Mode mode, std::span<std::byte> data) {
+// connection does), or with `gmac` computing or checking their tags with the payload as
+// associated data (as an authenticated connection does), the best of 7 runs of enough records to
+// take about 50 ms.
+double GcmThroughput(Aes256Gcm::Mode mode, std::span<std::byte> data, bool gmac) {
   absl::StatusOr<Aes256Gcm> gcm = Aes256Gcm::Create(AeadKey{}, mode);
   if (!gcm.ok()) {
     std::fprintf(stderr, "%s\n", gcm.status().ToString().c_str());
@@ -80,7 +84,11 @@ double GcmThroughput(Aes256Gcm::Mode mode, std::span<std::byte> data) {
       AeadNonce nonce{};
       std::memcpy(nonce.data(), &++number, sizeof(number));
       gcm->Begin(nonce, associated);
-      gcm->Update(record, record.data());
+      if (gmac) {
+        gcm->Authenticate(record);
+      } else {
+        gcm->Update(record, record.data());
+      }
       if (mode == Aes256Gcm::Mode::kSeal) {
         (void)gcm->Seal();
       } else {
@@ -110,12 +118,13 @@ struct Pair {
   std::unique_ptr<Endpoint> receiver;
 };
 
-enum class Protection { kNone, kChecksum, kSeal };
+enum class Protection { kNone, kChecksum, kAuthenticate, kSeal };
 
 Pair NewPair(Protection protection) {
   TcpOptions options;
   options.listen_address = "127.0.0.1:0";
   options.checksum = protection == Protection::kChecksum;
+  options.authenticate = protection == Protection::kAuthenticate;
   options.seal = protection == Protection::kSeal;
   absl::StatusOr<std::unique_ptr<Endpoint>> sender = NewTcpEndpoint(options);
   absl::StatusOr<std::unique_ptr<Endpoint>> receiver = NewTcpEndpoint(options);
@@ -209,12 +218,20 @@ int Main(int argc, char** argv) {
   std::vector<std::byte> scratch(data.begin(), data.end());
   const std::span<std::byte> scratch_in_cache =
       std::span(scratch).first(std::min<size_t>(bytes, size_t{256} << 10));
-  for (const auto& [name, mode] :
-       {std::pair{"seal", Aes256Gcm::Mode::kSeal}, std::pair{"open", Aes256Gcm::Mode::kOpen}}) {
-    std::printf("aes-256-gcm %-4s %8zu KiB (in cache):   %6.2f GB/s\n", name,
-                scratch_in_cache.size() >> 10, GcmThroughput(mode, scratch_in_cache));
-    std::printf("aes-256-gcm %-4s %8zu KiB (from memory): %6.2f GB/s\n", name, scratch.size() >> 10,
-                GcmThroughput(mode, scratch));
+  struct Cipher {
+    const char* name;
+    Aes256Gcm::Mode mode;
+    bool gmac;
+  };
+  for (const Cipher& cipher : {Cipher{"gcm seal", Aes256Gcm::Mode::kSeal, false},
+                               Cipher{"gcm open", Aes256Gcm::Mode::kOpen, false},
+                               Cipher{"gmac tag", Aes256Gcm::Mode::kSeal, true},
+                               Cipher{"gmac check", Aes256Gcm::Mode::kOpen, true}}) {
+    std::printf("aes-256 %-10s %8zu KiB (in cache):   %6.2f GB/s\n", cipher.name,
+                scratch_in_cache.size() >> 10,
+                GcmThroughput(cipher.mode, scratch_in_cache, cipher.gmac));
+    std::printf("aes-256 %-10s %8zu KiB (from memory): %6.2f GB/s\n", cipher.name,
+                scratch.size() >> 10, GcmThroughput(cipher.mode, scratch, cipher.gmac));
   }
 
   // The three pairs connected and warmed up first; then they take turns, plain first.
@@ -227,6 +244,7 @@ int Main(int argc, char** argv) {
   std::vector<Variant> variants;
   variants.push_back({"plain", NewPair(Protection::kNone), {}, {}});
   variants.push_back({"checksum", NewPair(Protection::kChecksum), {}, {}});
+  variants.push_back({"authentic", NewPair(Protection::kAuthenticate), {}, {}});
   variants.push_back({"sealed", NewPair(Protection::kSeal), {}, {}});
   std::vector<std::byte> into(bytes);
   uint64_t seq = 0;
@@ -245,7 +263,7 @@ int Main(int argc, char** argv) {
   const double plain_median = Median(variants[0].seconds);
   for (const Variant& variant : variants) {
     const double median = Median(variant.seconds);
-    std::printf("tcp loopback %zu MiB, %zu turns: %-8s median %7.2f ms (%5.2f GB/s)", bytes >> 20,
+    std::printf("tcp loopback %zu MiB, %zu turns: %-9s median %7.2f ms (%5.2f GB/s)", bytes >> 20,
                 iterations, variant.name, median * 1e3, static_cast<double>(bytes) / median / 1e9);
     if (&variant != &variants[0]) {
       std::printf("  /plain: %.3f (ratio of medians), %.3f (median of the turns' ratios)",
@@ -253,7 +271,7 @@ int Main(int argc, char** argv) {
     }
     std::printf("\n");
   }
-  // Small messages: what sealing adds per message (one 8-byte record each way), in turns.
+  // Small messages: what a record adds per message (one 8-byte record each way), in turns.
   std::vector<std::vector<double>> small(variants.size());
   for (size_t i = 0; i < iterations; ++i) {
     for (size_t v = 0; v < variants.size(); ++v) {
@@ -261,7 +279,7 @@ int Main(int argc, char** argv) {
     }
   }
   for (size_t v = 0; v < variants.size(); ++v) {
-    std::printf("tcp loopback 8 B round trip, %zu turns of 200: %-8s median %6.1f us\n", iterations,
+    std::printf("tcp loopback 8 B round trip, %zu turns of 200: %-9s median %6.1f us\n", iterations,
                 variants[v].name, Median(small[v]));
   }
   return 0;

@@ -4,6 +4,7 @@
 
 #include "common/aead.h"
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <string>
@@ -125,6 +126,61 @@ TEST(Aes256GcmTest, AnyAlterationFailsToOpen) {
   EXPECT_FALSE(opens(v.nonce, v.associated, v.cipher, v.tag));
   gcm->Rekey(v.key);
   EXPECT_TRUE(opens(v.nonce, v.associated, v.cipher, v.tag));
+}
+
+// Associated data may come in pieces after Begin (Authenticate): test case 16's associated data
+// split anywhere gives its published tag. And GMAC, a message of associated data alone: the same
+// bytes as associated data authenticate (the tag is test case 13's, AES-256 over nothing, only
+// for nothing), and any change to them fails.
+TEST(Aes256GcmTest, AssociatedDataInPiecesAndGmac) {
+  const Vector16 v;
+  absl::StatusOr<Aes256Gcm> seal = Aes256Gcm::Create(v.key, Aes256Gcm::Mode::kSeal);
+  absl::StatusOr<Aes256Gcm> open = Aes256Gcm::Create(v.key, Aes256Gcm::Mode::kOpen);
+  ASSERT_TRUE(seal.ok() && open.ok());
+  for (const size_t split : {size_t{0}, size_t{1}, size_t{7}, size_t{16}, size_t{20}}) {
+    SCOPED_TRACE(split);
+    std::vector<std::byte> out(v.plain.size());
+    // Three pieces: [0, split), [split, middle) and [middle, 20).
+    const size_t middle = std::min(v.associated.size(), split + 3);
+    seal->Begin(v.nonce, std::span(v.associated).first(split));
+    seal->Authenticate(std::span(v.associated).subspan(split, middle - split));
+    seal->Authenticate(std::span(v.associated).subspan(middle));
+    seal->Update(v.plain, out.data());
+    absl::StatusOr<AeadTag> tag = seal->Seal();
+    ASSERT_TRUE(tag.ok()) << tag.status();
+    EXPECT_EQ(out, v.cipher);
+    EXPECT_EQ(*tag, v.tag);
+  }
+
+  // GCM specification test case 13: AES-256, zero key and nonce, nothing at all.
+  absl::StatusOr<Aes256Gcm> zero = Aes256Gcm::Create(AeadKey{}, Aes256Gcm::Mode::kSeal);
+  ASSERT_TRUE(zero.ok());
+  zero->Begin(AeadNonce{}, {});
+  absl::StatusOr<AeadTag> empty = zero->Seal();
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(*empty, ArrayFromHex<kAeadTagBytes>("530f8afbc74536b9a963b4f1c4cb738b"));
+
+  // GMAC over test case 16's plaintext as associated data, in pieces, left as it was.
+  const std::vector<std::byte> message = v.plain;
+  seal->Begin(v.nonce, v.associated);
+  seal->Authenticate(std::span(message).first(13));
+  seal->Authenticate(std::span(message).subspan(13));
+  absl::StatusOr<AeadTag> gmac = seal->Seal();
+  ASSERT_TRUE(gmac.ok());
+  EXPECT_EQ(message, v.plain);
+  EXPECT_NE(*gmac, v.tag);
+  auto verifies = [&](const std::vector<std::byte>& bytes, const AeadTag& tag) {
+    open->Begin(v.nonce, v.associated);
+    open->Authenticate(bytes);
+    return open->Open(tag);
+  };
+  EXPECT_TRUE(verifies(message, *gmac));
+  for (size_t i = 0; i < message.size(); i += 5) {
+    std::vector<std::byte> altered = message;
+    altered[i] ^= std::byte{0x20};
+    EXPECT_FALSE(verifies(altered, *gmac)) << "byte " << i;
+  }
+  EXPECT_FALSE(verifies(std::vector<std::byte>(message.begin(), message.end() - 1), *gmac));
 }
 
 TEST(Aes256GcmTest, EachModeDoesOnlyItsOwnEnd) {

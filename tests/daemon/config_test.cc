@@ -87,6 +87,65 @@ TEST(ConfigTest, DataEncryptionIsOffUnlessAskedAndNeedsTls) {
   EXPECT_TRUE(FinalizeConfig(with_tls).ok());
 }
 
+// A config with the three TLS files set (they are not read here), then `settings` applied.
+absl::Status ConfigureWithTls(Config& config,
+                              const std::vector<std::pair<std::string, std::string>>& settings) {
+  OptionSet options;
+  RegisterOptions(options, config);
+  std::vector<std::pair<std::string, std::string>> all = {
+      {"tls_cert", "c.pem"}, {"tls_key", "k.pem"}, {"tls_ca", "ca.pem"}};
+  all.insert(all.end(), settings.begin(), settings.end());
+  for (const auto& [name, value] : all) {
+    if (absl::Status set = options.Set(name, value); !set.ok()) return set;
+  }
+  return FinalizeConfig(config);
+}
+
+// data_integrity is auto by default, which authenticates data connections exactly when the
+// daemon has certificates (and so handshake keys worth the name); on needs them; off turns it
+// off; nothing else is accepted.
+TEST(ConfigTest, DataIntegrityIsOnByDefaultWithCertificatesOnly) {
+  Config defaults;
+  ASSERT_TRUE(FinalizeConfig(defaults).ok());
+  EXPECT_EQ(defaults.data_integrity, "auto");
+  EXPECT_FALSE(DataIntegrity(defaults)) << "development mode has no keys to authenticate with";
+
+  Config with_tls;
+  ASSERT_TRUE(ConfigureWithTls(with_tls, {}).ok());
+  EXPECT_TRUE(DataIntegrity(with_tls));
+
+  Config off;
+  ASSERT_TRUE(ConfigureWithTls(off, {{"data-integrity", "off"}}).ok());
+  EXPECT_FALSE(DataIntegrity(off));
+
+  Config on;
+  ASSERT_TRUE(ConfigureWithTls(on, {{"data_integrity", "on"}}).ok());
+  EXPECT_TRUE(DataIntegrity(on));
+
+  Config on_without_tls;
+  const absl::Status refused = Configure(on_without_tls, "data_integrity", "on");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("needs tls_cert, tls_key and tls_ca"), std::string::npos)
+      << refused;
+
+  Config off_without_tls;
+  ASSERT_TRUE(Configure(off_without_tls, "data_integrity", "off").ok());
+  EXPECT_FALSE(DataIntegrity(off_without_tls));
+
+  for (const std::string bad : {"true", "yes", "", "AUTO"}) {
+    Config config;
+    const absl::Status status = Configure(config, "data_integrity", bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(status.message().find("auto, on or off"), std::string::npos) << status;
+  }
+
+  // data_encryption seals, which authenticates as well: it goes with any data_integrity.
+  Config sealed;
+  ASSERT_TRUE(
+      ConfigureWithTls(sealed, {{"data_encryption", "true"}, {"data_integrity", "off"}}).ok());
+  EXPECT_TRUE(sealed.data_encryption);
+}
+
 // The mapping limits default to values a job on one node stays below and that keep batond's
 // address space and mapping count safe; each is bounded when set.
 TEST(ConfigTest, MappingAndCommIdLimitsHaveSaneDefaultsAndBounds) {

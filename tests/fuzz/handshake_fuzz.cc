@@ -35,8 +35,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::Time deadline = absl::Now() + absl::Seconds(1);
   int fds[2];
   if (Prepare(data, size, fds)) {
-    absl::StatusOr<baton::transport::tcp::Admitted> admitted = baton::transport::tcp::Admit(
-        fds[0], "198.18.0.10:7461", nullptr, /*seal=*/(size & 1) != 0, deadline);
+    absl::StatusOr<baton::transport::tcp::Admitted> admitted =
+        baton::transport::tcp::Admit(fds[0], "198.18.0.10:7461", nullptr,
+                                     static_cast<baton::transport::Protection>(size % 3), deadline);
     if (admitted.ok()) std::abort();  // a proof over a fresh nonce cannot be in the input
     close(fds[0]);
     close(fds[1]);
@@ -44,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (Prepare(data, size, fds)) {
     (void)baton::transport::tcp::Introduce(
         fds[0], "198.18.0.11:7461", "198.18.0.10:7461", baton::transport::kNoHandshakeKey,
-        /*seal=*/(size & 1) != 0, deadline, [] { return false; });
+        static_cast<baton::transport::Protection>(size % 3), deadline, [] { return false; });
     close(fds[0]);
     close(fds[1]);
   }

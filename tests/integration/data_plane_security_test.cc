@@ -19,9 +19,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "baton/v1/baton.grpc.pb.h"
+#include "common/aead.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/testing/peer_stub.h"
+#include "transport/frame.h"
+#include "transport/record_cipher.h"
 #include "transport/tcp/handshake_io.h"
 #include "transport/tcp/socket.h"
 
@@ -82,6 +85,31 @@ std::optional<transport::HandshakeKey> FetchDataKey(const client::LocalDaemon& i
   }
   std::memcpy(key.data(), response.key().data(), key.size());
   return key;
+}
+
+// A data frame as the end of a connection with `stream` (its ciphers, if the handshake agreed on
+// records: sealed or authenticated) writes it.
+std::vector<std::byte> DataFrame(std::optional<transport::tcp::SealedStream>& stream,
+                                 const transport::Tag& tag, size_t payload_bytes) {
+  transport::FrameHeader header{transport::FrameType::kData, tag, payload_bytes};
+  std::vector<std::byte> frame(transport::kFrameHeaderBytes + payload_bytes);
+  const auto header_bytes = std::span<std::byte, transport::kFrameHeaderBytes>(
+      frame.data(), transport::kFrameHeaderBytes);
+  if (!stream.has_value()) {
+    transport::EncodeFrameHeader(header, header_bytes);
+    return frame;
+  }
+  transport::RecordCipher& seal = stream->seal;
+  header.set_protection(seal.encrypts() ? transport::Protection::kSealed
+                                        : transport::Protection::kAuthenticated);
+  transport::EncodeFrameHeader(header, header_bytes);
+  seal.Begin(header_bytes);
+  seal.Update(std::span(frame).subspan(transport::kFrameHeaderBytes),
+              frame.data() + transport::kFrameHeaderBytes);
+  const absl::StatusOr<AeadTag> record_tag = seal.Seal();
+  EXPECT_TRUE(record_tag.ok()) << record_tag.status();
+  if (record_tag.ok()) frame.insert(frame.end(), record_tag->begin(), record_tag->end());
+  return frame;
 }
 
 // Sums rank-dependent inputs of `elements` floats over `ranks` ranks, one on each of the first
@@ -182,22 +210,22 @@ TEST(DataPlaneSecurityTest, ACertifiedDaemonOutsideTheCommunicatorIsRefused) {
           const std::optional<transport::HandshakeKey> key = FetchDataKey(victim, outsider);
           ASSERT_TRUE(key.has_value());
           FileDescriptor fd = ConnectTo(victim.data_address);
-          ASSERT_TRUE(transport::tcp::Introduce(
-                          fd.get(), outsider.data_address, victim.data_address, *key,
-                          /*seal=*/false, absl::Now() + absl::Seconds(10), [] { return false; })
-                          .ok());
-          // Frames of the communicator's next operations, as a member would send them.
+          absl::StatusOr<std::optional<transport::tcp::SealedStream>> stream =
+              transport::tcp::Introduce(fd.get(), outsider.data_address, victim.data_address, *key,
+                                        /*seal=*/false, absl::Now() + absl::Seconds(10),
+                                        [] { return false; });
+          ASSERT_TRUE(stream.ok()) << stream.status();
+          // Frames of the communicator's next operations, as a member would send them (on
+          // the connection's terms: authenticated, as certified daemons' connections are by
+          // default).
           constexpr int kFrames = 50;
-          std::vector<std::byte> frame(transport::kFrameHeaderBytes + 64);
           for (int i = 0; i < kFrames; ++i) {
-            transport::EncodeFrameHeader(
-                transport::FrameHeader{transport::FrameType::kData,
-                                       transport::Tag{.comm = tag,
-                                                      .seq = static_cast<uint64_t>(2 + i / 10),
-                                                      .step = static_cast<uint32_t>(i % 10)},
-                                       64},
-                std::span<std::byte, transport::kFrameHeaderBytes>(frame.data(),
-                                                                   transport::kFrameHeaderBytes));
+            const std::vector<std::byte> frame =
+                DataFrame(*stream,
+                          transport::Tag{.comm = tag,
+                                         .seq = static_cast<uint64_t>(2 + i / 10),
+                                         .step = static_cast<uint32_t>(i % 10)},
+                          64);
             ASSERT_EQ(write(fd.get(), frame.data(), frame.size()),
                       static_cast<ssize_t>(frame.size()));
           }
@@ -286,6 +314,74 @@ TEST(DataPlaneSecurityTest, AnEncryptingClusterReducesRightOverSealedConnections
                                                          transport::kFrameHeaderBytes));
   ASSERT_EQ(write(fd.get(), frame.data(), frame.size()), static_cast<ssize_t>(frame.size()));
   EXPECT_TRUE(ClosedByPeer(fd.get()));
+}
+
+// The text of `daemon`'s log file.
+std::string LogOf(const client::LocalDaemon& daemon) {
+  std::ifstream log(daemon.log);
+  return std::string((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+}
+
+// Opens a data connection to `to` as `as` (the test holding `as`'s certificate) asking for no
+// protection, and returns what the handshake agreed on: the ciphers if `to` made it sealed or
+// authenticated.
+std::optional<transport::tcp::SealedStream> ConnectAs(const client::LocalDaemon& to,
+                                                      const client::LocalDaemon& as,
+                                                      FileDescriptor& fd) {
+  const std::optional<transport::HandshakeKey> key = FetchDataKey(to, as);
+  if (!key.has_value()) return std::nullopt;
+  fd = ConnectTo(to.data_address);
+  absl::StatusOr<std::optional<transport::tcp::SealedStream>> stream = transport::tcp::Introduce(
+      fd.get(), as.data_address, to.data_address, *key, transport::Protection::kNone,
+      absl::Now() + absl::Seconds(10), [] { return false; });
+  EXPECT_TRUE(stream.ok()) << stream.status();
+  return stream.ok() ? *std::move(stream) : std::nullopt;
+}
+
+// With certificates and data_integrity left at its default (auto), every data connection is
+// authenticated: two daemons' all-reduces of several records per message come out right with no
+// seal failure or error on either link, each daemon says so, and a connection opened to node-0
+// without asking is authenticated all the same (not sealed); a plain frame on it closes it. With
+// data_integrity=off, the same connection stays plain.
+TEST(DataPlaneSecurityTest, CertifiedDaemonsAuthenticateDataConnectionsByDefault) {
+  {
+    TestCluster cluster(2);
+    ASSERT_TRUE(cluster.ok());
+    AllReduceRounds(cluster, 3, /*ranks=*/2, /*elements=*/(size_t{1} << 20) + 5);  // 4 MiB
+    for (const client::LocalDaemon& daemon : cluster.daemons()) {
+      const std::string page = testing::HttpGet(daemon.metrics_address, "/metrics");
+      for (const client::LocalDaemon& peer : cluster.daemons()) {
+        if (peer.node_name == daemon.node_name) continue;
+        const std::string labels =
+            absl::StrCat("{local_node=\"", daemon.node_name, "\",peer_node=\"", peer.node_name,
+                         "\",transport=\"tcp\"} ");
+        EXPECT_NE(page.find("baton_link_seal_failures_total" + labels + "0\n"), std::string::npos)
+            << daemon.node_name << " -> " << peer.node_name << "\n"
+            << page;
+        EXPECT_NE(page.find("baton_link_errors_total" + labels + "0\n"), std::string::npos)
+            << daemon.node_name << " -> " << peer.node_name;
+      }
+      EXPECT_NE(LogOf(daemon).find("data connections are authenticated"), std::string::npos)
+          << daemon.log;
+    }
+    FileDescriptor fd;
+    std::optional<transport::tcp::SealedStream> stream =
+        ConnectAs(cluster.daemons()[0], cluster.daemons()[1], fd);
+    ASSERT_TRUE(stream.has_value()) << "node-0 did not authenticate the connection";
+    EXPECT_FALSE(stream->seal.encrypts()) << "authenticated, not sealed";
+    std::optional<transport::tcp::SealedStream> none;
+    const std::vector<std::byte> plain = DataFrame(none, transport::Tag{.seq = 1}, 64);
+    ASSERT_EQ(write(fd.get(), plain.data(), plain.size()), static_cast<ssize_t>(plain.size()));
+    EXPECT_TRUE(ClosedByPeer(fd.get()));
+  }
+  {
+    TestCluster cluster(2, {"--data-integrity=off"});
+    ASSERT_TRUE(cluster.ok());
+    AllReduceRounds(cluster, 1);
+    EXPECT_NE(LogOf(cluster.daemons()[0]).find("data_integrity=off"), std::string::npos);
+    FileDescriptor fd;
+    EXPECT_FALSE(ConnectAs(cluster.daemons()[0], cluster.daemons()[1], fd).has_value());
+  }
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ TEST(FrameTest, RejectsCorruptHeaders) {
     std::byte value;
   };
   for (const Case& c : {Case{"magic", 0, std::byte{'X'}}, Case{"version", 4, std::byte{1}},
-                        Case{"type", 5, std::byte{9}}, Case{"flags", 6, std::byte{4}}}) {
+                        Case{"type", 5, std::byte{9}}, Case{"flags", 6, std::byte{8}}}) {
     Bytes bad = good;
     bad[c.offset] = c.value;
     absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(bad);
@@ -62,8 +62,8 @@ TEST(FrameTest, RejectsCorruptHeaders) {
   }
 }
 
-// Bit 0 of the flags says that a data frame's payload is followed by its CRC32C; every other bit,
-// and the checksum bit on any other frame type, is corruption.
+// Bit 0 of the flags says that a data frame's payload is followed by its CRC32C; every bit beyond
+// the three known ones, and the checksum bit on any other frame type, is corruption.
 TEST(FrameTest, ChecksumFlagRoundTripsOnDataFramesOnly) {
   const FrameHeader checked{FrameType::kData, Tag{.comm = 5, .seq = 6}, 1000, /*checksum=*/true};
   const Bytes bytes = Encode(checked);
@@ -79,7 +79,7 @@ TEST(FrameTest, ChecksumFlagRoundTripsOnDataFramesOnly) {
   EXPECT_FALSE(plain->checksum);
 
   for (const uint16_t unknown :
-       {uint16_t{0x0004}, uint16_t{0x0005}, uint16_t{0x0100}, uint16_t{0x8000}, uint16_t{0xffff}}) {
+       {uint16_t{0x0008}, uint16_t{0x0009}, uint16_t{0x0100}, uint16_t{0x8000}, uint16_t{0xffff}}) {
     Bytes bad = bytes;
     bad[6] = static_cast<std::byte>(unknown & 0xff);
     bad[7] = static_cast<std::byte>(unknown >> 8);
@@ -140,6 +140,71 @@ TEST(FrameTest, SealedFlagRoundTripsWhereItMeansSomething) {
                                                                           .sealed = true}));
   EXPECT_EQ(both.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(both.status().message(), ::testing::HasSubstr("checksum flag on a sealed frame"));
+}
+
+// Bit 2 says that a frame is authenticated (data, ping, pong), that a connector asks for at least
+// an authenticated connection (hello) or that the acceptor agrees (challenge). A proof never is,
+// an authenticated frame carries no checksum, and no frame is both sealed and authenticated.
+TEST(FrameTest, AuthenticatedFlagRoundTripsWhereItMeansSomething) {
+  struct Kind {
+    FrameType type;
+    uint64_t bytes;
+  };
+  for (const Kind& kind :
+       {Kind{FrameType::kData, 12345}, Kind{FrameType::kData, 0},
+        Kind{FrameType::kHello, kHandshakeNonceBytes + 5},
+        Kind{FrameType::kPing, kPingPayloadBytes}, Kind{FrameType::kPong, kPingPayloadBytes},
+        Kind{FrameType::kChallenge, kChallengePayloadBytes}}) {
+    const FrameHeader authenticated{.type = kind.type,
+                                    .tag = Tag{.comm = 9},
+                                    .payload_bytes = kind.bytes,
+                                    .authenticated = true};
+    EXPECT_EQ(authenticated.protection(), Protection::kAuthenticated);
+    EXPECT_TRUE(authenticated.in_records());
+    const Bytes bytes = Encode(authenticated);
+    EXPECT_EQ(static_cast<int>(bytes[6]), 4);
+    EXPECT_EQ(static_cast<int>(bytes[7]), 0);
+    absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(bytes);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, authenticated);
+  }
+  struct Refused {
+    FrameHeader header;
+    const char* why;
+  };
+  for (const Refused& refused : {
+           Refused{FrameHeader{.type = FrameType::kProof,
+          .tag = Tag{},
+          .payload_bytes = kHandshakeProofBytes,
+          .authenticated = true},
+                   "authenticated flag on a handshake proof"},
+           Refused{FrameHeader{.type = FrameType::kData,
+           .tag = Tag{},
+           .payload_bytes = 10,
+           .checksum = true,
+           .authenticated = true},
+                   "checksum flag on an authenticated frame"},
+           Refused{FrameHeader{.type = FrameType::kData,
+           .tag = Tag{},
+           .payload_bytes = 10,
+           .sealed = true,
+           .authenticated = true},
+                   "sealed and authenticated flags on one frame"},
+       }) {
+    absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(Encode(refused.header));
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kDataLoss) << refused.why;
+    EXPECT_THAT(decoded.status().message(), ::testing::HasSubstr(refused.why));
+  }
+  // set_protection sets one flag and clears the other; Protection orders weakest first.
+  FrameHeader header;
+  header.set_protection(Protection::kSealed);
+  EXPECT_TRUE(header.sealed && !header.authenticated);
+  header.set_protection(Protection::kAuthenticated);
+  EXPECT_TRUE(!header.sealed && header.authenticated);
+  header.set_protection(Protection::kNone);
+  EXPECT_FALSE(header.in_records());
+  EXPECT_LT(Protection::kNone, Protection::kAuthenticated);
+  EXPECT_LT(Protection::kAuthenticated, Protection::kSealed);
 }
 
 TEST(FrameTest, SealedRecordsAreOnePerStartedRecordAndOneForNothing) {

@@ -1,12 +1,15 @@
-// The numbered records of a sealed connection's direction (transport/record_cipher.h): they open
-// only in the order they were sealed, under the same secret, with the same associated data, and
-// the key changes every records_per_key records on both ends without a message.
+// The numbered records of a sealed or authenticated connection's direction
+// (transport/record_cipher.h): they open only in the order they were sealed, under the same
+// secret, with the same associated data, and the key changes every records_per_key records on
+// both ends without a message. Records in the clear (Payload::kClear) leave their payload as it
+// is, and fail for any change to it just as sealed ones do.
 
 #include "transport/record_cipher.h"
 
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -131,6 +134,123 @@ TEST(RecordCipherTest, AnEmptyRecordAuthenticatesItsAssociatedData) {
   const Sealed sealed = SealOne(seal, Bytes("header of an empty frame"), {});
   EXPECT_EQ(OpenOne(open, Bytes("header of an empty frame"), sealed), std::vector<std::byte>{});
   EXPECT_EQ(OpenOne(open_too, Bytes("header of an empty framE"), sealed), std::nullopt);
+}
+
+RecordCipher MakeClear(const RecordSecret& secret, RecordCipher::Mode mode,
+                       uint64_t records_per_key = RecordCipher::kRecordsPerKey) {
+  absl::StatusOr<RecordCipher> cipher =
+      RecordCipher::Create(secret, mode, records_per_key, RecordCipher::Payload::kClear);
+  EXPECT_TRUE(cipher.ok()) << cipher.status();
+  return *std::move(cipher);
+}
+
+// An authenticated record as the sender makes it: its payload, untouched (Authenticate), and
+// its tag.
+Sealed AuthenticateOne(RecordCipher& cipher, const std::vector<std::byte>& associated,
+                       const std::vector<std::byte>& plain) {
+  Sealed record{plain};
+  cipher.Begin(associated);
+  cipher.Authenticate(std::span(plain).first(plain.size() / 3));
+  cipher.Authenticate(std::span(plain).subspan(plain.size() / 3));
+  absl::StatusOr<AeadTag> tag = cipher.Seal();
+  EXPECT_TRUE(tag.ok()) << tag.status();
+  if (tag.ok()) record.tag = *tag;
+  return record;
+}
+
+TEST(RecordCipherTest, AuthenticatedRecordsStayInTheClearAndCheckInOrder) {
+  RecordCipher seal = MakeClear(SecretOf('c'), RecordCipher::Mode::kSeal, 3);
+  RecordCipher open = MakeClear(SecretOf('c'), RecordCipher::Mode::kOpen, 3);
+  EXPECT_FALSE(seal.encrypts());
+  EXPECT_TRUE(Make(SecretOf('c'), RecordCipher::Mode::kSeal).encrypts());
+  const std::vector<std::byte> associated = Bytes("header");
+  const std::vector<std::byte> plain = Bytes("the same payload, in the clear, every time");
+  std::vector<AeadTag> tags;
+  for (int i = 0; i < 10; ++i) {  // across three key changes
+    const Sealed record = AuthenticateOne(seal, associated, plain);
+    EXPECT_EQ(record.cipher, plain);
+    for (const AeadTag& earlier : tags) EXPECT_NE(record.tag, earlier) << i;
+    tags.push_back(record.tag);
+    // Opened in place by the receiver (OpenOne's Update with out == in): nothing changes.
+    EXPECT_EQ(OpenOne(open, associated, record), plain) << i;
+  }
+  // Update from one buffer to another copies the bytes as they are.
+  RecordCipher copy = MakeClear(SecretOf('c'), RecordCipher::Mode::kSeal);
+  std::vector<std::byte> out(plain.size());
+  copy.Begin(associated);
+  copy.Update(plain, out.data());
+  EXPECT_EQ(out, plain);
+}
+
+// Each attack on a direction's stream: a payload byte, a tag byte or the associated data
+// (header) altered, a record dropped, replayed, or two swapped. Every one fails to open.
+TEST(RecordCipherTest, AlteredDroppedReplayedOrReorderedAuthenticatedRecordsDoNotOpen) {
+  const std::vector<std::byte> associated = Bytes("header");
+  const std::vector<std::byte> first = Bytes("first payload");
+  const std::vector<std::byte> second = Bytes("second payload");
+  auto fresh = [] {
+    return std::pair{MakeClear(SecretOf('t'), RecordCipher::Mode::kSeal),
+                     MakeClear(SecretOf('t'), RecordCipher::Mode::kOpen)};
+  };
+  {
+    auto [seal, open] = fresh();
+    Sealed record = AuthenticateOne(seal, associated, first);
+    record.cipher[4] ^= std::byte{0x01};
+    EXPECT_EQ(OpenOne(open, associated, record), std::nullopt) << "payload byte";
+  }
+  {
+    auto [seal, open] = fresh();
+    Sealed record = AuthenticateOne(seal, associated, first);
+    record.tag[0] ^= std::byte{0x80};
+    EXPECT_EQ(OpenOne(open, associated, record), std::nullopt) << "tag byte";
+  }
+  {
+    auto [seal, open] = fresh();
+    EXPECT_EQ(OpenOne(open, Bytes("headeR"), AuthenticateOne(seal, associated, first)),
+              std::nullopt)
+        << "associated data";
+  }
+  {
+    auto [seal, open] = fresh();
+    AuthenticateOne(seal, associated, first);  // dropped
+    EXPECT_EQ(OpenOne(open, associated, AuthenticateOne(seal, associated, second)), std::nullopt)
+        << "dropped";
+  }
+  {
+    auto [seal, open] = fresh();
+    const Sealed record = AuthenticateOne(seal, associated, first);
+    EXPECT_EQ(OpenOne(open, associated, record), first);
+    EXPECT_EQ(OpenOne(open, associated, record), std::nullopt) << "replayed";
+  }
+  {
+    auto [seal, open] = fresh();
+    const Sealed one = AuthenticateOne(seal, associated, first);
+    const Sealed two = AuthenticateOne(seal, associated, second);
+    EXPECT_EQ(OpenOne(open, associated, two), std::nullopt) << "reordered";
+    RecordCipher in_order = MakeClear(SecretOf('t'), RecordCipher::Mode::kOpen);
+    EXPECT_EQ(OpenOne(in_order, associated, one), first);
+    EXPECT_EQ(OpenOne(in_order, associated, two), second);
+  }
+}
+
+// One secret never gives the same (key, nonce) to a sealed and an authenticated record: an
+// authenticated record's tag is not the tag of a sealed record of no payload whose associated
+// data is the header and the payload together (which it would be under the same key and nonce),
+// and a sealed record does not open as an authenticated one.
+TEST(RecordCipherTest, AuthenticatedAndSealedRecordsHaveTheirOwnKeys) {
+  RecordCipher clear = MakeClear(SecretOf('d'), RecordCipher::Mode::kSeal);
+  RecordCipher sealed = Make(SecretOf('d'), RecordCipher::Mode::kSeal);
+  const std::vector<std::byte> header = Bytes("header");
+  const std::vector<std::byte> payload = Bytes("payload");
+  std::vector<std::byte> both = header;
+  both.insert(both.end(), payload.begin(), payload.end());
+  const Sealed authenticated = AuthenticateOne(clear, header, payload);
+  const Sealed empty = SealOne(sealed, both, {});
+  EXPECT_NE(authenticated.tag, empty.tag);
+
+  RecordCipher seal = Make(SecretOf('d'), RecordCipher::Mode::kSeal);
+  RecordCipher open = MakeClear(SecretOf('d'), RecordCipher::Mode::kOpen);
+  EXPECT_EQ(OpenOne(open, header, SealOne(seal, header, payload)), std::nullopt);
 }
 
 TEST(RecordCipherTest, RefusesZeroRecordsPerKey) {

@@ -154,7 +154,7 @@ void TcpEndpoint::StartReaderLocked(const std::shared_ptr<Conn>& conn) {
 }
 
 absl::StatusOr<Admitted> TcpEndpoint::AdmitPeer(int fd) {
-  return Admit(fd, address_, handshake_keys_, seal_, absl::Now() + handshake_timeout_);
+  return Admit(fd, address_, handshake_keys_, protection_, absl::Now() + handshake_timeout_);
 }
 
 }  // namespace baton::transport::tcp

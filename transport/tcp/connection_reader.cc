@@ -139,10 +139,12 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
         (decoded->type == FrameType::kHello || decoded->type == FrameType::kChallenge ||
          decoded->type == FrameType::kProof)) {
       decoded = absl::DataLossError("unexpected handshake frame on an introduced connection");
-    } else if (decoded.ok() && decoded->sealed != conn.open.has_value()) {
-      // Nobody may slip a frame of their own into a sealed connection.
-      decoded = absl::DataLossError(decoded->sealed ? "a sealed frame on an unsealed connection"
-                                                    : "an unsealed frame on a sealed connection");
+    } else if (decoded.ok()) {
+      // Nobody may slip a frame of their own into a sealed or authenticated connection.
+      if (absl::Status fits = FitsConnection(*decoded, conn.open ? &*conn.open : nullptr);
+          !fits.ok()) {
+        decoded = fits;
+      }
     }
     if (!decoded.ok()) {
       CountError(peer);
@@ -183,7 +185,7 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
   // what was sent (the stream can no longer be trusted, and the error ends the connection), or
   // a broken link.
   auto verdict = [&](absl::Status status) {
-    if (!body.intact()) return IntegrityFailure(peer, header.tag, header.sealed);
+    if (!body.intact()) return IntegrityFailure(peer, header);
     if (!status.ok()) CountError(peer);
     return status;
   };
@@ -231,7 +233,7 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
   }
   if (status.ok()) status = body.Finish(deadline, &cancelled);
   if (!body.intact()) {
-    status = IntegrityFailure(peer, header.tag, header.sealed);
+    status = IntegrityFailure(peer, header);
     matcher_.FinishDelivery(std::move(delivery), status);
     return status;
   }

@@ -9,6 +9,30 @@
 #include "transport/tcp/connection.h"
 
 namespace baton::transport::tcp {
+namespace {
+
+absl::string_view Described(Protection protection) {
+  switch (protection) {
+    case Protection::kNone:
+      return "a plain";
+    case Protection::kAuthenticated:
+      return "an authenticated";
+    case Protection::kSealed:
+      return "a sealed";
+  }
+  return "an unknown";
+}
+
+}  // namespace
+
+absl::Status FitsConnection(const FrameHeader& header, const RecordCipher* open) {
+  const Protection connection = open == nullptr    ? Protection::kNone
+                                : open->encrypts() ? Protection::kSealed
+                                                   : Protection::kAuthenticated;
+  if (header.protection() == connection) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(Described(header.protection()), " frame on ",
+                                          Described(connection), " connection"));
+}
 
 PayloadReader::PayloadReader(BufferedReader& in, const FrameHeader& header, RecordCipher* open)
     : in_(in), header_(header), open_(open), left_(header.payload_bytes) {
@@ -75,8 +99,9 @@ absl::Status PayloadReader::ReadTagAndOpen(absl::Time deadline,
   BATON_RETURN_IF_ERROR(status);
   if (!open_->Open(tag_)) {
     intact_ = false;
-    return absl::DataLossError(
-        absl::StrCat("sealed record ", open_->records() - 1, " of the connection did not open"));
+    return absl::DataLossError(absl::StrCat(open_->encrypts() ? "sealed" : "authenticated",
+                                            " record ", open_->records() - 1,
+                                            " of the connection did not open"));
   }
   return absl::OkStatus();
 }

@@ -1,9 +1,10 @@
 #pragma once
 
 // Reading one frame's payload off a connection while checking it (frame.h): nothing to check, a
-// CRC32C trailer after the payload (kFrameFlagChecksum), or sealed records, each opened as soon
-// as its tag has been read (kFrameFlagSealed), so that no byte of a sealed frame reaches its
-// receiver or consumer before the record it came in has opened. Internal to transport/tcp/.
+// CRC32C trailer after the payload (kFrameFlagChecksum), or sealed or authenticated records,
+// each opened as soon as its tag has been read (kFrameFlagSealed, kFrameFlagAuthenticated), so
+// that no consumer gets a byte of such a frame before the record it came in has opened, and a
+// receive into a buffer fails if one does not. Internal to transport/tcp/.
 
 #include <array>
 #include <cstddef>
@@ -20,17 +21,23 @@
 
 namespace baton::transport::tcp {
 
+// OK if a frame with `header` may come on a connection whose cipher for what the peer sends is
+// `open` (null: neither sealed nor authenticated): its protection must be the connection's.
+// DataLoss otherwise (someone slipping a frame of their own in, or a peer that does not follow
+// the handshake).
+absl::Status FitsConnection(const FrameHeader& header, const RecordCipher* open);
+
 class PayloadReader {
  public:
   // `in`, the header's frame's connection, positioned at the payload; `open`, that connection's
-  // cipher for what the peer seals (null on an unsealed connection). The frame's sealed flag
-  // must match whether there is one (ReadFrame checks).
+  // cipher for what the peer seals (null on a connection neither sealed nor authenticated). The
+  // frame must fit the connection (FitsConnection; ReadFrame checks).
   PayloadReader(BufferedReader& in, const FrameHeader& header, RecordCipher* open);
   PayloadReader(const PayloadReader&) = delete;
   PayloadReader& operator=(const PayloadReader&) = delete;
 
   // Reads the payload's next into.size() bytes (at most left()) into `into`, with whatever falls
-  // among them on the wire, opening sealed records in place; adds the payload bytes read to
+  // among them on the wire, opening records in place; adds the payload bytes read to
   // `*read`. Errors as BufferedReader::Read (`cancelled` may be null), and DataLoss when a
   // record does not open (intact() turns false; the connection is no longer usable).
   absl::Status Read(ByteSpan into, absl::Time deadline, const absl::FunctionRef<bool()>* cancelled,
@@ -48,7 +55,7 @@ class PayloadReader {
  private:
   absl::Status ReadFromSocket(ByteSpan into, absl::Time deadline,
                               const absl::FunctionRef<bool()>* cancelled, size_t* read);
-  // Sealed: reads what is left of the current record's tag, then opens the record.
+  // Records: reads what is left of the current record's tag, then opens the record.
   absl::Status ReadTagAndOpen(absl::Time deadline, const absl::FunctionRef<bool()>* cancelled);
 
   BufferedReader& in_;
@@ -60,7 +67,7 @@ class PayloadReader {
   uint32_t crc_ = 0;
   std::array<std::byte, kFrameChecksumBytes> trailer_{};
   size_t trailer_left_ = 0;
-  // Sealed: the header (every record's associated data), the records begun, what is left of the
+  // Records: the header (every record's associated data), the records begun, what is left of the
   // current one's payload bytes, and its tag.
   std::array<std::byte, kFrameHeaderBytes> associated_{};
   uint64_t records_begun_ = 0;

@@ -56,7 +56,7 @@ absl::Status TcpEndpoint::ReadPingOrPong(Conn& conn, const FrameHeader& header, 
   size_t read = 0;
   absl::Status status = body.Read(payload, limit, nullptr, &read);
   if (status.ok()) status = body.Finish(limit, nullptr);
-  if (!body.intact()) return IntegrityFailure(conn.peer, header.tag, header.sealed);
+  if (!body.intact()) return IntegrityFailure(conn.peer, header);
   if (!status.ok()) {
     CountError(conn.peer);
     return status;

@@ -149,6 +149,57 @@ absl::Status WriteSealedFrames(int fd, FrameType type, std::span<const OutMessag
   return flush();
 }
 
+// Frames on an authenticated connection (frame.h): each payload goes out from the caller's buffer
+// as it is, as WriteChecksummedFrames sends it, a record at a time, each followed by the tag
+// computed over it just before it is written (so the kernel copies it out of the cache GHASH
+// brought it into), and small frames together. The caller's buffers stay unchanged until Send
+// returns, so what a tag covers is what goes on the wire. As for sealed frames, the connection
+// must be dropped unless this succeeds.
+absl::Status WriteAuthenticatedFrames(int fd, FrameType type, std::span<const OutMessage> messages,
+                                      RecordCipher& cipher, absl::Time deadline,
+                                      absl::FunctionRef<bool()> cancelled,
+                                      absl::FunctionRef<void()> on_full, size_t* written) {
+  size_t records = 0;
+  for (const OutMessage& message : messages) records += SealedRecords(message.data.size());
+  // Where the headers and tags stay until they are written (sized once: the iovecs point in).
+  absl::InlinedVector<Header, kOnStack> headers(messages.size());
+  absl::InlinedVector<AeadTag, kOnStack> tags(records);
+  absl::InlinedVector<iovec, 3 * kOnStack> batch;  // what the next write sends
+  size_t batch_payload = 0;
+  auto flush = [&]() -> absl::Status {
+    absl::Status status = WriteFull(fd, std::span(batch), deadline, cancelled, on_full, written);
+    batch.clear();
+    batch_payload = 0;
+    return status;
+  };
+  size_t next_tag = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ConstByteSpan data = messages[i].data;
+    EncodeFrameHeader(FrameHeader{.type = type,
+                                  .tag = messages[i].tag,
+                                  .payload_bytes = data.size(),
+                                  .authenticated = true},
+                      headers[i]);
+    batch.push_back(iovec{headers[i].data(), headers[i].size()});
+    for (uint64_t record = 0; record < SealedRecords(data.size()); ++record) {
+      const size_t offset = record * kSealedRecordBytes;
+      const ConstByteSpan piece =
+          data.subspan(offset, std::min(kSealedRecordBytes, data.size() - offset));
+      cipher.Begin(headers[i]);
+      cipher.Authenticate(piece);
+      AeadTag& tag = tags[next_tag++];
+      BATON_ASSIGN_OR_RETURN(tag, cipher.Seal());
+      if (!piece.empty()) {
+        batch.push_back(iovec{const_cast<std::byte*>(piece.data()), piece.size()});
+      }
+      batch.push_back(iovec{tag.data(), tag.size()});
+      batch_payload += piece.size();
+      if (batch_payload >= kPieceBytes) BATON_RETURN_IF_ERROR(flush());
+    }
+  }
+  return flush();
+}
+
 }  // namespace
 
 std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::PreferredLocked(
@@ -200,12 +251,12 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
   std::shared_ptr<Conn> stream;
   size_t written = 0;
   absl::Status status;
-  bool sealed = false;
+  bool sealed = false;  // the connection's frames are records: sealed or authenticated
   for (int attempt = 0;; ++attempt) {
     BATON_ASSIGN_OR_RETURN(stream, AcquireStream(peer, tag, operation, total, deadline));
     const int fd = stream->fd.get();
     sealed = stream->seal.has_value();
-    // Only data frames carry a checksum, and never sealed ones (frame.h).
+    // Only data frames carry a checksum, and never sealed or authenticated ones (frame.h).
     const bool checksum = checksum_ && type == FrameType::kData && !sealed;
     bool dead = false;
     bool same_operation = false;
@@ -235,9 +286,12 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
     }
     auto cancelled = [this, &tag] { return SendCancelled(tag.comm); };
     auto on_full = [this] { StopLingering(); };
-    if (sealed) {
+    if (sealed && stream->seal->encrypts()) {
       status = WriteSealedFrames(fd, type, messages, *stream->seal, deadline, cancelled, on_full,
                                  &written);
+    } else if (sealed) {
+      status = WriteAuthenticatedFrames(fd, type, messages, *stream->seal, deadline, cancelled,
+                                        on_full, &written);
     } else if (checksum) {
       status = WriteChecksummedFrames(fd, messages, deadline, cancelled, on_full, &written);
     } else {
@@ -386,7 +440,7 @@ absl::StatusOr<TcpEndpoint::Introduced> TcpEndpoint::ConnectAndIntroduce(const s
     }
     refresh = false;
     absl::StatusOr<std::optional<SealedStream>> sealed =
-        Introduce(fd.get(), address_, peer, key, seal_, deadline, cancelled);
+        Introduce(fd.get(), address_, peer, key, protection_, deadline, cancelled);
     if (sealed.ok()) return Introduced{std::move(fd), *std::move(sealed)};
     if (absl::IsPermissionDenied(sealed.status()) && !refreshed && handshake_keys_ != nullptr) {
       refreshed = refresh = true;

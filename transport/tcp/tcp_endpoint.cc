@@ -153,7 +153,9 @@ void TcpEndpoint::CountError(const std::string& peer) {
   ++link.errors;
 }
 
-absl::Status TcpEndpoint::IntegrityFailure(const std::string& peer, const Tag& tag, bool sealed) {
+absl::Status TcpEndpoint::IntegrityFailure(const std::string& peer, const FrameHeader& header) {
+  const Tag& tag = header.tag;
+  const bool sealed = header.in_records();
   {
     absl::MutexLock lock(&mu_);
     LinkStats& link = links_[peer];
@@ -163,9 +165,9 @@ absl::Status TcpEndpoint::IntegrityFailure(const std::string& peer, const Tag& t
   }
   absl::Status error =
       sealed
-          ? absl::DataLossError(
-                absl::StrCat("a sealed message from peer ", peer, " (", TagToString(tag),
-                             ") did not open: it was altered, dropped or replayed on the way"))
+          ? absl::DataLossError(absl::StrCat(
+                header.sealed ? "a sealed" : "an authenticated", " message from peer ", peer, " (",
+                TagToString(tag), ") did not open: it was altered, dropped or replayed on the way"))
           : absl::DataLossError(absl::StrCat("checksum mismatch on a message from peer ", peer,
                                              " (", TagToString(tag), "): the link corrupted data"));
   DataLostFrom(peer, error);

@@ -62,7 +62,7 @@ class TcpEndpoint final : public Endpoint {
         max_connections_per_peer_(2 * options.streams_per_peer +
                                   options.spare_connections_per_peer),
         checksum_(options.checksum),
-        seal_(options.seal),
+        protection_(AskedProtection(options)),
         matcher_(options.max_unexpected_bytes_per_peer, kFrameHeaderBytes,
                  options.max_unexpected_bytes_total) {}
   ~TcpEndpoint() override;
@@ -214,9 +214,10 @@ class TcpEndpoint final : public Endpoint {
   // write one (the peer might be waiting for us to read).
   void PongLoop();
   void CountError(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
-  // A message from `peer` failed its checksum, or a record of it did not open (`sealed`): counts
-  // an error and a checksum or seal failure, logs, and returns the error of its receive.
-  absl::Status IntegrityFailure(const std::string& peer, const Tag& tag, bool sealed)
+  // A message from `peer` with `header` failed its checksum, or a record of it did not open (a
+  // sealed or authenticated frame): counts an error and a checksum or seal failure, logs, and
+  // returns the error of its receive.
+  absl::Status IntegrityFailure(const std::string& peer, const FrameHeader& header)
       ABSL_LOCKS_EXCLUDED(mu_);
   // What `peer` sent can no longer be trusted to be whole (`error`, DataLoss): fails its pending
   // receives and those posted until it connects again with `error` (ReceiveMatcher::PeerLost),
@@ -234,8 +235,8 @@ class TcpEndpoint final : public Endpoint {
   const int max_pending_handshakes_;
   const int max_pending_handshakes_per_source_;
   const int max_connections_per_peer_;
-  const bool checksum_;  // TcpOptions::checksum
-  const bool seal_;      // TcpOptions::seal
+  const bool checksum_;          // TcpOptions::checksum
+  const Protection protection_;  // TcpOptions::seal, TcpOptions::authenticate
   // Connections refused (no room, a failed handshake, a peer over its connections), and the lines
   // that anyone who reaches the port can cause: logged at most a few times a minute each.
   std::atomic<uint64_t> refused_connections_{0};
@@ -268,7 +269,8 @@ class TcpEndpoint final : public Endpoint {
   absl::flat_hash_map<std::string, uint64_t> lost_retransmits_ ABSL_GUARDED_BY(mu_);
   // Per peer: messages whose checksum did not match (kChecksumFailuresCounter).
   absl::flat_hash_map<std::string, uint64_t> checksum_failures_ ABSL_GUARDED_BY(mu_);
-  // Per peer: messages with a sealed record that did not open (kSealFailuresCounter).
+  // Per peer: messages with a sealed or authenticated record that did not open
+  // (kSealFailuresCounter).
   absl::flat_hash_map<std::string, uint64_t> seal_failures_ ABSL_GUARDED_BY(mu_);
 
   // Round trips: pings in flight by identifier, with the time their pong arrived (InfinitePast

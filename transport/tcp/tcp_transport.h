@@ -76,7 +76,24 @@ struct TcpOptions {
   // (without, the keys follow from public values). Sealed frames carry no checksum (their tags
   // are stronger). Every endpoint of a cluster must be of a build that knows sealing.
   bool seal = false;
+  // Authenticate every connection this endpoint takes part in that is not sealed (frame.h,
+  // kFrameFlagAuthenticated): payloads cross in the clear, but each record of them carries an
+  // AES-256-GCM tag (GMAC) under the keys a sealed connection would have, so that nobody on the
+  // network alters, drops, replays or inserts a frame without the receive failing, as with
+  // `seal`. A connection is sealed if either end seals, else authenticated if either end
+  // authenticates. Worth it only with handshake_keys; authenticated frames carry no checksum.
+  // Every endpoint of a cluster must be of a build that knows the flag. Costs one GHASH pass
+  // over each payload on both sides, no copy (docs/bench/2026-12-06-integrity.md).
+  bool authenticate = false;
 };
+
+// What an endpoint with `options` asks of every connection: kSealed with `seal`, else
+// kAuthenticated with `authenticate`, else kNone.
+inline Protection AskedProtection(const TcpOptions& options) {
+  return options.seal           ? Protection::kSealed
+         : options.authenticate ? Protection::kAuthenticated
+                                : Protection::kNone;
+}
 
 // Messages this large and larger take turns on the connections of TcpOptions::streams_per_peer.
 inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
@@ -84,9 +101,9 @@ inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 // Starts listening and returns the endpoint. Its address() is "<advertise host>:<bound port>".
 // Its LinkStats count each message's 40-byte frame header (frame.h) in the bytes (not a checksum
 // trailer or seal tags), and carry three counters: kChecksumFailuresCounter, the messages from
-// the peer whose checksum did not match, kSealFailuresCounter, those with a sealed record that
-// did not open, and kRetransmitsCounter, the segments the kernel retransmitted on the link's
-// connections.
+// the peer whose checksum did not match, kSealFailuresCounter, those with a sealed or
+// authenticated record that did not open, and kRetransmitsCounter, the segments the kernel
+// retransmitted on the link's connections.
 //
 // A send that finds its connection closed or reset by the peer (a peer that restarted at its
 // address, say) before it wrote a byte on it connects afresh, with the handshake, within its
@@ -94,14 +111,16 @@ inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 // and sequence), it fails instead with Unavailable naming the peer, since what the operation sent
 // may not have arrived. A send that wrote part of its frames before the connection failed fails.
 //
-// A message whose checksum does not match, or a record of which does not open, fails its receive
+// A message whose checksum does not match, or a record of which does not open (sealed or
+// authenticated), fails its receive
 // with DataLoss naming the peer (a
 // receive posted later, if it arrived before its receive was posted), counts as an error, and
 // closes the connection it came on, whose stream can no longer be trusted; the peer's next send
 // connects afresh. A consumed receive (PostConsume) has been handed the pieces of a checksummed
 // message before the check at its end: it fails all the same, and what its consumer did with them
-// is the caller's to discard, as for any failed receive. A consumer gets a sealed message's
-// pieces only once they have opened.
+// is the caller's to discard, as for any failed receive. A consumer gets a sealed or authenticated
+// message's pieces only once they have opened; a receive into a buffer may find the bytes of an
+// authenticated record that did not open there, and fails.
 absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& options);
 
 inline constexpr std::string_view kTcpTransportName = "tcp";
