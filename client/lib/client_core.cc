@@ -869,7 +869,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       if (!forced.ok()) {
         // Every local rank fails with the reason, at once.
         arena.Abort(forced.status());
-        AbortOnDaemon(forced.status().message(), forced.status().code()).IgnoreError();
+        AbortOnDaemon(forced.status().message(), forced.status().code(),
+                      /*from_next_operation=*/true)
+            .IgnoreError();
         return forced.status();
       }
       proposed = forced->has_value() ? **forced : route_tuners_[collective].Choose(bytes);
@@ -877,7 +879,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     absl::StatusOr<collective::NodeArena::RouteAgreement> agreed =
         arena.AgreeOnRoute(call.spec, proposed == Route::kArena, absl::Now() + options.timeout);
     if (!agreed.ok()) {
-      AbortOnDaemon(agreed.status().message(), agreed.status().code()).IgnoreError();
+      AbortOnDaemon(agreed.status().message(), agreed.status().code(),
+                    /*from_next_operation=*/true)
+          .IgnoreError();
       return agreed.status();
     }
     // The previous such call, timed to its slowest rank (rank 0 alone would see the daemon's
@@ -912,10 +916,12 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     if (status.ok()) {
       last_algorithm_ = std::move(algorithm);
     } else if (!absl::IsInvalidArgument(status)) {
-      // The arena was aborted (a mismatch, a deadline, the daemon): the communicator failed, as
-      // after a failure through the daemon. A peer waiting in the daemon because its call
-      // differed fails at once with the reason instead of at its deadline.
-      AbortOnDaemon(status.message(), status.code()).IgnoreError();
+      // The arena was aborted (a mismatch, a deadline, the daemon): the communicator fails from
+      // this call on, as after a refused call. A peer waiting in the daemon because its call
+      // differed fails at once with the reason instead of at its deadline; what the daemons
+      // still run of earlier calls (another node may still finish the previous one) goes on,
+      // which an abort of the whole communicator would cut short.
+      AbortOnDaemon(status.message(), status.code(), /*from_next_operation=*/true).IgnoreError();
     }
     return status;
   }
