@@ -37,7 +37,8 @@ absl::StatusOr<std::string> Rendezvous::CreateSecret(uid_t uid) {
                        " communicator ids whose communicator has not formed, each joined by a "
                        "rank, its limit (max_pending_comm_ids)"));
     }
-    ForgetIdle(unjoined_.begin()->second);
+    const std::string oldest = unjoined_.begin()->second;  // a copy: ForgetIdle erases it
+    ForgetIdle(oldest);
   }
   Pending pending;
   pending.created = now;
@@ -66,16 +67,21 @@ size_t Rendezvous::UnusedCountOf(uid_t uid) {
 
 void Rendezvous::ForgetUnused(absl::Time now) {
   while (!idle_.empty() && now - idle_.begin()->first >= limits_.unused_ttl) {
-    ForgetIdle(idle_.begin()->second);
+    // A copy: forgetting the secret erases the entry that holds it.
+    const std::pair<absl::Time, std::string> oldest = *idle_.begin();
+    ForgetIdle(oldest.second);
+    idle_.erase(oldest);  // gone already, unless no pending secret matched it
   }
 }
 
 void Rendezvous::ForgetIdle(const std::string& secret) {
   auto it = pending_.find(secret);
   if (it == pending_.end()) return;
+  // The sets hold the map's own spelling of the secret (lookups accept either case).
+  const std::string key = it->first;
   Pending& pending = it->second;
-  idle_.erase({pending.idle_since, secret});
-  unjoined_.erase({pending.created, secret});
+  idle_.erase({pending.idle_since, key});
+  unjoined_.erase({pending.created, key});
   Uncount(pending);
   pending_.erase(it);
 }
@@ -156,6 +162,9 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
         "unknown communicator id: its secret was not created by this root daemon, or the "
         "communicator it named has already formed");
   }
+  // The map's own spelling of the secret, which idle_ and unjoined_ hold (lookups accept the
+  // hex digits in either case).
+  const std::string key = it->first;
   Pending& pending = it->second;
   if (world_size < 1) {
     return absl::InvalidArgumentError(
@@ -182,8 +191,8 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
   }
   if (pending.ranks.empty() && pending.waiting == 0) {
     // Someone waits on it now: it neither expires nor makes room for others.
-    idle_.erase({pending.idle_since, secret});
-    unjoined_.erase({pending.created, secret});
+    idle_.erase({pending.idle_since, key});
+    unjoined_.erase({pending.created, key});
   }
   pending.ranks.emplace(rank, member);
   pending.seen.insert(rank);
@@ -226,7 +235,7 @@ absl::StatusOr<Plan> Rendezvous::Join(const std::string& secret, int world_size,
     // (but makes no room for others: a rank joined with it).
     if (pending.ranks.empty() && pending.waiting == 0) {
       pending.idle_since = absl::Now();
-      idle_.emplace(pending.idle_since, secret);
+      idle_.emplace(pending.idle_since, key);
     }
     // Name the first 32 missing ranks and count the rest: the message stays short however
     // large the world.

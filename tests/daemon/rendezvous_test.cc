@@ -359,5 +359,27 @@ TEST(RendezvousTest, WhenEveryIdHasARankNewOnesAreRefused) {
   EXPECT_FALSE(NewSecret(rendezvous, kUid + 2).empty());
 }
 
+// Ids that expire are forgotten oldest first, several at once, one whose rank gave up among
+// them: the daemon once read a freed string while forgetting one (found by proto_handlers_fuzz
+// under AddressSanitizer).
+TEST(RendezvousTest, ExpiredIdsAreForgottenOldestFirst) {
+  Rendezvous::Limits limits;
+  limits.unused_ttl = absl::Milliseconds(20);
+  Rendezvous rendezvous(nullptr, limits);
+  std::vector<std::string> old;
+  for (int i = 0; i < 5; ++i) old.push_back(NewSecret(rendezvous));
+  const absl::StatusOr<Plan> gave_up =
+      rendezvous.Join(old[0], 2, 0, Daemon(0), absl::Now() + absl::Milliseconds(1));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(gave_up.status())) << gave_up.status();
+  absl::SleepFor(absl::Milliseconds(60));           // the scenario: every id is past its ttl
+  const std::string fresh = NewSecret(rendezvous);  // forgets the expired ones first
+  EXPECT_EQ(rendezvous.PendingCount(), 1u);
+  for (const std::string& secret : old) {
+    EXPECT_TRUE(absl::IsPermissionDenied(
+        rendezvous.Join(secret, 1, 0, Daemon(0), absl::Now() + absl::Seconds(1)).status()));
+  }
+  EXPECT_TRUE(rendezvous.Join(fresh, 1, 0, Daemon(0), absl::Now() + absl::Seconds(5)).ok());
+}
+
 }  // namespace
 }  // namespace baton::daemon
