@@ -71,13 +71,13 @@ Plan PlanFromProto(const v1::Plan& proto) {
   return plan;
 }
 
-v1::Peer::Stub* PeerClient::StubFor(const std::string& address) {
+std::shared_ptr<v1::Peer::Stub> PeerClient::StubFor(const std::string& address, bool fresh) {
   absl::MutexLock lock(&mu_);
-  std::unique_ptr<v1::Peer::Stub>& stub = stubs_[address];
-  if (stub == nullptr) {
+  std::shared_ptr<v1::Peer::Stub>& stub = stubs_[address];
+  if (stub == nullptr || fresh) {
     stub = v1::Peer::NewStub(grpc::CreateChannel(address, channel_credentials_));
   }
-  return stub.get();
+  return stub;
 }
 
 absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
@@ -141,14 +141,14 @@ void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
   // operation's default deadline, rather than give up after a few seconds on a loaded node.
   call->context.set_wait_for_ready(true);
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + kAbortNoticeTimeout));
-  StubFor(address)->async()->Abort(&call->context, &call->request, &call->response,
-                                   [call, address, comm_tag](const grpc::Status& status) {
-                                     if (!status.ok()) {
-                                       spdlog::warn(
-                                           "abort notice for communicator {:x} to {} failed: {}",
-                                           comm_tag, address, status.error_message());
-                                     }
-                                   });
+  std::shared_ptr<v1::Peer::Stub> stub = StubFor(address);
+  stub->async()->Abort(&call->context, &call->request, &call->response,
+                       [call, stub, address, comm_tag](const grpc::Status& status) {
+                         if (!status.ok()) {
+                           spdlog::warn("abort notice for communicator {:x} to {} failed: {}",
+                                        comm_tag, address, status.error_message());
+                         }
+                       });
 }
 
 absl::StatusOr<Member> PeerClient::Probe(const std::string& address, size_t send_bytes,
@@ -178,14 +178,23 @@ absl::StatusOr<std::string> PeerClient::DataKey(const std::string& address, cons
   v1::DataKeyRequest request;
   request.set_address(own_data_address);
   v1::DataKeyResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(deadline));
-  if (!Track(&context)) return absl::CancelledError("this daemon is shutting down");
-  grpc::Status status = StubFor(address)->DataKey(&context, request, &response);
-  Untrack(&context);
   const std::string where = absl::StrCat("data key from ", node, " at ", address);
+  // The cached channel may be waiting out its reconnection backoff after the peer went away
+  // (a daemon restarted on the same address): a refused call is tried once more on a channel
+  // of its own, which dials at once, so that a peer that is back is reached within the deadline.
+  grpc::Status status;
+  std::unique_ptr<grpc::ClientContext> context;
+  for (bool fresh : {false, true}) {
+    context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(absl::ToChronoTime(deadline));
+    if (!Track(context.get())) return absl::CancelledError("this daemon is shutting down");
+    status = StubFor(address, fresh)->DataKey(context.get(), request, &response);
+    Untrack(context.get());
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() >= deadline) break;
+  }
   if (!status.ok()) return Annotate(FromGrpc(status), where);
-  if (absl::Status certified = CheckCertified(context.auth_context().get(), certified_peers_, node);
+  if (absl::Status certified =
+          CheckCertified(context->auth_context().get(), certified_peers_, node);
       !certified.ok()) {
     return Annotate(certified, where);
   }

@@ -56,13 +56,15 @@ class PeerClient {
   void Stop();
 
  private:
-  v1::Peer::Stub* StubFor(const std::string& address);
+  // The cached stub of the peer at `address`, or with `fresh` a new one (a new channel, which
+  // dials at once) that replaces it; calls in flight keep theirs.
+  std::shared_ptr<v1::Peer::Stub> StubFor(const std::string& address, bool fresh = false);
 
   const std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
   const bool certified_peers_;
 
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::Peer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<v1::Peer::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
   // Registers a call's context so that Stop can cancel it; false once stopped.
   bool Track(grpc::ClientContext* context) ABSL_LOCKS_EXCLUDED(mu_);
   void Untrack(grpc::ClientContext* context) ABSL_LOCKS_EXCLUDED(mu_);

@@ -39,7 +39,7 @@ ReceiveMatcher::Delivery ClaimPostedReceive(ReceiveMatcher& matcher, const Tag& 
 void Deliver(ReceiveMatcher& matcher, const std::string& peer, const Tag& tag, size_t length,
              char fill) {
   ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(peer, tag, length);
-  if (!delivery.discard()) std::memset(delivery.buffer().data(), fill, length);
+  if (!delivery.discard() && length > 0) std::memset(delivery.buffer().data(), fill, length);
   matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
 }
 
