@@ -1,7 +1,6 @@
 #include "collective/arena_owner.h"
 
 #include "collective/node_arena_layout.h"
-#include "common/futex.h"
 #include "common/status_macros.h"
 
 namespace baton::collective {
@@ -22,9 +21,7 @@ void ArenaOwner::MarkGone(int rank) const {
   if (rank < 0 || rank >= ranks_) return;
   auto* block = reinterpret_cast<arena::RankBlock*>(base_ + arena::BlockOffset(rank));
   block->gone.store(1, std::memory_order_seq_cst);
-  auto* header = reinterpret_cast<arena::Header*>(base_);
-  header->bell.fetch_add(1, std::memory_order_seq_cst);
-  FutexWake(header->bell);
+  reinterpret_cast<arena::Header*>(base_)->RingAll();
 }
 
 NodeArena::Counters ArenaOwner::counters(int rank, Collective collective) const {

@@ -201,6 +201,12 @@ std::string NodeArena::Name(int local) const {
 
 void NodeArena::Abort(const absl::Status& reason) { header().Abort(reason); }
 
+absl::Status NodeArena::AbortWith(const absl::Status& reason) {
+  Abort(reason);
+  const absl::Status status = aborted();
+  return status.ok() ? reason : status;  // a rank set the abort word back to live meanwhile
+}
+
 absl::Status NodeArena::aborted() const { return header().Reason(); }
 
 NodeArena::Counters NodeArena::counters(int rank, Collective collective) const {
@@ -261,9 +267,7 @@ absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_
           " (", signature.Describe(),
           ") in the node's shared arena: it takes no part in it or "
           "any later one"));
-      Abort(failure);
-      const absl::Status status = aborted();
-      return status.ok() ? failure : status;
+      return AbortWith(failure);
     }
     const uint32_t seen = h.bell.load(std::memory_order_seq_cst);
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -289,9 +293,7 @@ absl::Status NodeArena::AwaitAll(std::atomic<uint64_t> RankBlock::*flag, uint64_
                    : "finished its part of",
           " operation ", op, " (", signature.Describe(), ") in the node's shared arena",
           across ? " (its own error names the nodes the daemons waited for)" : ""));
-      Abort(timeout);
-      const absl::Status status = aborted();
-      return status.ok() ? timeout : status;
+      return AbortWith(timeout);
     }
     FutexWait(h.bell, seen, std::min(kSlice, deadline - now));
     h.sleepers.fetch_sub(1, std::memory_order_relaxed);
@@ -310,9 +312,7 @@ absl::Status NodeArena::CheckSignatures(uint64_t op) {
         absl::StrCat("ranks called different collectives as operation ", op,
                      " in the node's shared arena: ", Name(a), " called ", sa.Describe(), ", ",
                      Name(std::max(r, rank_)), " called ", sb.Describe()));
-    Abort(differ);
-    const absl::Status status = aborted();
-    return status.ok() ? differ : status;
+    return AbortWith(differ);
   }
   return absl::OkStatus();
 }

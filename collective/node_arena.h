@@ -217,6 +217,9 @@ class NodeArena {
   RankBlock& block(int rank) const;
   std::byte* input(int rank, uint64_t op) const;
   std::byte* result(int rank, uint64_t op) const;
+  // Aborts the arena with `reason` and returns the arena's reason: the first one written, or
+  // `reason` itself if the abort word reads live again.
+  absl::Status AbortWith(const absl::Status& reason);
   // Local rank `local` as errors name it: "rank 5 (local rank 1)".
   std::string Name(int local) const;
 

@@ -60,6 +60,10 @@ void Header::Abort(const absl::Status& reason) {
   if (length > 0) std::memcpy(abort_reason, reason.message().data(), length);
   abort_reason[length] = '\0';
   abort_state.store(kAborted, std::memory_order_release);
+  RingAll();
+}
+
+void Header::RingAll() {
   bell.fetch_add(1, std::memory_order_seq_cst);
   FutexWake(bell);
 }

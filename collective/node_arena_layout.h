@@ -88,6 +88,8 @@ struct Header {
   // OK while live, else why not: never OK once the abort word left kLive, whatever the memory
   // holds, and never waits more than a moment for a writer.
   absl::Status Reason() const;
+  // Wakes every waiter to look at its flags again (after a change no raise announced).
+  void RingAll();
 };
 
 struct RankBlock {
