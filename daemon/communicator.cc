@@ -113,6 +113,15 @@ bool Communicator::Empty() const {
          std::none_of(sessions_.begin(), sessions_.end(),
                       [](const auto& s) { return s.has_value(); });
 }
+
+std::optional<absl::Status> Communicator::FailedBeforeEveryRankAttached() const {
+  absl::MutexLock lock(&mu_);
+  const bool all_arrived = std::all_of(attached_once_.begin(), attached_once_.end(),
+                                       [](bool attached) { return attached; });
+  if (all_arrived || aborted_.ok()) return std::nullopt;
+  return aborted_;
+}
+
 absl::Status Communicator::CheckAttached(int rank, uint64_t session_id) const {
   const int index = LocalIndex(rank);
   absl::MutexLock lock(&mu_);

@@ -127,6 +127,9 @@ class Communicator {
   // True when no rank is attached and every local rank has attached once (or the communicator has
   // failed): then no local rank can use it any more.
   bool Empty() const;
+  // Why it failed, when it failed before every local rank had attached once: a local rank whose
+  // join is still being answered will attach after it is gone (CommunicatorRegistry keeps this).
+  std::optional<absl::Status> FailedBeforeEveryRankAttached() const;
   // OK when `rank` is attached by `session_id`, else PermissionDenied.
   absl::Status CheckAttached(int rank, uint64_t session_id) const;
   int self() const { return self_; }

@@ -1,7 +1,11 @@
 #include "daemon/communicator_registry.h"
 
+#include <optional>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/secure_random.h"
 
 namespace baton::daemon {
 
@@ -11,6 +15,15 @@ absl::StatusOr<std::shared_ptr<Communicator>> CommunicatorRegistry::GetOrCreate(
   if (it != communicators_.end()) return it->second;
   absl::StatusOr<std::shared_ptr<Communicator>> created = factory_(plan);
   if (!created.ok()) return created.status();
+  const absl::Time now = absl::Now();
+  while (!ended_.empty() && now - ended_.front().at > kEndedTtl) ended_.pop_front();
+  for (auto e = ended_.begin(); e != ended_.end(); ++e) {
+    // The secret too: the tag is only its first half, and the root chose it.
+    if (e->comm_tag != plan.comm_tag || !ConstantTimeEquals(e->secret, plan.secret)) continue;
+    (*created)->Abort(e->reason, /*notify_peers=*/false);  // not visible to anyone yet
+    ended_.erase(e);
+    break;
+  }
   communicators_.emplace(plan.comm_tag, *created);
   return *created;
 }
@@ -29,6 +42,10 @@ void CommunicatorRegistry::Remove(uint64_t comm_tag) {
     if (it == communicators_.end()) return;
     removed = std::move(it->second);
     communicators_.erase(it);
+    if (std::optional<absl::Status> failed = removed->FailedBeforeEveryRankAttached()) {
+      if (ended_.size() >= kMaxEnded) ended_.pop_front();
+      ended_.push_back(Ended{comm_tag, removed->plan().secret, *std::move(failed), absl::Now()});
+    }
     // In the same critical section as the erase: ArenaTotals counts it exactly once.
     removed_arena_counts_ += removed->ArenaCounters();
   }
