@@ -69,7 +69,10 @@ absl::Status LengthMismatch(int src, int dst, uint64_t number, uint64_t sent, si
 // was called. The transport's arrival callbacks and Abort write it; the receiving thread waits on
 // it.
 struct PointToPoint::RemoteReceive {
-  explicit RemoteReceive(size_t parts) : arrived(parts, false) {}
+  RemoteReceive(size_t parts, int src, int dst) : src(src), dst(dst), arrived(parts, false) {}
+  const int src;
+  const int dst;
+  uint64_t number = 0;  // set under PointToPoint::mu_ before it is in receiving_
   absl::Mutex mu;
   std::vector<bool> arrived ABSL_GUARDED_BY(mu);  // by part number; part 0 is the header
   absl::Status aborted ABSL_GUARDED_BY(mu);
@@ -156,6 +159,60 @@ void PointToPoint::Abort(const absl::Status& reason) {
   }
 }
 
+Departure PointToPoint::SentBy(int src) const {
+  Departure departure;
+  departure.rank = src;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [key, pair] : pairs_) {
+    if (key.first == src && pair.sent > 0) departure.sent.emplace_back(key.second, pair.sent);
+  }
+  std::sort(departure.sent.begin(), departure.sent.end());
+  return departure;
+}
+
+absl::Status PointToPoint::NeverSentLocked(int src, int dst, uint64_t number) const {
+  auto it = left_.find(src);
+  if (it == left_.end()) return absl::OkStatus();
+  auto sent = it->second.sent.find(dst);
+  const uint64_t count = sent == it->second.sent.end() ? 0 : sent->second;
+  if (number < count) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "point-to-point: rank ", src, " left the communicator after sending ", count,
+      count == 1 ? " message" : " messages", " to rank ", dst, ", so ",
+      MessageName(src, dst, number), " will never come: ", it->second.reason.message()));
+}
+
+void PointToPoint::SourceLeft(const Departure& departure, const absl::Status& reason) {
+  if (departure.rank < 0 || departure.rank >= layout_.world_size) return;
+  absl::MutexLock lock(&mu_);
+  Left& left = left_[departure.rank];
+  left.reason = reason;
+  for (const auto& [dst, messages] : departure.sent) {
+    if (dst >= 0 && dst < layout_.world_size) left.sent[dst] = messages;
+  }
+  for (auto& [key, pair] : pairs_) {
+    if (key.first != departure.rank) continue;
+    for (auto it = pair.waiting.begin(); it != pair.waiting.end();) {
+      LocalWaiter* waiter = it->second;
+      absl::Status never = NeverSentLocked(key.first, key.second, it->first);
+      if (never.ok() || waiter->claimed) {
+        ++it;
+        continue;
+      }
+      waiter->result = std::move(never);
+      waiter->done = true;
+      pair.waiting.erase(it++);
+    }
+  }
+  for (RemoteReceive* receive : receiving_) {
+    if (receive->src != departure.rank) continue;
+    absl::Status never = NeverSentLocked(receive->src, receive->dst, receive->number);
+    if (never.ok()) continue;
+    absl::MutexLock receive_lock(&receive->mu);
+    if (receive->aborted.ok()) receive->aborted = std::move(never);
+  }
+}
+
 size_t PointToPoint::WaitingLocalRecvs(int src, int dst) const {
   absl::MutexLock lock(&mu_);
   auto it = pairs_.find({src, dst});
@@ -221,6 +278,7 @@ absl::Status PointToPoint::RecvLocal(int src, int dst, transport::ByteSpan data,
     Pair& pair = pairs_[{src, dst}];
     number = pair.received++;
     if (number >= pair.sent) {
+      BATON_RETURN_IF_ERROR(NeverSentLocked(src, dst, number));
       LocalWaiter waiter;
       waiter.data = data;
       pair.waiting.emplace(number, &waiter);
@@ -317,12 +375,14 @@ absl::Status PointToPoint::RecvRemote(int src, int dst, transport::ByteSpan data
         "point-to-point: a receive of ", data.size(), " bytes by rank ", dst, " from rank ", src,
         " needs more than 2^32 pieces of ", chunk_bytes_, " bytes"));
   }
-  RemoteReceive receive(expected + 1);
+  RemoteReceive receive(expected + 1, src, dst);
   uint64_t number;
   {
     absl::MutexLock lock(&mu_);
     if (!abort_.ok()) return abort_;
     number = pairs_[{src, dst}].received++;
+    BATON_RETURN_IF_ERROR(NeverSentLocked(src, dst, number));
+    receive.number = number;
     receiving_.insert(&receive);
   }
   bool mismatch = false;
@@ -332,6 +392,7 @@ absl::Status PointToPoint::RecvRemote(int src, int dst, transport::ByteSpan data
   receiving_.erase(&receive);
   if (status.ok() || mismatch) return status;
   if (!abort_.ok()) return abort_;
+  BATON_RETURN_IF_ERROR(NeverSentLocked(src, dst, number));
   const std::string& peer = AddressOf(src);
   if (absl::IsDeadlineExceeded(status)) {
     return absl::DeadlineExceededError(absl::StrCat(

@@ -41,6 +41,9 @@
 //   transport until the communicator is forgotten). A communicator is aborted after such a
 //   failure anyway; this only keeps the numbering defined.
 // - A Send that fails (deadline, Abort, lost peer) leaves the pair's later messages undefined.
+// - A rank that leaves the communicator (destroys its handle) has sent each rank some number of
+//   messages (SentBy, on its daemon); once told (SourceLeft, on every daemon), a Recv from it
+//   that no message it sent will match fails at once, while those it did send are still received.
 //
 // Thread-safe.
 
@@ -63,6 +66,12 @@
 #include "transport/transport.h"
 
 namespace baton::collective {
+
+// What a rank that left a communicator had sent: to each rank it sent to, how many messages.
+struct Departure {
+  int rank = -1;
+  std::vector<std::pair<int, uint64_t>> sent;  // (destination rank, messages), in rank order
+};
 
 class PointToPoint {
  public:
@@ -102,6 +111,13 @@ class PointToPoint {
   // blocked in the transport ends then). Waiting Recvs return without it.
   void Abort(const absl::Status& reason);
 
+  // The messages local rank `src` has sent (begun to send) to each rank so far.
+  Departure SentBy(int src) const;
+  // Rank `departure.rank` has left: every Recv from it of a message it did not send (pending or
+  // later) fails at once with FailedPrecondition naming both ranks, the count, and `reason`.
+  // Ignored for a rank out of range; entries for ranks out of range are ignored.
+  void SourceLeft(const Departure& departure, const absl::Status& reason);
+
   // How many Recvs of local rank `dst` wait now for a message from local rank `src` on this
   // daemon (tests and diagnostics: at most one while the client serialises each rank's calls).
   size_t WaitingLocalRecvs(int src, int dst) const;
@@ -124,6 +140,15 @@ class PointToPoint {
     absl::flat_hash_map<uint64_t, LocalWaiter*> waiting;
   };
   struct RemoteReceive;
+  // A rank that left: how many messages it sent to each rank, and why it left.
+  struct Left {
+    absl::flat_hash_map<int, uint64_t> sent;
+    absl::Status reason;
+  };
+  // The error of a Recv of message `number` from `src` to `dst` when `src` left without sending
+  // it, else OK.
+  absl::Status NeverSentLocked(int src, int dst, uint64_t number) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // InvalidArgument unless `rank` is a rank of the communicator (and, when `local`, of this
   // daemon); `role` names it in the message ("sender", "receiver").
@@ -160,8 +185,9 @@ class PointToPoint {
   absl::Status abort_ ABSL_GUARDED_BY(mu_);
   // Keyed by (src, dst); node-based, so a Pair stays put while its lock is released.
   absl::node_hash_map<std::pair<int, int>, Pair> pairs_ ABSL_GUARDED_BY(mu_);
-  // Remote Recvs in progress, which Abort wakes.
+  // Remote Recvs in progress, which Abort and SourceLeft wake.
   absl::flat_hash_set<RemoteReceive*> receiving_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, Left> left_ ABSL_GUARDED_BY(mu_);  // by rank
 };
 
 }  // namespace baton::collective

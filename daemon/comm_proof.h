@@ -8,15 +8,33 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "collective/point_to_point.h"
 
 namespace baton::daemon {
 
-// The proof of an abort of communicator `comm_tag` with status code `code` and `message`, by
-// the daemon on `from_node`, from collective `from_operation` on when it is set: 64 hex digits.
-std::string AbortProof(const std::string& secret, uint64_t comm_tag, int code,
-                       absl::string_view message, absl::string_view from_node,
-                       std::optional<uint64_t> from_operation = std::nullopt);
+// What a daemon tells the other daemons of a plan when it aborts or fails their communicator.
+struct AbortNotice {
+  explicit AbortNotice(absl::Status reason, std::optional<uint64_t> from_operation = std::nullopt,
+                       std::optional<collective::Departure> departed = std::nullopt)
+      : reason(std::move(reason)),
+        from_operation(from_operation),
+        departed(std::move(departed)) {}
+
+  absl::Status reason;  // not OK
+  // Set: the communicator fails only from this collective on (Communicator::FailFrom).
+  std::optional<uint64_t> from_operation;
+  // Set: this rank left (destroyed its handle) having sent these messages, so receives of any
+  // later message from it fail at once (collective::PointToPoint::SourceLeft).
+  std::optional<collective::Departure> departed;
+};
+
+// The proof of `notice` about communicator `comm_tag` from the daemon on `from_node`: 64 hex
+// digits over every field of the notice.
+std::string AbortProof(const std::string& secret, uint64_t comm_tag, const AbortNotice& notice,
+                       absl::string_view from_node);
 
 }  // namespace baton::daemon

@@ -254,10 +254,11 @@ void Communicator::Abort(const absl::Status& reason, bool notify_peers) {
   }
   endpoint_->Abort(plan_.comm_tag, reason);
   point_to_point_.Abort(reason);
-  if (notify_peers && notify_abort_) notify_abort_(plan_, reason, std::nullopt);
+  if (notify_peers && notify_abort_) notify_abort_(plan_, AbortNotice{reason});
 }
 
-void Communicator::FailFromNextOf(int rank, const absl::Status& reason, bool notify_peers) {
+void Communicator::FailFromNextOf(int rank, const absl::Status& reason, bool notify_peers,
+                                  const std::optional<collective::Departure>& departed) {
   const int index = LocalIndex(rank);
   if (index < 0) return;
   uint64_t seq;
@@ -265,42 +266,63 @@ void Communicator::FailFromNextOf(int rank, const absl::Status& reason, bool not
     absl::MutexLock lock(&mu_);
     seq = next_seq_[index];
   }
-  FailFrom(seq, reason, notify_peers);
+  FailFrom(seq, reason, notify_peers, departed);
 }
 
 void Communicator::RankLeft(int rank, const absl::Status& reason) {
   const int index = LocalIndex(rank);
   if (index < 0) return;
+  // Receives from it of a message it never sent fail at once, here and, told below, elsewhere.
+  collective::Departure departed = point_to_point_.SentBy(rank);
+  point_to_point_.SourceLeft(departed, reason);
   {
     // Its peers in the node arena stop waiting for it at an operation it never reached.
     absl::MutexLock lock(&mu_);
     if (arena_owner_) arena_owner_->MarkGone(index);
   }
-  FailFromNextOf(rank, reason, /*notify_peers=*/true);
+  FailFromNextOf(rank, reason, /*notify_peers=*/true, std::move(departed));
 }
 
-void Communicator::FailFrom(uint64_t seq, const absl::Status& reason, bool notify_peers) {
+void Communicator::RemoteRankLeft(const collective::Departure& departed,
+                                  const absl::Status& reason) {
+  if (LocalIndex(departed.rank) >= 0) return;  // only this daemon knows when its ranks leave
+  point_to_point_.SourceLeft(departed, reason);
+}
+
+void Communicator::FailFrom(uint64_t seq, const absl::Status& reason, bool notify_peers,
+                            const std::optional<collective::Departure>& departed) {
   const absl::Status failure =
       reason.ok() ? absl::CancelledError("communicator ended without a reason") : reason;
   bool running = false;
+  bool failing_already = false;
   {
     absl::MutexLock lock(&mu_);
-    if (!aborted_.ok() || (fail_from_.has_value() && fail_from_->first <= seq)) return;
-    fail_from_.emplace(seq, failure);
-    for (auto& [number, slot] : slots_) {
-      if (number < seq || slot.done) continue;
-      if (running_ && number == next_to_run_) {
-        running = true;  // it waits for the rank that will not come: only an abort stops it
-        continue;
+    if (!aborted_.ok()) return;
+    failing_already = fail_from_.has_value() && fail_from_->first <= seq;
+    if (!failing_already) {
+      fail_from_.emplace(seq, failure);
+      for (auto& [number, slot] : slots_) {
+        if (number < seq || slot.done) continue;
+        if (running_ && number == next_to_run_) {
+          running = true;  // it waits for the rank that will not come: only an abort stops it
+          continue;
+        }
+        slot.done = true;
+        slot.cut = true;
+        slot.result = failure;
       }
-      slot.done = true;
-      slot.cut = true;
-      slot.result = failure;
     }
+  }
+  if (failing_already) {
+    // Only what the rank that left had sent is news to the other daemons.
+    if (departed.has_value() && notify_peers && notify_abort_) {
+      notify_abort_(plan_, AbortNotice{failure, seq, departed});
+    }
+    return;
   }
   spdlog::info("communicator {:x} fails from operation {} on: {}", plan_.comm_tag, seq,
                failure.ToString());
-  if (notify_peers && notify_abort_) notify_abort_(plan_, failure, seq);
+  if (notify_peers && notify_abort_) notify_abort_(plan_, AbortNotice{failure, seq, departed});
   if (running) Abort(failure, /*notify_peers=*/false);
 }
 

@@ -34,6 +34,7 @@
 #include "collective/point_to_point.h"
 #include "collective/tuner.h"
 #include "common/shared_memory.h"
+#include "daemon/comm_proof.h"
 #include "daemon/plan.h"
 #include "transport/transport.h"
 
@@ -102,10 +103,9 @@ struct CommunicatorOptions {
 class Communicator {
  public:
   // Called (without locks held) when this daemon aborts the communicator because of its own
-  // failure, so the caller can tell the other daemons in the plan; `from_operation` is set when
-  // the communicator fails only from that collective on (FailFrom).
-  using AbortNotifier = std::function<void(const Plan& plan, const absl::Status& reason,
-                                           std::optional<uint64_t> from_operation)>;
+  // failure, so the caller can tell the other daemons in the plan (what it says:
+  // daemon/comm_proof.h).
+  using AbortNotifier = std::function<void(const Plan& plan, const AbortNotice& notice)>;
 
   // `self` is this daemon's index in plan.daemons. `endpoint` must outlive the communicator.
   Communicator(Plan plan, int self, transport::Endpoint* endpoint, CommunicatorOptions options,
@@ -159,13 +159,21 @@ class Communicator {
   // notify_peers the other daemons are told, with `seq`. Within a node arena,
   // the local ranks that wait for the rank there are not woken: their own deadline ends their
   // wait (RankLeft, for a rank that left, does wake them).
-  void FailFrom(uint64_t seq, const absl::Status& reason, bool notify_peers);
+  // `departed`: a local rank left, having sent these messages; the other daemons are told even
+  // when the communicator fails from an earlier collective already.
+  void FailFrom(uint64_t seq, const absl::Status& reason, bool notify_peers,
+                const std::optional<collective::Departure>& departed = std::nullopt);
   // FailFrom from local rank `rank`'s next collective: the one it has not submitted yet.
-  void FailFromNextOf(int rank, const absl::Status& reason, bool notify_peers);
-  // Local rank `rank` left (destroyed its handle): FailFromNextOf, telling the other daemons, and
-  // its peers in the node arena that wait for it at an operation it never reached fail at once
-  // (ArenaOwner::MarkGone).
+  void FailFromNextOf(int rank, const absl::Status& reason, bool notify_peers,
+                      const std::optional<collective::Departure>& departed = std::nullopt);
+  // Local rank `rank` left (destroyed its handle): FailFromNextOf, telling the other daemons what
+  // it had sent, so that receives from it of messages it never sent fail at once everywhere
+  // (PointToPoint::SourceLeft), and its peers in the node arena that wait for it at an operation
+  // it never reached fail at once (ArenaOwner::MarkGone).
   void RankLeft(int rank, const absl::Status& reason);
+  // Another daemon's rank left (its notice): receives from it of messages it never sent fail at
+  // once. Ignored for a rank of this daemon.
+  void RemoteRankLeft(const collective::Departure& departed, const absl::Status& reason);
 
   // The tuner's prediction for `kind` on a buffer of `bytes` across this communicator's daemons,
   // cheapest first (collective/tuner.h); empty when it has a single daemon.

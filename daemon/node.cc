@@ -131,17 +131,15 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
         options.completed_total = &collectives_completed_;
         options.observer = observer_;
         return std::make_shared<Communicator>(
-            plan, index, endpoint_, options,
-            [this](const Plan& p, const absl::Status& reason, std::optional<uint64_t> from) {
-              const absl::Status bounded(reason.code(),
-                                         reason.message().substr(0, kMaxAbortMessage));
-              const std::string proof =
-                  AbortProof(p.secret, p.comm_tag, static_cast<int>(bounded.code()),
-                             bounded.message(), self_.node_name, from);
+            plan, index, endpoint_, options, [this](const Plan& p, const AbortNotice& notice) {
+              AbortNotice bounded = notice;
+              bounded.reason = absl::Status(notice.reason.code(),
+                                            notice.reason.message().substr(0, kMaxAbortMessage));
+              const std::string proof = AbortProof(p.secret, p.comm_tag, bounded, self_.node_name);
               for (const PlanDaemon& daemon : p.daemons) {
                 if (daemon.member.data_address == self_.data_address) continue;
                 peers_.AbortAsync(daemon.member.peer_address, p.comm_tag, bounded, self_.node_name,
-                                  proof, from);
+                                  proof);
               }
             });
       }),
@@ -686,11 +684,16 @@ absl::Status Node::AbortCommunicator(uint64_t session_id, uint64_t comm_tag, int
   return absl::OkStatus();
 }
 
-absl::Status Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
-                                 const std::string& from_node, const std::string& proof,
-                                 std::optional<uint64_t> from_operation) {
+absl::Status Node::AbortFromPeer(uint64_t comm_tag, const AbortNotice& notice,
+                                 const std::string& from_node, const std::string& proof) {
+  const absl::Status& reason = notice.reason;
+  const std::optional<uint64_t>& from_operation = notice.from_operation;
   if (reason.message().size() > kMaxAbortMessage || from_node.size() > 256) {
     return absl::InvalidArgumentError("an abort's message or node name is too long");
+  }
+  if (notice.departed.has_value() &&
+      notice.departed->sent.size() > static_cast<size_t>(config_.max_world_size)) {
+    return absl::InvalidArgumentError("an abort names more ranks than a communicator may have");
   }
   std::shared_ptr<Communicator> comm;
   {
@@ -713,7 +716,8 @@ absl::Status Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
       return absl::OkStatus();
     }
   }
-  BATON_RETURN_IF_ERROR(CheckAbortProof(comm->plan(), reason, from_node, proof, from_operation));
+  BATON_RETURN_IF_ERROR(CheckAbortProof(comm->plan(), notice, from_node, proof));
+  if (notice.departed.has_value()) comm->RemoteRankLeft(*notice.departed, reason);
   if (from_operation.has_value()) {
     comm->FailFrom(*from_operation, reason, /*notify_peers=*/false);
   } else {
@@ -722,17 +726,14 @@ absl::Status Node::AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
   return absl::OkStatus();
 }
 
-absl::Status Node::CheckAbortProof(const Plan& plan, const absl::Status& reason,
-                                   const std::string& from_node, const std::string& proof,
-                                   std::optional<uint64_t> from_operation) const {
+absl::Status Node::CheckAbortProof(const Plan& plan, const AbortNotice& notice,
+                                   const std::string& from_node, const std::string& proof) const {
   bool member = false;
   for (const PlanDaemon& daemon : plan.daemons) {
     member = member || (daemon.member.node_name == from_node &&
                         daemon.member.data_address != self_.data_address);
   }
-  const std::string expected =
-      AbortProof(plan.secret, plan.comm_tag, static_cast<int>(reason.code()), reason.message(),
-                 from_node, from_operation);
+  const std::string expected = AbortProof(plan.secret, plan.comm_tag, notice, from_node);
   if (member && !plan.secret.empty() && ConstantTimeEquals(proof, expected)) {
     return absl::OkStatus();
   }
@@ -758,7 +759,7 @@ void Node::ApplyEarlyAborts(Communicator& comm) {
     early_aborts_.erase(moved, early_aborts_.end());
   }
   for (const EarlyAbort& e : mine) {
-    if (CheckAbortProof(comm.plan(), e.reason, e.from_node, e.proof, std::nullopt).ok()) {
+    if (CheckAbortProof(comm.plan(), AbortNotice{e.reason}, e.from_node, e.proof).ok()) {
       comm.Abort(e.reason, /*notify_peers=*/false);
     }
   }

@@ -155,10 +155,10 @@ class Node {
   // Another daemon's abort notice: applied only from a daemon of the communicator's plan that
   // proves it holds the communicator's secret (daemon/comm_proof.h), PermissionDenied otherwise.
   // OK for a communicator this daemon does not have (any more). With `from_operation` the
-  // communicator fails only from that collective on (Communicator::FailFrom).
-  absl::Status AbortFromPeer(uint64_t comm_tag, const absl::Status& reason,
-                             const std::string& from_node, const std::string& proof,
-                             std::optional<uint64_t> from_operation = std::nullopt);
+  // communicator fails only from that collective on (Communicator::FailFrom); with `departed`,
+  // receives from that rank of messages it never sent fail at once.
+  absl::Status AbortFromPeer(uint64_t comm_tag, const AbortNotice& notice,
+                             const std::string& from_node, const std::string& proof);
 
   // The peer daemons known now (communicator plans, probe_peers, and those still lingering;
   // daemon/peer_directory.h), by peer address.
@@ -268,9 +268,8 @@ class Node {
   };
   static constexpr size_t kMaxEarlyAborts = 256;
   static constexpr absl::Duration kEarlyTtl = absl::Seconds(60);
-  absl::Status CheckAbortProof(const Plan& plan, const absl::Status& reason,
-                               const std::string& from_node, const std::string& proof,
-                               std::optional<uint64_t> from_operation) const;
+  absl::Status CheckAbortProof(const Plan& plan, const AbortNotice& notice,
+                               const std::string& from_node, const std::string& proof) const;
   void ApplyEarlyAborts(Communicator& comm);
   absl::Mutex early_mu_;
   std::vector<EarlyAbort> early_aborts_ ABSL_GUARDED_BY(early_mu_);

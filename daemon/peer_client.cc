@@ -38,6 +38,35 @@ Member MemberFromProto(const v1::Member& proto) {
   return member;
 }
 
+void AbortNoticeToProto(const AbortNotice& notice, v1::AbortRequest& request) {
+  request.set_code(static_cast<int>(notice.reason.code()));
+  request.set_message(std::string{notice.reason.message()});
+  if (notice.from_operation.has_value()) request.set_from_operation(*notice.from_operation);
+  if (notice.departed.has_value()) {
+    request.set_departed_rank(notice.departed->rank);
+    for (const auto& [dst, messages] : notice.departed->sent) {
+      v1::SentMessages* sent = request.add_sent();
+      sent->set_rank(dst);
+      sent->set_messages(messages);
+    }
+  }
+}
+
+AbortNotice AbortNoticeFromProto(const v1::AbortRequest& request) {
+  AbortNotice notice{
+      absl::Status(static_cast<absl::StatusCode>(request.code()), request.message())};
+  if (request.has_from_operation()) notice.from_operation = request.from_operation();
+  if (request.has_departed_rank()) {
+    collective::Departure& departed = notice.departed.emplace();
+    departed.rank = request.departed_rank();
+    departed.sent.reserve(static_cast<size_t>(request.sent_size()));
+    for (const v1::SentMessages& sent : request.sent()) {
+      departed.sent.emplace_back(sent.rank(), sent.messages());
+    }
+  }
+  return notice;
+}
+
 v1::Plan PlanToProto(const Plan& plan) {
   v1::Plan proto;
   proto.set_comm_tag(plan.comm_tag);
@@ -121,8 +150,8 @@ absl::StatusOr<Plan> PeerClient::JoinRank(const std::string& root_address,
 }
 
 void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
-                            const absl::Status& reason, const std::string& from_node,
-                            const std::string& proof, std::optional<uint64_t> from_operation) {
+                            const AbortNotice& notice, const std::string& from_node,
+                            const std::string& proof) {
   struct Call {
     grpc::ClientContext context;
     v1::AbortRequest request;
@@ -130,11 +159,9 @@ void PeerClient::AbortAsync(const std::string& address, uint64_t comm_tag,
   };
   auto call = std::make_shared<Call>();
   call->request.set_comm_tag(comm_tag);
-  call->request.set_code(static_cast<int>(reason.code()));
-  call->request.set_message(std::string{reason.message()});
+  AbortNoticeToProto(notice, call->request);
   call->request.set_from_node(from_node);
   call->request.set_proof(proof);
-  if (from_operation.has_value()) call->request.set_from_operation(*from_operation);
   // A notice that does not arrive leaves that daemon's ranks waiting until their deadline with
   // no reason (and its node arena's ranks with none at all): it waits through a connection
   // that is still being made or failed for a moment (wait_for_ready), for as long as an

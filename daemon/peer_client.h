@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "baton/v1/baton.grpc.pb.h"
+#include "daemon/comm_proof.h"
 #include "daemon/peer_credentials.h"
 #include "daemon/plan.h"
 
@@ -33,13 +34,12 @@ class PeerClient {
                                 int world_size, int rank, const Member& member,
                                 absl::Time deadline);
 
-  // Tells the daemon at `address` to abort communicator `comm_tag`; with `from_operation`, the
-  // communicator fails only from that collective on. Fire and forget: the notice waits for a
+  // Tells the daemon at `address` that communicator `comm_tag` is aborted or fails from an
+  // operation on (`notice`, daemon/comm_proof.h). Fire and forget: the notice waits for a
   // connection that is not ready yet and gives up after kAbortNoticeTimeout; a failure is logged.
   static constexpr absl::Duration kAbortNoticeTimeout = absl::Seconds(30);
-  void AbortAsync(const std::string& address, uint64_t comm_tag, const absl::Status& reason,
-                  const std::string& from_node, const std::string& proof,
-                  std::optional<uint64_t> from_operation = std::nullopt);
+  void AbortAsync(const std::string& address, uint64_t comm_tag, const AbortNotice& notice,
+                  const std::string& from_node, const std::string& proof);
 
   // One link probe round trip carrying `send_bytes` to the daemon at `address`; returns who
   // answered.
@@ -78,5 +78,9 @@ v1::Plan PlanToProto(const Plan& plan);
 Plan PlanFromProto(const v1::Plan& proto);
 v1::Member MemberToProto(const Member& member);
 Member MemberFromProto(const v1::Member& proto);
+// The notice's fields of an abort request (comm_tag, from_node and proof aside); the code is
+// taken as it is (the service refuses OK).
+void AbortNoticeToProto(const AbortNotice& notice, v1::AbortRequest& request);
+AbortNotice AbortNoticeFromProto(const v1::AbortRequest& request);
 
 }  // namespace baton::daemon

@@ -45,11 +45,8 @@ grpc::Status PeerService::Abort(grpc::ServerContext* context, const v1::AbortReq
   if (code == absl::StatusCode::kOk) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "an abort needs an error code");
   }
-  return ToGrpc(node->AbortFromPeer(request->comm_tag(), absl::Status(code, request->message()),
-                                    request->from_node(), request->proof(),
-                                    request->has_from_operation()
-                                        ? std::optional<uint64_t>(request->from_operation())
-                                        : std::nullopt));
+  return ToGrpc(node->AbortFromPeer(request->comm_tag(), AbortNoticeFromProto(*request),
+                                    request->from_node(), request->proof()));
 }
 
 grpc::Status PeerService::Probe(grpc::ServerContext*, const v1::ProbeRequest* request,

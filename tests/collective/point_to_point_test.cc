@@ -518,6 +518,47 @@ TEST(PointToPointTest, AbortFailsQueuedMessages) {
   EXPECT_THAT(status.message(), HasSubstr("gone"));
 }
 
+// A rank that leaves (its handle destroyed) after sending one message to each of two ranks, one on
+// its daemon and one on another: every daemon is told what it sent (SentBy, SourceLeft). The
+// message it sent is still received intact on both; a Recv already waiting for its next message
+// fails at once, and so does a later one, naming both ranks and the reason; other pairs go on.
+TEST(PointToPointTest, RecvsFromARankThatLeftFailOnlyForMessagesItNeverSent) {
+  Cluster cluster({{0, 1}, {2}});
+  ASSERT_TRUE(SendPayload(cluster, 0, 1, 0, 10).ok());
+  ASSERT_TRUE(SendPayload(cluster, 0, 2, 0, 3 * kChunk + 5).ok());
+  absl::Status waiting;
+  absl::Time returned;
+  std::thread receiver([&] {
+    ASSERT_TRUE(RecvPayload(cluster, 0, 2, 0, 3 * kChunk + 5).ok());
+    std::vector<std::byte> buffer(8);
+    waiting = cluster.of(2).Recv(0, 2, buffer, Deadline(absl::Seconds(60)));
+    returned = absl::Now();
+  });
+  absl::SleepFor(absl::Milliseconds(50));  // lets the second Recv wait; nothing depends on it
+  const Departure departure = cluster.of(0).SentBy(0);
+  EXPECT_EQ(departure.rank, 0);
+  EXPECT_EQ(departure.sent, (std::vector<std::pair<int, uint64_t>>{{1, 1}, {2, 1}}));
+  const absl::Status reason = absl::FailedPreconditionError("rank 0 destroyed its handle");
+  const absl::Time told = absl::Now();
+  for (int d = 0; d < 2; ++d) cluster.daemon(d).SourceLeft(departure, reason);
+  receiver.join();
+  EXPECT_LT(returned - told, absl::Seconds(2));
+  EXPECT_TRUE(absl::IsFailedPrecondition(waiting)) << waiting;
+  EXPECT_THAT(waiting.message(),
+              AllOf(HasSubstr("rank 0 left"), HasSubstr("to rank 2"),
+                    HasSubstr("after sending 1 message"), HasSubstr("destroyed its handle")));
+
+  EXPECT_TRUE(RecvPayload(cluster, 0, 1, 0, 10).ok()) << "sent before it left";
+  std::vector<std::byte> buffer(4);
+  const absl::Status later = cluster.of(1).Recv(0, 1, buffer, Deadline(absl::Seconds(60)));
+  EXPECT_TRUE(absl::IsFailedPrecondition(later)) << later;
+  EXPECT_THAT(later.message(), HasSubstr("message 1 from rank 0 to rank 1 will never come"));
+  // A rank it never sent to fails at once as well; pairs without it are untouched.
+  ASSERT_TRUE(SendPayload(cluster, 2, 1, 0, 6).ok());
+  EXPECT_TRUE(RecvPayload(cluster, 2, 1, 0, 6).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(cluster.of(0).Recv(0, 0, buffer, Deadline())));
+}
+
 // A lost peer daemon fails a waiting Recv from it with Unavailable long before its deadline, and
 // a Send to it too.
 TEST(PointToPointTest, LostPeerDaemon) {

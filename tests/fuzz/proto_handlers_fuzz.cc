@@ -58,6 +58,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/grpc_log.h"
+#include "daemon/peer_client.h"
 #include "daemon/peer_credentials.h"
 #include "google/protobuf/stubs/logging.h"
 #include "grpc/grpc.h"
@@ -730,8 +731,9 @@ void Fixture::Run(Method method, uint8_t flags, const uint8_t* data, size_t size
       if ((flags & kCertified) != 0) request.set_from_node(kPeer);
       if ((flags & kValidProof) != 0) {
         const Joined& comm = Current();
-        request.set_proof(baton::daemon::AbortProof(comm.secret, request.comm_tag(), request.code(),
-                                                    request.message(), request.from_node()));
+        request.set_proof(baton::daemon::AbortProof(comm.secret, request.comm_tag(),
+                                                    baton::daemon::AbortNoticeFromProto(request),
+                                                    request.from_node()));
       }
       grpc::Status status =
           Timed([&] { return peer_->Abort(Context(false).get(), request, &response); });

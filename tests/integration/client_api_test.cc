@@ -464,7 +464,7 @@ TEST(EarlyAbortTest, AnAbortThatArrivesBeforeTheCommunicatorFormsIsApplied) {
   abort.set_message(reason);
   abort.set_from_node(from);
   abort.set_proof(
-      daemon::AbortProof(secret, *tag, static_cast<int>(absl::StatusCode::kAborted), reason, from));
+      daemon::AbortProof(secret, *tag, daemon::AbortNotice{absl::AbortedError(reason)}, from));
   v1::AbortResponse aborted;
   {
     grpc::ClientContext context;

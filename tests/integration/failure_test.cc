@@ -280,6 +280,57 @@ TEST(FailureTest, ARankThatDestroysItsHandleFailsItsPeersLaterCollectivesAtOnce)
       });
 }
 
+// A rank that destroys its handle after sending one message to a rank of its own daemon and one
+// to a rank of another: both still get that message, and their next receive from it fails at
+// once (FailedPrecondition, naming the rank and what it sent), not at its 30 s timeout, with a
+// receive already waiting on one of them and a new one on the other.
+TEST(FailureTest, AReceiveFromARankThatLeftFailsAtOnceAfterWhatItSent) {
+  TestCluster cluster(2);
+  ASSERT_TRUE(cluster.ok());
+  const std::string id = *MustConnect(cluster.daemons()[0].socket)->CreateCommId();
+  std::latch received(2);  // ranks 1 and 2 have their first message
+  std::latch left(1);      // rank 0 destroyed its handle
+  testing::RunRanks(
+      cluster, id, 4, [](int rank) { return rank / 2; },
+      [&](int rank, Communicator& comm) {
+        const CallOptions options(std::chrono::seconds(30));
+        if (rank == 0) {
+          const float sent = 7;
+          ASSERT_TRUE(comm.Send(&sent, 1, DataType::kFloat32, 1, options).ok());
+          ASSERT_TRUE(comm.Send(&sent, 1, DataType::kFloat32, 2, options).ok());
+          received.wait();
+          ASSERT_TRUE(comm.Destroy().ok());
+          left.count_down();
+          return;
+        }
+        if (rank == 3) return;
+        float value = 0;
+        const Status first = comm.Recv(&value, 1, DataType::kFloat32, 0, options);
+        EXPECT_TRUE(first.ok()) << "rank " << rank << ": " << first;
+        EXPECT_EQ(value, 7);
+        const absl::Time start = absl::Now();
+        std::shared_ptr<Request> next;
+        if (rank == 1) {
+          // Waiting when rank 0 leaves.
+          next = comm.RecvAsync(&value, 1, DataType::kFloat32, 0, options);
+          received.count_down();
+        } else {
+          received.count_down();
+          left.wait();
+          next = comm.RecvAsync(&value, 1, DataType::kFloat32, 0, options);
+        }
+        const Status status = next->Wait();
+        EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition)
+            << "rank " << rank << ": " << status;
+        EXPECT_TRUE(absl::StrContains(status.message(),
+                                      "rank 0 left the communicator after "
+                                      "sending 1 message"))
+            << status;
+        EXPECT_TRUE(absl::StrContains(status.message(), "rank 0 destroyed its handle")) << status;
+        EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "at once, not at its 30 s timeout";
+      });
+}
+
 // A call's own timeout bounds the operation on the daemon, not only the daemon's op_timeout: a
 // rank waiting for a peer that never submits fails at its 2 s deadline, naming the peer's node,
 // although the daemons would wait 60 s.
