@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs every test: the format check, unit and integration tests (with the
-# Python package and the PyTorch backend's tests, label python, on the venv's torch), clang-tidy
+# Python package and the PyTorch backend's tests, label python, on the venv's torch, and the layer
+# rule of docs/architecture.md, label lint: scripts/check_layers.py), clang-tidy
 # over every source outside tests/ (scripts/tidy.sh), the libFuzzer targets for a bounded time
 # (scripts/fuzz.sh), the same tests again under
 # AddressSanitizer + UndefinedBehaviorSanitizer, and the tests labelled tsan (transport,
