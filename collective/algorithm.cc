@@ -3,6 +3,7 @@
 #include <array>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "collective/registry.h"
 
 namespace baton::collective {
@@ -66,6 +67,14 @@ std::optional<Collective> ParseCollective(absl::string_view name) {
 }
 
 absl::string_view AlgorithmName(Algorithm algorithm) { return NameIn(kAlgorithms, algorithm); }
+
+std::string AlgorithmNames() {
+  std::string names;
+  for (const auto& [algorithm, name] : kAlgorithms) {
+    absl::StrAppend(&names, names.empty() ? "" : ", ", name);
+  }
+  return names;
+}
 
 std::optional<Algorithm> ParseAlgorithm(absl::string_view name) {
   return ParseIn(kAlgorithms, name);

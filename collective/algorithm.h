@@ -13,6 +13,7 @@
 //   barrier          -                              -                     DisseminationBarrier
 
 #include <optional>
+#include <string>
 
 #include "absl/strings/string_view.h"
 
@@ -49,6 +50,8 @@ std::optional<Collective> ParseCollective(absl::string_view name);
 // "ring", "tree", "direct", "doubling", "halving_doubling"; "unknown" for a value outside the enum.
 absl::string_view AlgorithmName(Algorithm algorithm);
 std::optional<Algorithm> ParseAlgorithm(absl::string_view name);
+// Every algorithm's name, comma-separated, for messages and help texts.
+std::string AlgorithmNames();
 
 // Whether collective/ implements `collective` with `algorithm` (the table above).
 bool IsSupported(Collective collective, Algorithm algorithm);

@@ -86,7 +86,7 @@ absl::StatusOr<std::string> OperationRunner::Run(uint64_t seq, std::span<const L
   if (!across) return RunOn(seq, parts, deadline, endpoint_, stats, algorithm_name, device);
   // The signature rides with the operation's first message to the next daemon when that comes
   // before the operation waits for anything; else it goes alone.
-  transport::PiggybackEndpoint piggyback(endpoint_);
+  PiggybackEndpoint piggyback(endpoint_);
   PeerCheck check;
   {
     PhaseTimer timer(&stats.transport);
@@ -249,8 +249,7 @@ std::vector<AlgorithmCost> OperationRunner::Predict(Collective collective, size_
 }
 
 absl::Status OperationRunner::StartPeerCheck(uint64_t seq, absl::Time deadline, const OpSpec& mine,
-                                             transport::PiggybackEndpoint& piggyback,
-                                             PeerCheck& check) const {
+                                             PiggybackEndpoint& piggyback, PeerCheck& check) const {
   // Each daemon tells the next one on the check's cycle (SignatureCheckNeighbours) what its ranks
   // called. If any two daemons disagree, some neighbouring pair does, and the daemon that sees it
   // fails the operation (and so aborts the communicator everywhere) with both sides described,
@@ -285,7 +284,7 @@ absl::Status OperationRunner::StartPeerCheck(uint64_t seq, absl::Time deadline, 
   return absl::OkStatus();
 }
 
-absl::Status OperationRunner::FinishPeerCheck(uint64_t seq, transport::PiggybackEndpoint& piggyback,
+absl::Status OperationRunner::FinishPeerCheck(uint64_t seq, PiggybackEndpoint& piggyback,
                                               PeerCheck& check, const absl::Status& outcome) const {
   // The next daemon waits for this signature even when this daemon's operation failed.
   const absl::Status flushed = piggyback.Flush();

@@ -20,9 +20,9 @@
 #include "collective/device_staging.h"
 #include "collective/layout.h"
 #include "collective/op_stats.h"
+#include "collective/piggyback_endpoint.h"
 #include "collective/schedule.h"
 #include "collective/tuner.h"
-#include "transport/piggyback_endpoint.h"
 #include "transport/transport.h"
 
 namespace baton::collective {
@@ -99,9 +99,9 @@ class OperationRunner {
   // FailedPrecondition describing both sides if they differ. A disagreement also aborts the
   // communicator's transport the moment it arrives, so a running operation stops.
   absl::Status StartPeerCheck(uint64_t seq, absl::Time deadline, const OpSpec& mine,
-                              transport::PiggybackEndpoint& piggyback, PeerCheck& check) const;
-  absl::Status FinishPeerCheck(uint64_t seq, transport::PiggybackEndpoint& piggyback,
-                               PeerCheck& check, const absl::Status& outcome) const;
+                              PiggybackEndpoint& piggyback, PeerCheck& check) const;
+  absl::Status FinishPeerCheck(uint64_t seq, PiggybackEndpoint& piggyback, PeerCheck& check,
+                               const absl::Status& outcome) const;
   absl::Status PeerCheckError(uint64_t seq, const absl::Status& status) const;
   // Rewrites data addresses in a transport error into "node (address)" for operators.
   absl::Status NamePeers(const absl::Status& status) const;

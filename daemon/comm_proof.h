@@ -20,9 +20,7 @@ namespace baton::daemon {
 struct AbortNotice {
   explicit AbortNotice(absl::Status reason, std::optional<uint64_t> from_operation = std::nullopt,
                        std::optional<collective::Departure> departed = std::nullopt)
-      : reason(std::move(reason)),
-        from_operation(from_operation),
-        departed(std::move(departed)) {}
+      : reason(std::move(reason)), from_operation(from_operation), departed(std::move(departed)) {}
 
   absl::Status reason;  // not OK
   // Set: the communicator fails only from this collective on (Communicator::FailFrom).

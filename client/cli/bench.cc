@@ -518,8 +518,8 @@ absl::Status RunBench(const BenchOptions& options) {
   if (requested.empty()) return absl::InvalidArgumentError("--algorithm lists no algorithm");
   for (const std::string& name : requested) {
     if (name != "auto" && !ParseAlgorithm(name)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown algorithm '", name, "' (auto, ring, tree, direct)"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown algorithm '", name, "' (auto, ",
+                                                     collective::AlgorithmNames(), ")"));
     }
   }
   if (options.in_place && options.op != "all_reduce" && options.op != "broadcast" &&

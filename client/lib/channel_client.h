@@ -149,6 +149,8 @@ class ChannelClient {
     streams_ = std::move(streams);
     return streams_.get();
   }
+  // Null until EnableStreams.
+  Streams* streams() const { return streams_.get(); }
   // The word the rank's streams wait on.
   std::atomic<uint32_t>& stream_done() { return page_->stream_done; }
 

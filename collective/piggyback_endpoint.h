@@ -24,44 +24,48 @@
 #include "transport/forwarding_endpoint.h"
 #include "transport/transport.h"
 
-namespace baton::transport {
+namespace baton::collective {
 
-class PiggybackEndpoint final : public ForwardingEndpoint {
+class PiggybackEndpoint final : public transport::ForwardingEndpoint {
  public:
   // Sends to other peers of at most this many bytes in all leave the held message held: the kernel
   // takes them at once (TCP: socket buffers are larger).
   static constexpr size_t kHeldAcrossBytes = size_t{64} << 10;
 
   // `inner` must outlive this endpoint.
-  explicit PiggybackEndpoint(Endpoint* inner) : ForwardingEndpoint(inner) {}
+  explicit PiggybackEndpoint(transport::Endpoint* inner) : transport::ForwardingEndpoint(inner) {}
 
   // Holds a copy of `data` for `peer`. A message held already is sent first (its error returns).
-  absl::Status Hold(const std::string& peer, const Tag& tag, ConstByteSpan data,
-                    absl::Time deadline);
+  absl::Status Hold(const std::string& peer, const transport::Tag& tag,
+                    transport::ConstByteSpan data, absl::Time deadline);
   // Sends the held message, if any, on its own.
   absl::Status Flush();
 
-  absl::Status Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
-                    absl::Time deadline) override;
-  absl::Status SendAll(const std::string& peer, std::span<const OutMessage> messages,
+  absl::Status Send(const std::string& peer, const transport::Tag& tag,
+                    transport::ConstByteSpan data, absl::Time deadline) override;
+  absl::Status SendAll(const std::string& peer, std::span<const transport::OutMessage> messages,
                        absl::Time deadline) override;
   // The receive flushes before its Wait may sleep.
-  std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
-                                       absl::Time deadline, ArrivalCallback on_arrival) override;
-  std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
-                                          absl::Time deadline, PieceConsumer consume) override;
+  std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
+                                                  const transport::Tag& tag,
+                                                  transport::ByteSpan data, absl::Time deadline,
+                                                  ArrivalCallback on_arrival) override;
+  std::unique_ptr<transport::PostedRecv> PostConsume(const std::string& peer,
+                                                     const transport::Tag& tag, size_t length,
+                                                     absl::Time deadline,
+                                                     PieceConsumer consume) override;
   // A region's bytes go through Send and PostRecv above, so that they keep their order with the
   // held message (which is a copy in host memory).
-  absl::Status SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
-                          absl::Time deadline) override;
-  std::unique_ptr<PostedRecv> PostRecvRegion(const std::string& peer, const Tag& tag,
-                                             const RegionSlice& slice, absl::Time deadline,
-                                             ArrivalCallback on_arrival) override;
+  absl::Status SendRegion(const std::string& peer, const transport::Tag& tag,
+                          const transport::RegionSlice& slice, absl::Time deadline) override;
+  std::unique_ptr<transport::PostedRecv> PostRecvRegion(
+      const std::string& peer, const transport::Tag& tag, const transport::RegionSlice& slice,
+      absl::Time deadline, ArrivalCallback on_arrival) override;
 
  private:
   struct Held {
     std::string peer;
-    Tag tag;
+    transport::Tag tag;
     std::vector<std::byte> data;
     absl::Time deadline;
   };
@@ -71,4 +75,4 @@ class PiggybackEndpoint final : public ForwardingEndpoint {
   std::optional<Held> held_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace baton::transport
+}  // namespace baton::collective

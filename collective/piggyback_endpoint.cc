@@ -1,4 +1,4 @@
-#include "transport/piggyback_endpoint.h"
+#include "collective/piggyback_endpoint.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,14 +6,14 @@
 
 #include "common/status_macros.h"
 
-namespace baton::transport {
+namespace baton::collective {
 namespace {
 
 // A receive that sends the endpoint's held message before it may sleep: once the transport's
 // brief wait (its spin) did not complete it.
-class FlushingRecv final : public PostedRecv {
+class FlushingRecv final : public transport::PostedRecv {
  public:
-  FlushingRecv(PiggybackEndpoint* endpoint, std::unique_ptr<PostedRecv> inner)
+  FlushingRecv(PiggybackEndpoint* endpoint, std::unique_ptr<transport::PostedRecv> inner)
       : endpoint_(endpoint), inner_(std::move(inner)) {}
   absl::Status Wait() override {
     if (!inner_->WaitBriefly()) BATON_RETURN_IF_ERROR(endpoint_->Flush());
@@ -24,13 +24,13 @@ class FlushingRecv final : public PostedRecv {
 
  private:
   PiggybackEndpoint* const endpoint_;
-  const std::unique_ptr<PostedRecv> inner_;
+  const std::unique_ptr<transport::PostedRecv> inner_;
 };
 
 }  // namespace
 
-absl::Status PiggybackEndpoint::Hold(const std::string& peer, const Tag& tag, ConstByteSpan data,
-                                     absl::Time deadline) {
+absl::Status PiggybackEndpoint::Hold(const std::string& peer, const transport::Tag& tag,
+                                     transport::ConstByteSpan data, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   BATON_RETURN_IF_ERROR(FlushLocked());
   held_ = Held{peer, tag, std::vector<std::byte>(data.begin(), data.end()), deadline};
@@ -48,59 +48,59 @@ absl::Status PiggybackEndpoint::FlushLocked() {
   return inner()->Send(held.peer, held.tag, held.data, held.deadline);
 }
 
-absl::Status PiggybackEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
-                                     absl::Time deadline) {
-  const OutMessage message{tag, data};
+absl::Status PiggybackEndpoint::Send(const std::string& peer, const transport::Tag& tag,
+                                     transport::ConstByteSpan data, absl::Time deadline) {
+  const transport::OutMessage message{tag, data};
   return SendAll(peer, std::span(&message, 1), deadline);
 }
 
 absl::Status PiggybackEndpoint::SendAll(const std::string& peer,
-                                        std::span<const OutMessage> messages, absl::Time deadline) {
+                                        std::span<const transport::OutMessage> messages,
+                                        absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   if (!held_.has_value()) return inner()->SendAll(peer, messages, deadline);
   if (held_->peer == peer && !messages.empty() && held_->tag.comm == messages.front().tag.comm) {
     const Held held = *std::exchange(held_, std::nullopt);
-    std::vector<OutMessage> all;
+    std::vector<transport::OutMessage> all;
     all.reserve(1 + messages.size());
-    all.push_back(OutMessage{held.tag, held.data});
+    all.push_back(transport::OutMessage{held.tag, held.data});
     all.insert(all.end(), messages.begin(), messages.end());
     return inner()->SendAll(peer, std::span(all.data(), all.size()),
                             std::min(deadline, held.deadline));
   }
   size_t bytes = 0;
-  for (const OutMessage& message : messages) bytes += message.data.size();
+  for (const transport::OutMessage& message : messages) bytes += message.data.size();
   if (bytes > kHeldAcrossBytes) BATON_RETURN_IF_ERROR(FlushLocked());
   return inner()->SendAll(peer, messages, deadline);
 }
 
-std::unique_ptr<PostedRecv> PiggybackEndpoint::PostRecv(const std::string& peer, const Tag& tag,
-                                                        ByteSpan data, absl::Time deadline,
-                                                        ArrivalCallback on_arrival) {
+std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostRecv(
+    const std::string& peer, const transport::Tag& tag, transport::ByteSpan data,
+    absl::Time deadline, ArrivalCallback on_arrival) {
   return std::make_unique<FlushingRecv>(
       this, inner()->PostRecv(peer, tag, data, deadline, std::move(on_arrival)));
 }
 
-std::unique_ptr<PostedRecv> PiggybackEndpoint::PostConsume(const std::string& peer, const Tag& tag,
-                                                           size_t length, absl::Time deadline,
-                                                           PieceConsumer consume) {
+std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostConsume(
+    const std::string& peer, const transport::Tag& tag, size_t length, absl::Time deadline,
+    PieceConsumer consume) {
   return std::make_unique<FlushingRecv>(
       this, inner()->PostConsume(peer, tag, length, deadline, std::move(consume)));
 }
 
-absl::Status PiggybackEndpoint::SendRegion(const std::string& peer, const Tag& tag,
-                                           const RegionSlice& slice, absl::Time deadline) {
-  BATON_ASSIGN_OR_RETURN(const ByteSpan bytes, HostRegionBytes(peer, slice));
+absl::Status PiggybackEndpoint::SendRegion(const std::string& peer, const transport::Tag& tag,
+                                           const transport::RegionSlice& slice,
+                                           absl::Time deadline) {
+  BATON_ASSIGN_OR_RETURN(const transport::ByteSpan bytes, HostRegionBytes(peer, slice));
   return Send(peer, tag, bytes, deadline);
 }
 
-std::unique_ptr<PostedRecv> PiggybackEndpoint::PostRecvRegion(const std::string& peer,
-                                                              const Tag& tag,
-                                                              const RegionSlice& slice,
-                                                              absl::Time deadline,
-                                                              ArrivalCallback on_arrival) {
-  absl::StatusOr<ByteSpan> bytes = HostRegionBytes(peer, slice);
-  if (!bytes.ok()) return FailedRecv(bytes.status());
+std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostRecvRegion(
+    const std::string& peer, const transport::Tag& tag, const transport::RegionSlice& slice,
+    absl::Time deadline, ArrivalCallback on_arrival) {
+  absl::StatusOr<transport::ByteSpan> bytes = HostRegionBytes(peer, slice);
+  if (!bytes.ok()) return transport::FailedRecv(bytes.status());
   return PostRecv(peer, tag, *bytes, deadline, std::move(on_arrival));
 }
 
-}  // namespace baton::transport
+}  // namespace baton::collective

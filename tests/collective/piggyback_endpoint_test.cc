@@ -1,4 +1,4 @@
-#include "transport/piggyback_endpoint.h"
+#include "collective/piggyback_endpoint.h"
 
 #include <future>
 #include <string>
@@ -11,8 +11,10 @@
 #include "transport/forwarding_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
 
-namespace baton::transport {
+namespace baton::collective {
 namespace {
+
+using namespace ::baton::transport;  // NOLINT(google-build-using-namespace): the endpoint's types
 
 absl::Time Deadline() { return absl::Now() + absl::Seconds(30); }
 
@@ -208,4 +210,4 @@ TEST_F(PiggybackEndpointTest, HoldingAgainSendsTheFirstAndAFailedFlushSaysWhy) {
 }
 
 }  // namespace
-}  // namespace baton::transport
+}  // namespace baton::collective
