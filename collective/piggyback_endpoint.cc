@@ -74,16 +74,20 @@ absl::Status PiggybackEndpoint::SendAll(const std::string& peer,
   return inner()->SendAll(peer, messages, deadline);
 }
 
-std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostRecv(
-    const std::string& peer, const transport::Tag& tag, transport::ByteSpan data,
-    absl::Time deadline, ArrivalCallback on_arrival) {
+std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostRecv(const std::string& peer,
+                                                                   const transport::Tag& tag,
+                                                                   transport::ByteSpan data,
+                                                                   absl::Time deadline,
+                                                                   ArrivalCallback on_arrival) {
   return std::make_unique<FlushingRecv>(
       this, inner()->PostRecv(peer, tag, data, deadline, std::move(on_arrival)));
 }
 
-std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostConsume(
-    const std::string& peer, const transport::Tag& tag, size_t length, absl::Time deadline,
-    PieceConsumer consume) {
+std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostConsume(const std::string& peer,
+                                                                      const transport::Tag& tag,
+                                                                      size_t length,
+                                                                      absl::Time deadline,
+                                                                      PieceConsumer consume) {
   return std::make_unique<FlushingRecv>(
       this, inner()->PostConsume(peer, tag, length, deadline, std::move(consume)));
 }

@@ -58,9 +58,11 @@ class PiggybackEndpoint final : public transport::ForwardingEndpoint {
   // held message (which is a copy in host memory).
   absl::Status SendRegion(const std::string& peer, const transport::Tag& tag,
                           const transport::RegionSlice& slice, absl::Time deadline) override;
-  std::unique_ptr<transport::PostedRecv> PostRecvRegion(
-      const std::string& peer, const transport::Tag& tag, const transport::RegionSlice& slice,
-      absl::Time deadline, ArrivalCallback on_arrival) override;
+  std::unique_ptr<transport::PostedRecv> PostRecvRegion(const std::string& peer,
+                                                        const transport::Tag& tag,
+                                                        const transport::RegionSlice& slice,
+                                                        absl::Time deadline,
+                                                        ArrivalCallback on_arrival) override;
 
  private:
   struct Held {
