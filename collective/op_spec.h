@@ -38,6 +38,10 @@ struct OpSpec {
   std::optional<Algorithm> algorithm;  // the caller's choice, if any
   transport::MemoryKind send_memory = transport::MemoryKind::kHost;
   transport::MemoryKind recv_memory = transport::MemoryKind::kHost;
+  // The node arena's step between nodes: local rank 0 submits it for every rank of its daemon,
+  // on one buffer holding the node's part (schedule.h, NodePartElements); not part of the
+  // signature the daemons compare (a daemon with one local rank submits the plain call).
+  bool node_part = false;
 
   // OK when rank `rank` of `world_size` may run this operation: enumerations in range, root or
   // peer a rank, a requested algorithm that implements the collective (the registry), counts that

@@ -63,7 +63,7 @@ struct OpDescriptor {
   uint64_t event_set = 0;  // stream-ordered: the session's event set
   uint32_t event_slot = 0;
   uint32_t stream_value = 0;  // 0: not stream-ordered
-  uint32_t node_part = 0;     // 1: as the gRPC request's node_part
+  uint32_t node_part = 0;     // 1: OpSpec::node_part (wire/op_codec.h)
 };
 
 // Most ranks whose all_to_all_v counts fit the page; larger worlds submit all_to_all_v through

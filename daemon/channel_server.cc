@@ -27,7 +27,6 @@ absl::StatusOr<CollectiveCall> ChannelServer::Decode(const channel::OpDescriptor
   call.send_offset = op.send_offset;
   call.recv_buffer = op.recv_buffer;
   call.recv_offset = op.recv_offset;
-  call.node_part = op.node_part != 0;
   call.deadline =
       absl::Now() + (op.timeout_ms > 0 ? absl::Milliseconds(op.timeout_ms) : kDefaultTimeout);
   if (op.stream_value != 0) {

@@ -84,7 +84,6 @@ grpc::Status ClientService::Collective(grpc::ServerContext* context,
   call.send_offset = request->send().offset();
   call.recv_buffer = request->recv().buffer_id();
   call.recv_offset = request->recv().offset();
-  call.node_part = request->node_part();
   call.deadline = DeadlineFrom(request->timeout_ms(), absl::Minutes(10));
   absl::StatusOr<std::string> algorithm = node_->RunCollective(call);
   if (!algorithm.ok()) return ToGrpc(algorithm.status());

@@ -33,8 +33,6 @@ struct CollectiveCall {
   uint64_t recv_offset = 0;
   absl::Time deadline = absl::InfiniteFuture();
   std::optional<StreamOrder> stream;  // set for stream-ordered operations
-  // The node arena ran the local phase: this call (local rank 0's) stands for every local rank.
-  bool node_part = false;
 };
 
 }  // namespace baton::daemon

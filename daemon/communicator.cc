@@ -176,7 +176,7 @@ absl::StatusOr<std::string> Communicator::Submit(int rank, uint64_t session_id, 
   BATON_RETURN_IF_ERROR(CheckAttachedLocked(index, rank, session_id));
   if (!aborted_.ok()) return aborted_;
   const uint64_t seq = next_seq_[index];
-  const bool node_part = request.node_part;
+  const bool node_part = request.spec.node_part;
   if (fail_from_.has_value() && seq >= fail_from_->first) {
     // A rank will not come to it: it fails at once, and takes its place in the sequence.
     if (node_part) {
@@ -493,7 +493,7 @@ void Communicator::RunNext() {
     if (part.has_value()) requests.push_back(*part);
   }
   std::vector<collective::LocalPart> parts;
-  if (requests.front().node_part) {
+  if (requests.front().spec.node_part) {
     parts = collective::NodeParts(requests.front().spec, requests.front().recv, runner_.layout());
   } else {
     parts.reserve(requests.size());

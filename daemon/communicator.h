@@ -50,10 +50,9 @@ struct OpRequest {
   std::byte* recv = nullptr;
   std::vector<std::shared_ptr<void>> pins;
   const collective::DeviceAccess* device = nullptr;
-  // Local rank 0's part of an all_reduce, broadcast or barrier whose local phase the node arena
-  // ran: it stands for every local rank (its buffer holds the node's reduction or the root's
-  // data, in place), and the other local ranks do not submit the operation.
-  bool node_part = false;
+  // spec.node_part: local rank 0's part of a collective whose local phase the node arena ran; it
+  // stands for every local rank (its buffer holds the node's part, in place), and the other
+  // local ranks do not submit the operation.
 };
 
 // What an operation cost, reported once it completes (successfully or not).
@@ -219,7 +218,7 @@ class Communicator {
 
   absl::Status CheckAttachedLocked(int index, int rank, uint64_t session_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // OK when local rank `index` may submit a node part (OpRequest::node_part) of `spec` as
+  // OK when local rank `index` may submit a node part (OpSpec::node_part) of `spec` as
   // operation `seq`: local rank 0 of two or more, a collective with a local phase, and every
   // local rank at that operation with nothing submitted for it yet.
   absl::Status CheckNodePartLocked(int index, uint64_t seq, const collective::OpSpec& spec) const

@@ -481,7 +481,6 @@ absl::StatusOr<std::string> Node::RunCollective(const CollectiveCall& call) {
 absl::StatusOr<OpRequest> Node::RequestOf(const CollectiveCall& call, int world) {
   OpRequest request;
   request.spec = call.spec;
-  request.node_part = call.node_part;
   collective::OpSpec& spec = request.spec;
   if (spec.collective == collective::Collective::kBarrier) spec.count = 0;
   if (!spec.Rooted()) spec.root = 0;
@@ -509,9 +508,9 @@ absl::StatusOr<OpRequest> Node::RequestOf(const CollectiveCall& call, int world)
     return absl::OkStatus();
   };
   // A node part (collective/schedule.h) is one buffer in host memory, input and output in place.
-  const uint64_t send_count = call.node_part ? 0 : spec.SendElements(world, call.rank);
-  const uint64_t recv_count = call.node_part ? collective::NodePartElements(spec, world)
-                                             : spec.RecvElements(world, call.rank);
+  const uint64_t send_count = call.spec.node_part ? 0 : spec.SendElements(world, call.rank);
+  const uint64_t recv_count = call.spec.node_part ? collective::NodePartElements(spec, world)
+                                                  : spec.RecvElements(world, call.rank);
   if (send_count > 0) {
     BATON_ASSIGN_OR_RETURN(BufferRegion send,
                            sessions_.Resolve(call.session_id, call.send_buffer, call.send_offset,
@@ -528,7 +527,7 @@ absl::StatusOr<OpRequest> Node::RequestOf(const CollectiveCall& call, int world)
     request.recv = recv.data;
     BATON_RETURN_IF_ERROR(use(recv, spec.recv_memory));
   }
-  if (call.node_part) {
+  if (call.spec.node_part) {
     if (device_ordinal >= 0) {
       return absl::InvalidArgumentError("a node's part of an operation must be in host memory");
     }

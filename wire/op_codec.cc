@@ -68,6 +68,7 @@ void ToProto(const OpSpec& spec, v1::CollectiveRequest* request) {
   } else {
     request->clear_algorithm();
   }
+  request->set_node_part(spec.node_part);
 }
 
 absl::StatusOr<OpSpec> FromProto(const v1::CollectiveRequest& request) {
@@ -103,6 +104,7 @@ absl::StatusOr<OpSpec> FromProto(const v1::CollectiveRequest& request) {
   spec.send_displs.assign(request.send_displs().begin(), request.send_displs().end());
   spec.recv_counts.assign(request.recv_counts().begin(), request.recv_counts().end());
   spec.recv_displs.assign(request.recv_displs().begin(), request.recv_displs().end());
+  spec.node_part = request.node_part();
   return spec;
 }
 
@@ -127,6 +129,7 @@ absl::Status ToChannel(const OpSpec& spec, channel::OpDescriptor* op, channel::V
   op->peer = spec.peer;
   op->algorithm = spec.algorithm ? 1 + static_cast<uint32_t>(*spec.algorithm) : 0;
   op->count = spec.count;
+  op->node_part = spec.node_part ? 1 : 0;
   if (spec.collective == Collective::kAllToAllV) {
     const size_t entries = spec.send_counts.size();
     tail->entries = static_cast<uint32_t>(entries);
@@ -163,6 +166,7 @@ absl::StatusOr<OpSpec> FromChannel(const channel::OpDescriptor& op,
   spec.root = op.root;
   spec.peer = op.peer;
   spec.count = op.count;
+  spec.node_part = op.node_part != 0;
   if (spec.collective == Collective::kAllToAllV) {
     const uint32_t entries = tail.entries;  // read once
     if (entries > channel::kMaxVectorRanks) {

@@ -28,8 +28,6 @@ struct Call {
   // event slot recorded on it; 0 and 0 otherwise.
   uint32_t stream_value = 0;
   uint32_t event_slot = 0;
-  // Set by the node arena's local phase (local rank 0): the call stands for every local rank.
-  bool node_part = false;
   // Not OK: the builder refused the call with this error; only `spec.collective` is set. It still
   // runs in its place among the rank's calls, to report the refusal in order.
   absl::Status refused;

@@ -390,7 +390,7 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
                          absl::StatusCode::kAborted, /*from_next_operation=*/true)
           .IgnoreError();  // the daemon is gone, or the communicator: nobody waits
     }
-    if (!numbered && !call.node_part) arena_route_.RecordElsewhere(call).IgnoreError();
+    if (!numbered && !call.spec.node_part) arena_route_.RecordElsewhere(call).IgnoreError();
     return error;
   }
 

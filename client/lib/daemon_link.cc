@@ -43,7 +43,6 @@ absl::StatusOr<std::string> DaemonLink::RunOnChannel(const Call& call,
                                                      const CallOptions& options) {
   channel::OpDescriptor op;
   BATON_RETURN_IF_ERROR(wire::ToChannel(call.spec, &op, &channel_->vectors()));
-  op.node_part = call.node_part ? 1 : 0;
   if (send) {
     op.send_buffer = send->buffer_id();
     op.send_offset = send->offset();
@@ -77,7 +76,6 @@ absl::StatusOr<std::string> DaemonLink::RunOnGrpc(const Call& call,
   request.set_comm_tag(comm_tag_);
   request.set_rank(rank_);
   wire::ToProto(call.spec, &request);
-  request.set_node_part(call.node_part);
   request.set_timeout_ms(absl::ToInt64Milliseconds(options.timeout));
   if (send) *request.mutable_send() = *send;
   if (recv) *request.mutable_recv() = *recv;

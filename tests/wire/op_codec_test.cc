@@ -35,6 +35,8 @@ OpSpec Sample(Collective collective, int entries = 3) {
   spec.peer = 1;
   spec.algorithm =
       collective == Collective::kAllReduce ? std::optional(Algorithm::kTree) : std::nullopt;
+  // Set on some collectives only: both values make the round trip.
+  spec.node_part = collective == Collective::kBroadcast || collective == Collective::kBarrier;
   if (collective == Collective::kAllToAllV) {
     for (int j = 0; j < entries; ++j) {
       spec.send_counts.push_back(j + 1);

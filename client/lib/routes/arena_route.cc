@@ -133,7 +133,7 @@ absl::Status ArenaRoute::RunOnNode(collective::NodeArena& arena, const Call& cal
   }
 }
 
-// Local rank 0 runs the step between nodes through the daemon for the node (Call::node_part),
+// Local rank 0 runs the step between nodes through the daemon for the node (OpSpec::node_part),
 // on a buffer in the arena that holds the node's part (collective/schedule.h,
 // NodePartElements).
 absl::StatusOr<std::string> ArenaRoute::RunAcrossNodes(collective::NodeArena& arena,
@@ -147,7 +147,7 @@ absl::StatusOr<std::string> ArenaRoute::RunAcrossNodes(collective::NodeArena& ar
   const size_t node_bytes = node_elements * collective::DataTypeSize(spec.type);
   auto across = [&](void* buffer) -> absl::StatusOr<std::string> {
     Call node = call;
-    node.node_part = true;
+    node.spec.node_part = true;
     node.send = nullptr;  // the daemon reads and writes the one buffer
     node.recv = buffer;
     node.recv_elements = node_elements;

@@ -2,7 +2,7 @@
 
 // The arena route: a collective of ranks that share a daemon runs in the node's shared arena
 // (collective/node_arena.h) instead of going through the daemon; across nodes local rank 0 runs
-// the step between nodes through the daemon for the whole node (Call::node_part), on a buffer
+// the step between nodes through the daemon for the whole node (OpSpec::node_part), on a buffer
 // in the arena. The arena is opened on the communicator's first collective; the daemon answers
 // every local rank alike, so every one uses it or none does. Internal to libbaton; used by one
 // operation at a time (the communicator's order).

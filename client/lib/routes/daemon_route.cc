@@ -89,7 +89,8 @@ absl::StatusOr<DaemonRoute::Placed> DaemonRoute::Place(const Call& call, size_t 
     placed.recv = link_.session().Find(staging + recv_at, recv_bytes);
     placed.staged_recv = staging + recv_at;
     // A node's part is in place: its buffer holds the input (a broadcast root's data).
-    if (call.node_part && !stage_in_place) std::memcpy(staging + recv_at, call.recv, recv_bytes);
+    if (call.spec.node_part && !stage_in_place)
+      std::memcpy(staging + recv_at, call.recv, recv_bytes);
   }
   return placed;
 }
