@@ -8,9 +8,28 @@
 # collective and the daemon's threads) under ThreadSanitizer. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
 
-step() { printf '\n=== %s (%s UTC) ===\n' "$*" "$(date -u +%H:%M:%S)"; }
+# Each stage's name and start; the time each took is printed at the end, whatever the outcome.
+stages=() starts=()
+step() {
+  stages+=("$*")
+  starts+=("$SECONDS")
+  printf '\n=== %s (%s UTC) ===\n' "$*" "$(date -u +%H:%M:%S)"
+}
+report() {
+  local status=$? i end
+  printf '\n=== stage times (exit %d) ===\n' "$status"
+  for i in "${!stages[@]}"; do
+    end=$SECONDS
+    [ $((i + 1)) -lt ${#stages[@]} ] && end=${starts[$((i + 1))]}
+    printf '%6d s  %s\n' $((end - starts[i])) "${stages[$i]}"
+  done
+  printf '%6d s  in all\n' "$SECONDS"
+}
+trap report EXIT
+
+step "set up (apt, the venv)"
+bash scripts/setup.sh
 
 step "format check"
 bash scripts/format.sh --check
@@ -35,7 +54,9 @@ step "tests under ASan + UBSan"
 
 step "build the tests labelled tsan with ThreadSanitizer"
 if [ ! -f build-tsan/build.ninja ]; then
-  cmake -S . -B build-tsan -G Ninja -DBATON_WERROR=ON -DBATON_SANITIZE=thread >/dev/null
+  cmake -S . -B build-tsan -G Ninja -DBATON_WERROR=ON -DBATON_SANITIZE=thread \
+    $(command -v ccache >/dev/null && [ "${BATON_CCACHE:-1}" != 0 ] &&
+      echo -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache) >/dev/null
 fi
 # The tests labelled "tsan" (transport, collective, and the daemon's rendezvous and link
 # monitor); a test's name is its target's name.
