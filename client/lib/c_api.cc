@@ -16,27 +16,27 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "baton/baton.h"
+#include "client/lib/c_api_internal.h"
 #include "client/lib/client_core.h"
 #include "client/lib/daemon_status.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
-
-struct baton_client {
-  std::unique_ptr<baton::core::Client> impl;
-};
-
-struct baton_comm {
-  std::unique_ptr<baton::core::Communicator> impl;
-};
-
-struct baton_request {
-  std::shared_ptr<baton::core::Request> impl;
-};
+#include "common/status_macros.h"
 
 namespace {
 
 namespace core = baton::core;
 namespace collective = baton::collective;
+using baton::c_api::DataTypeOf;
+using baton::c_api::Finish;
+using baton::c_api::Invalid;
+using baton::c_api::kAlgorithms;
+using baton::c_api::kCollectives;
+using baton::c_api::kDataTypes;
+using baton::c_api::kReduceOps;
+using baton::c_api::OptionsOf;
+using baton::c_api::ReduceOpOf;
+using baton::c_api::Raw;
 
 // The C enums are the core's, shifted by one for algorithms (0 is "auto").
 static_assert(BATON_INT8 == static_cast<int>(collective::DataType::kInt8));
@@ -56,11 +56,6 @@ static_assert(BATON_ALGORITHM_HALVING_DOUBLING ==
               1 + static_cast<int>(collective::Algorithm::kHalvingDoubling));
 static_assert(BATON_UNAUTHENTICATED == static_cast<int>(absl::StatusCode::kUnauthenticated));
 
-constexpr int kDataTypes = BATON_FP8_E5M2 + 1;
-constexpr int kReduceOps = BATON_AVG + 1;
-constexpr int kCollectives = BATON_RECV + 1;
-constexpr int kAlgorithms = BATON_ALGORITHM_HALVING_DOUBLING + 1;
-
 constexpr absl::Duration kDefaultConnectTimeout = absl::Seconds(10);
 constexpr absl::Duration kDefaultJoinTimeout = absl::Seconds(60);
 constexpr absl::Duration kDefaultCallTimeout = absl::Minutes(10);
@@ -68,6 +63,32 @@ constexpr absl::Duration kDefaultStatusTimeout = absl::Seconds(5);
 
 thread_local std::string last_error;
 thread_local std::string socket_path;
+
+absl::Duration Millis(int64_t ms, absl::Duration fallback) {
+  return ms > 0 ? absl::Milliseconds(ms) : fallback;
+}
+
+// Copies `text` with its NUL into `out` (`size` bytes), or fails with OUT_OF_RANGE.
+baton_code_t CopyOut(const std::string& text, char* out, size_t size, const char* what) {
+  if (out == nullptr) return Invalid(absl::StrCat(what, " buffer is null"));
+  if (text.size() + 1 > size) {
+    return Finish(absl::OutOfRangeError(
+        absl::StrCat(what, " needs ", text.size() + 1, " bytes; the buffer has ", size)));
+  }
+  std::memcpy(out, text.c_str(), text.size() + 1);
+  return Finish(absl::OkStatus());
+}
+
+const char* AlgorithmNameOf(baton_algorithm_t algorithm) {
+  const int raw = Raw(algorithm);
+  if (raw == BATON_ALGORITHM_AUTO) return "auto";
+  if (raw < 0 || raw >= kAlgorithms) return "unknown";
+  return collective::AlgorithmName(static_cast<collective::Algorithm>(raw - 1)).data();
+}
+
+}  // namespace
+
+namespace baton::c_api {
 
 // Records `status` as this thread's last outcome and returns its code.
 baton_code_t Finish(const absl::Status& status) {
@@ -77,25 +98,6 @@ baton_code_t Finish(const absl::Status& status) {
   }
   last_error = std::string{status.message()};
   return static_cast<baton_code_t>(status.code());
-}
-
-baton_code_t Invalid(const std::string& message) {
-  return Finish(absl::InvalidArgumentError(message));
-}
-
-// An enum's value as the caller stored it. A C caller may store any int in an enum field, and in
-// C++ loading an enum object whose value lies outside the enumerators' range is undefined (UBSan
-// reports it): copy the bytes instead of loading the enum.
-template <typename Enum>
-int Raw(const Enum& value) {
-  static_assert(sizeof(Enum) == sizeof(int), "the C enums are int-sized");
-  int raw = 0;
-  std::memcpy(&raw, &value, sizeof(raw));
-  return raw;
-}
-
-absl::Duration Millis(int64_t ms, absl::Duration fallback) {
-  return ms > 0 ? absl::Milliseconds(ms) : fallback;
 }
 
 std::optional<collective::DataType> DataTypeOf(const baton_dtype_t& type) {
@@ -108,17 +110,6 @@ std::optional<collective::ReduceOp> ReduceOpOf(const baton_reduce_op_t& op) {
   const int raw = Raw(op);
   if (raw < 0 || raw >= kReduceOps) return std::nullopt;
   return static_cast<collective::ReduceOp>(raw);
-}
-
-// Copies `text` with its NUL into `out` (`size` bytes), or fails with OUT_OF_RANGE.
-baton_code_t CopyOut(const std::string& text, char* out, size_t size, const char* what) {
-  if (out == nullptr) return Invalid(absl::StrCat(what, " buffer is null"));
-  if (text.size() + 1 > size) {
-    return Finish(absl::OutOfRangeError(
-        absl::StrCat(what, " needs ", text.size() + 1, " bytes; the buffer has ", size)));
-  }
-  std::memcpy(out, text.c_str(), text.size() + 1);
-  return Finish(absl::OkStatus());
 }
 
 // The core's call options for `options` (NULL: defaults), or why they are invalid.
@@ -148,98 +139,7 @@ absl::StatusOr<core::CallOptions> OptionsOf(const baton_call_options_t* options)
   return result;
 }
 
-// One collective call's checked arguments.
-struct Checked {
-  core::CallOptions options;
-  collective::DataType type = collective::DataType::kUint8;
-  collective::ReduceOp op = collective::ReduceOp::kSum;
-};
-
-absl::StatusOr<Checked> Check(const baton_comm_t* comm, baton_dtype_t type, baton_reduce_op_t op,
-                              const baton_call_options_t* options) {
-  if (comm == nullptr) return absl::InvalidArgumentError("communicator is null");
-  Checked checked;
-  std::optional<collective::DataType> t = DataTypeOf(type);
-  if (!t) return absl::InvalidArgumentError(absl::StrCat("unknown data type ", Raw(type)));
-  std::optional<collective::ReduceOp> o = ReduceOpOf(op);
-  if (!o) return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", Raw(op)));
-  checked.type = *t;
-  checked.op = *o;
-  absl::StatusOr<core::CallOptions> parsed = OptionsOf(options);
-  if (!parsed.ok()) return parsed.status();
-  checked.options = *parsed;
-  return checked;
-}
-
-// Runs a blocking collective: `run(comm, checked)` returns its status.
-template <typename Run>
-baton_code_t Blocking(baton_comm_t* comm, baton_dtype_t type, baton_reduce_op_t op,
-                      const baton_call_options_t* options, Run run) {
-  absl::StatusOr<Checked> checked = Check(comm, type, op, options);
-  if (!checked.ok()) return Finish(checked.status());
-  return Finish(run(*comm->impl, *checked));
-}
-
-// A request that completed at submission with `status`.
-class CompletedRequest final : public core::Request {
- public:
-  explicit CompletedRequest(absl::Status status) : status_(std::move(status)) {}
-  absl::Status Wait(absl::Duration) override { return status_; }
-  std::optional<absl::Status> Test() override { return status_; }
-
- private:
-  const absl::Status status_;
-};
-
-// Submits a non-blocking collective: `submit(comm, checked)` returns its core request.
-template <typename Submit>
-baton_code_t Async(baton_comm_t* comm, baton_dtype_t type, baton_reduce_op_t op,
-                   const baton_call_options_t* options, baton_request_t** request, Submit submit) {
-  if (request == nullptr) return Invalid("request is null");
-  *request = nullptr;
-  if (comm == nullptr) return Invalid("communicator is null");
-  absl::StatusOr<Checked> checked = Check(comm, type, op, options);
-  auto handle = std::make_unique<baton_request>();
-  handle->impl = checked.ok() ? submit(*comm->impl, *checked)
-                              : std::make_shared<CompletedRequest>(checked.status());
-  *request = handle.release();
-  return Finish(absl::OkStatus());
-}
-
-// all_to_all_v's four arrays of `entries` counts, as the core's vectors.
-struct VectorCounts {
-  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;
-};
-
-absl::StatusOr<VectorCounts> CountsOf(const size_t* send_counts, const size_t* send_displs,
-                                      const size_t* recv_counts, const size_t* recv_displs,
-                                      size_t entries, int world_size) {
-  if (entries > 0 && (send_counts == nullptr || send_displs == nullptr || recv_counts == nullptr ||
-                      recv_displs == nullptr)) {
-    return absl::InvalidArgumentError(
-        "send_counts, send_displs, recv_counts and recv_displs must not be null");
-  }
-  // The arrays are read only once their length is known to be the world size: a longer claim
-  // would read past the caller's arrays.
-  if (entries != static_cast<size_t>(world_size)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("all_to_all_v got ", entries,
-                     " entries per array; they need one per rank (world size ", world_size, ")"));
-  }
-  auto copy = [entries](const size_t* values) {
-    return entries == 0 ? std::vector<size_t>() : std::vector<size_t>(values, values + entries);
-  };
-  return VectorCounts{copy(send_counts), copy(send_displs), copy(recv_counts), copy(recv_displs)};
-}
-
-const char* AlgorithmNameOf(baton_algorithm_t algorithm) {
-  const int raw = Raw(algorithm);
-  if (raw == BATON_ALGORITHM_AUTO) return "auto";
-  if (raw < 0 || raw >= kAlgorithms) return "unknown";
-  return collective::AlgorithmName(static_cast<collective::Algorithm>(raw - 1)).data();
-}
-
-}  // namespace
+}  // namespace baton::c_api
 
 extern "C" {
 
@@ -536,210 +436,6 @@ void baton_call_options_init(baton_call_options_t* options) {
   options->algorithm = BATON_ALGORITHM_AUTO;
   options->on_stream = 0;
   options->stream = nullptr;
-}
-
-baton_code_t baton_all_reduce(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                              baton_dtype_t type, baton_reduce_op_t op,
-                              const baton_call_options_t* options) {
-  return Blocking(comm, type, op, options, [&](core::Communicator& c, const Checked& k) {
-    return c.AllReduce(send, recv, count, k.type, k.op, k.options);
-  });
-}
-
-baton_code_t baton_reduce_scatter(baton_comm_t* comm, const void* send, void* recv,
-                                  size_t recv_count, baton_dtype_t type, baton_reduce_op_t op,
-                                  const baton_call_options_t* options) {
-  return Blocking(comm, type, op, options, [&](core::Communicator& c, const Checked& k) {
-    return c.ReduceScatter(send, recv, recv_count, k.type, k.op, k.options);
-  });
-}
-
-baton_code_t baton_all_gather(baton_comm_t* comm, const void* send, void* recv, size_t send_count,
-                              baton_dtype_t type, const baton_call_options_t* options) {
-  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
-    return c.AllGather(send, recv, send_count, k.type, k.options);
-  });
-}
-
-baton_code_t baton_broadcast(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                             baton_dtype_t type, int root, const baton_call_options_t* options) {
-  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
-    return c.Broadcast(send, recv, count, k.type, root, k.options);
-  });
-}
-
-baton_code_t baton_reduce(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                          baton_dtype_t type, baton_reduce_op_t op, int root,
-                          const baton_call_options_t* options) {
-  return Blocking(comm, type, op, options, [&](core::Communicator& c, const Checked& k) {
-    return c.Reduce(send, recv, count, k.type, k.op, root, k.options);
-  });
-}
-
-baton_code_t baton_all_to_all(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                              baton_dtype_t type, const baton_call_options_t* options) {
-  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
-    return c.AllToAll(send, recv, count, k.type, k.options);
-  });
-}
-
-baton_code_t baton_barrier(baton_comm_t* comm, const baton_call_options_t* options) {
-  return Blocking(comm, BATON_UINT8, BATON_SUM, options,
-                  [&](core::Communicator& c, const Checked& k) { return c.Barrier(k.options); });
-}
-
-baton_code_t baton_all_reduce_async(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                                    baton_dtype_t type, baton_reduce_op_t op,
-                                    const baton_call_options_t* options,
-                                    baton_request_t** request) {
-  return Async(comm, type, op, options, request, [&](core::Communicator& c, const Checked& k) {
-    return c.AllReduceAsync(send, recv, count, k.type, k.op, k.options);
-  });
-}
-
-baton_code_t baton_reduce_scatter_async(baton_comm_t* comm, const void* send, void* recv,
-                                        size_t recv_count, baton_dtype_t type, baton_reduce_op_t op,
-                                        const baton_call_options_t* options,
-                                        baton_request_t** request) {
-  return Async(comm, type, op, options, request, [&](core::Communicator& c, const Checked& k) {
-    return c.ReduceScatterAsync(send, recv, recv_count, k.type, k.op, k.options);
-  });
-}
-
-baton_code_t baton_all_gather_async(baton_comm_t* comm, const void* send, void* recv,
-                                    size_t send_count, baton_dtype_t type,
-                                    const baton_call_options_t* options,
-                                    baton_request_t** request) {
-  return Async(comm, type, BATON_SUM, options, request,
-               [&](core::Communicator& c, const Checked& k) {
-                 return c.AllGatherAsync(send, recv, send_count, k.type, k.options);
-               });
-}
-
-baton_code_t baton_broadcast_async(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                                   baton_dtype_t type, int root,
-                                   const baton_call_options_t* options, baton_request_t** request) {
-  return Async(comm, type, BATON_SUM, options, request,
-               [&](core::Communicator& c, const Checked& k) {
-                 return c.BroadcastAsync(send, recv, count, k.type, root, k.options);
-               });
-}
-
-baton_code_t baton_reduce_async(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                                baton_dtype_t type, baton_reduce_op_t op, int root,
-                                const baton_call_options_t* options, baton_request_t** request) {
-  return Async(comm, type, op, options, request, [&](core::Communicator& c, const Checked& k) {
-    return c.ReduceAsync(send, recv, count, k.type, k.op, root, k.options);
-  });
-}
-
-baton_code_t baton_all_to_all_async(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                                    baton_dtype_t type, const baton_call_options_t* options,
-                                    baton_request_t** request) {
-  return Async(comm, type, BATON_SUM, options, request,
-               [&](core::Communicator& c, const Checked& k) {
-                 return c.AllToAllAsync(send, recv, count, k.type, k.options);
-               });
-}
-
-baton_code_t baton_barrier_async(baton_comm_t* comm, const baton_call_options_t* options,
-                                 baton_request_t** request) {
-  return Async(comm, BATON_UINT8, BATON_SUM, options, request,
-               [&](core::Communicator& c, const Checked& k) { return c.BarrierAsync(k.options); });
-}
-
-baton_code_t baton_gather(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                          baton_dtype_t type, int root, const baton_call_options_t* options) {
-  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
-    return c.Gather(send, recv, count, k.type, root, k.options);
-  });
-}
-
-baton_code_t baton_scatter(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                           baton_dtype_t type, int root, const baton_call_options_t* options) {
-  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
-    return c.Scatter(send, recv, count, k.type, root, k.options);
-  });
-}
-
-baton_code_t baton_all_to_all_v(baton_comm_t* comm, const void* send, const size_t* send_counts,
-                                const size_t* send_displs, void* recv, const size_t* recv_counts,
-                                const size_t* recv_displs, size_t entries, baton_dtype_t type,
-                                const baton_call_options_t* options) {
-  return Blocking(
-      comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) -> absl::Status {
-        absl::StatusOr<VectorCounts> v =
-            CountsOf(send_counts, send_displs, recv_counts, recv_displs, entries, c.world_size());
-        if (!v.ok()) return v.status();
-        return c.AllToAllV(send, v->send_counts, v->send_displs, recv, v->recv_counts,
-                           v->recv_displs, k.type, k.options);
-      });
-}
-
-baton_code_t baton_send(baton_comm_t* comm, const void* buf, size_t count, baton_dtype_t type,
-                        int peer, const baton_call_options_t* options) {
-  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
-    return c.Send(buf, count, k.type, peer, k.options);
-  });
-}
-
-baton_code_t baton_recv(baton_comm_t* comm, void* buf, size_t count, baton_dtype_t type, int peer,
-                        const baton_call_options_t* options) {
-  return Blocking(comm, type, BATON_SUM, options, [&](core::Communicator& c, const Checked& k) {
-    return c.Recv(buf, count, k.type, peer, k.options);
-  });
-}
-
-baton_code_t baton_gather_async(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                                baton_dtype_t type, int root, const baton_call_options_t* options,
-                                baton_request_t** request) {
-  return Async(comm, type, BATON_SUM, options, request,
-               [&](core::Communicator& c, const Checked& k) {
-                 return c.GatherAsync(send, recv, count, k.type, root, k.options);
-               });
-}
-
-baton_code_t baton_scatter_async(baton_comm_t* comm, const void* send, void* recv, size_t count,
-                                 baton_dtype_t type, int root, const baton_call_options_t* options,
-                                 baton_request_t** request) {
-  return Async(comm, type, BATON_SUM, options, request,
-               [&](core::Communicator& c, const Checked& k) {
-                 return c.ScatterAsync(send, recv, count, k.type, root, k.options);
-               });
-}
-
-baton_code_t baton_all_to_all_v_async(baton_comm_t* comm, const void* send,
-                                      const size_t* send_counts, const size_t* send_displs,
-                                      void* recv, const size_t* recv_counts,
-                                      const size_t* recv_displs, size_t entries, baton_dtype_t type,
-                                      const baton_call_options_t* options,
-                                      baton_request_t** request) {
-  return Async(comm, type, BATON_SUM, options, request,
-               [&](core::Communicator& c, const Checked& k) -> std::shared_ptr<core::Request> {
-                 absl::StatusOr<VectorCounts> v = CountsOf(send_counts, send_displs, recv_counts,
-                                                           recv_displs, entries, c.world_size());
-                 if (!v.ok()) return std::make_shared<CompletedRequest>(v.status());
-                 return c.AllToAllVAsync(send, v->send_counts, v->send_displs, recv, v->recv_counts,
-                                         v->recv_displs, k.type, k.options);
-               });
-}
-
-baton_code_t baton_send_async(baton_comm_t* comm, const void* buf, size_t count, baton_dtype_t type,
-                              int peer, const baton_call_options_t* options,
-                              baton_request_t** request) {
-  return Async(comm, type, BATON_SUM, options, request,
-               [&](core::Communicator& c, const Checked& k) {
-                 return c.SendAsync(buf, count, k.type, peer, k.options);
-               });
-}
-
-baton_code_t baton_recv_async(baton_comm_t* comm, void* buf, size_t count, baton_dtype_t type,
-                              int peer, const baton_call_options_t* options,
-                              baton_request_t** request) {
-  return Async(comm, type, BATON_SUM, options, request,
-               [&](core::Communicator& c, const Checked& k) {
-                 return c.RecvAsync(buf, count, k.type, peer, k.options);
-               });
 }
 
 baton_code_t baton_group_start(void) { return Finish(core::GroupStart()); }

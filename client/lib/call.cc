@@ -24,7 +24,51 @@ OpSpec Spec(Collective collective, uint64_t count, DataType type) {
 
 }  // namespace
 
-absl::StatusOr<Call> CallBuilder::Finish(OpSpec spec, const void* send, void* recv) const {
+absl::StatusOr<Call> CallBuilder::Build(const Operation& op) const {
+  OpSpec spec = Spec(op.collective, op.count, op.type);
+  const void* send = op.send;
+  void* recv = op.recv;
+  switch (op.collective) {
+    case Collective::kAllReduce:
+    case Collective::kReduceScatter:
+      spec.op = op.op;
+      break;
+    case Collective::kReduce:
+      spec.op = op.op;
+      spec.root = op.root;
+      break;
+    case Collective::kAllGather:
+    case Collective::kAllToAll:
+      break;
+    case Collective::kBroadcast:
+    case Collective::kGather:
+    case Collective::kScatter:
+      spec.root = op.root;
+      break;
+    case Collective::kBarrier:
+      spec = Spec(Collective::kBarrier, 0, DataType::kUint8);
+      send = nullptr;
+      recv = nullptr;
+      break;
+    case Collective::kAllToAllV:
+      spec.count = 0;
+      spec.send_counts.assign(op.send_counts.begin(), op.send_counts.end());
+      spec.send_displs.assign(op.send_displs.begin(), op.send_displs.end());
+      spec.recv_counts.assign(op.recv_counts.begin(), op.recv_counts.end());
+      spec.recv_displs.assign(op.recv_displs.begin(), op.recv_displs.end());
+      break;
+    case Collective::kSend:
+      spec.peer = op.peer;
+      recv = nullptr;
+      break;
+    case Collective::kRecv:
+      spec.peer = op.peer;
+      send = nullptr;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown collective ", static_cast<int>(op.collective)));
+  }
   if (absl::Status s = spec.Validate(world_size_, rank_); !s.ok()) return s;
   Call call;
   call.send_elements = spec.SendElements(world_size_, rank_);
@@ -33,90 +77,6 @@ absl::StatusOr<Call> CallBuilder::Finish(OpSpec spec, const void* send, void* re
   call.send = send;
   call.recv = recv;
   return call;
-}
-
-absl::StatusOr<Call> CallBuilder::AllReduce(const void* send, void* recv, size_t count,
-                                            DataType type, ReduceOp op) const {
-  OpSpec spec = Spec(Collective::kAllReduce, count, type);
-  spec.op = op;
-  return Finish(std::move(spec), send, recv);
-}
-
-absl::StatusOr<Call> CallBuilder::ReduceScatter(const void* send, void* recv, size_t recv_count,
-                                                DataType type, ReduceOp op) const {
-  OpSpec spec = Spec(Collective::kReduceScatter, recv_count, type);
-  spec.op = op;
-  return Finish(std::move(spec), send, recv);
-}
-
-absl::StatusOr<Call> CallBuilder::AllGather(const void* send, void* recv, size_t send_count,
-                                            DataType type) const {
-  return Finish(Spec(Collective::kAllGather, send_count, type), send, recv);
-}
-
-absl::StatusOr<Call> CallBuilder::Broadcast(const void* send, void* recv, size_t count,
-                                            DataType type, int root) const {
-  OpSpec spec = Spec(Collective::kBroadcast, count, type);
-  spec.root = root;
-  return Finish(std::move(spec), send, recv);
-}
-
-absl::StatusOr<Call> CallBuilder::Reduce(const void* send, void* recv, size_t count, DataType type,
-                                         ReduceOp op, int root) const {
-  OpSpec spec = Spec(Collective::kReduce, count, type);
-  spec.op = op;
-  spec.root = root;
-  return Finish(std::move(spec), send, recv);
-}
-
-absl::StatusOr<Call> CallBuilder::AllToAll(const void* send, void* recv, size_t count,
-                                           DataType type) const {
-  return Finish(Spec(Collective::kAllToAll, count, type), send, recv);
-}
-
-absl::StatusOr<Call> CallBuilder::Barrier() const {
-  return Finish(Spec(Collective::kBarrier, 0, DataType::kUint8), nullptr, nullptr);
-}
-
-absl::StatusOr<Call> CallBuilder::Gather(const void* send, void* recv, size_t count, DataType type,
-                                         int root) const {
-  OpSpec spec = Spec(Collective::kGather, count, type);
-  spec.root = root;
-  return Finish(std::move(spec), send, recv);
-}
-
-absl::StatusOr<Call> CallBuilder::Scatter(const void* send, void* recv, size_t count, DataType type,
-                                          int root) const {
-  OpSpec spec = Spec(Collective::kScatter, count, type);
-  spec.root = root;
-  return Finish(std::move(spec), send, recv);
-}
-
-absl::StatusOr<Call> CallBuilder::AllToAllV(const void* send,
-                                            const std::vector<size_t>& send_counts,
-                                            const std::vector<size_t>& send_displs, void* recv,
-                                            const std::vector<size_t>& recv_counts,
-                                            const std::vector<size_t>& recv_displs,
-                                            DataType type) const {
-  OpSpec spec = Spec(Collective::kAllToAllV, 0, type);
-  spec.send_counts.assign(send_counts.begin(), send_counts.end());
-  spec.send_displs.assign(send_displs.begin(), send_displs.end());
-  spec.recv_counts.assign(recv_counts.begin(), recv_counts.end());
-  spec.recv_displs.assign(recv_displs.begin(), recv_displs.end());
-  return Finish(std::move(spec), send, recv);
-}
-
-absl::StatusOr<Call> CallBuilder::Send(const void* send, size_t count, DataType type,
-                                       int peer) const {
-  OpSpec spec = Spec(Collective::kSend, count, type);
-  spec.peer = peer;
-  return Finish(std::move(spec), send, nullptr);
-}
-
-absl::StatusOr<Call> CallBuilder::Recv(void* recv, size_t count, DataType type, int peer) const {
-  OpSpec spec = Spec(Collective::kRecv, count, type);
-  spec.peer = peer;
-  return Finish(std::move(spec), nullptr, recv);
 }
 
 absl::StatusOr<CallBytes> CheckBuffers(const Call& call) {

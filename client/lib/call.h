@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "client/lib/client_core.h"
 #include "collective/algorithm.h"
 #include "collective/data_type.h"
 #include "collective/op_spec.h"
@@ -33,41 +34,16 @@ struct Call {
   absl::Status refused;
 };
 
-// Builds the calls of one rank (`rank` of `world_size`); see client_core.h for each contract.
+// Builds the calls of one rank (`rank` of `world_size`) from operations (client_core.h): the
+// fields the collective reads go into its spec, the others are left at their defaults, and the
+// spec is validated for this rank.
 class CallBuilder {
  public:
   CallBuilder(int world_size, int rank) : world_size_(world_size), rank_(rank) {}
 
-  absl::StatusOr<Call> AllReduce(const void* send, void* recv, size_t count,
-                                 collective::DataType type, collective::ReduceOp op) const;
-  absl::StatusOr<Call> ReduceScatter(const void* send, void* recv, size_t recv_count,
-                                     collective::DataType type, collective::ReduceOp op) const;
-  absl::StatusOr<Call> AllGather(const void* send, void* recv, size_t send_count,
-                                 collective::DataType type) const;
-  absl::StatusOr<Call> Broadcast(const void* send, void* recv, size_t count,
-                                 collective::DataType type, int root) const;
-  absl::StatusOr<Call> Reduce(const void* send, void* recv, size_t count, collective::DataType type,
-                              collective::ReduceOp op, int root) const;
-  absl::StatusOr<Call> AllToAll(const void* send, void* recv, size_t count,
-                                collective::DataType type) const;
-  absl::StatusOr<Call> Barrier() const;
-  absl::StatusOr<Call> Gather(const void* send, void* recv, size_t count, collective::DataType type,
-                              int root) const;
-  absl::StatusOr<Call> Scatter(const void* send, void* recv, size_t count,
-                               collective::DataType type, int root) const;
-  absl::StatusOr<Call> AllToAllV(const void* send, const std::vector<size_t>& send_counts,
-                                 const std::vector<size_t>& send_displs, void* recv,
-                                 const std::vector<size_t>& recv_counts,
-                                 const std::vector<size_t>& recv_displs,
-                                 collective::DataType type) const;
-  absl::StatusOr<Call> Send(const void* send, size_t count, collective::DataType type,
-                            int peer) const;
-  absl::StatusOr<Call> Recv(void* recv, size_t count, collective::DataType type, int peer) const;
+  absl::StatusOr<Call> Build(const Operation& op) const;
 
  private:
-  // Validates `spec` for this rank and completes the call with its buffers.
-  absl::StatusOr<Call> Finish(collective::OpSpec spec, const void* send, void* recv) const;
-
   const int world_size_;
   const int rank_;
 };

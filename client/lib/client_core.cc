@@ -87,129 +87,12 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
     return last_algorithm_;
   }
 
-  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
-                         const CallOptions& options) override {
-    return Blocking(collective::Collective::kAllReduce,
-                    calls_.AllReduce(send, recv, count, type, op), options);
-  }
-  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
-                             ReduceOp op, const CallOptions& options) override {
-    return Blocking(collective::Collective::kReduceScatter,
-                    calls_.ReduceScatter(send, recv, recv_count, type, op), options);
-  }
-  absl::Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
-                         const CallOptions& options) override {
-    return Blocking(collective::Collective::kAllGather,
-                    calls_.AllGather(send, recv, send_count, type), options);
-  }
-  absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
-                         const CallOptions& options) override {
-    return Blocking(collective::Collective::kBroadcast,
-                    calls_.Broadcast(send, recv, count, type, root), options);
-  }
-  absl::Status Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
-                      int root, const CallOptions& options) override {
-    return Blocking(collective::Collective::kReduce,
-                    calls_.Reduce(send, recv, count, type, op, root), options);
-  }
-  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType type,
-                        const CallOptions& options) override {
-    return Blocking(collective::Collective::kAllToAll, calls_.AllToAll(send, recv, count, type),
-                    options);
-  }
-  absl::Status Barrier(const CallOptions& options) override {
-    return Blocking(collective::Collective::kBarrier, calls_.Barrier(), options);
-  }
-  absl::Status Gather(const void* send, void* recv, size_t count, DataType type, int root,
-                      const CallOptions& options) override {
-    return Blocking(collective::Collective::kGather, calls_.Gather(send, recv, count, type, root),
-                    options);
-  }
-  absl::Status Scatter(const void* send, void* recv, size_t count, DataType type, int root,
-                       const CallOptions& options) override {
-    return Blocking(collective::Collective::kScatter, calls_.Scatter(send, recv, count, type, root),
-                    options);
-  }
-  absl::Status AllToAllV(const void* send, const std::vector<size_t>& send_counts,
-                         const std::vector<size_t>& send_displs, void* recv,
-                         const std::vector<size_t>& recv_counts,
-                         const std::vector<size_t>& recv_displs, DataType type,
-                         const CallOptions& options) override {
-    return Blocking(
-        collective::Collective::kAllToAllV,
-        calls_.AllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
-        options);
-  }
-  absl::Status Send(const void* send, size_t count, DataType type, int peer,
-                    const CallOptions& options) override {
-    return Blocking(collective::Collective::kSend, calls_.Send(send, count, type, peer), options);
-  }
-  absl::Status Recv(void* recv, size_t count, DataType type, int peer,
-                    const CallOptions& options) override {
-    return Blocking(collective::Collective::kRecv, calls_.Recv(recv, count, type, peer), options);
-  }
-
-  std::shared_ptr<Request> AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
-                                          ReduceOp op, const CallOptions& options) override {
-    return Enqueue(collective::Collective::kAllReduce,
-                   calls_.AllReduce(send, recv, count, type, op), options);
-  }
-  std::shared_ptr<Request> ReduceScatterAsync(const void* send, void* recv, size_t recv_count,
-                                              DataType type, ReduceOp op,
-                                              const CallOptions& options) override {
-    return Enqueue(collective::Collective::kReduceScatter,
-                   calls_.ReduceScatter(send, recv, recv_count, type, op), options);
-  }
-  std::shared_ptr<Request> AllGatherAsync(const void* send, void* recv, size_t send_count,
-                                          DataType type, const CallOptions& options) override {
-    return Enqueue(collective::Collective::kAllGather,
-                   calls_.AllGather(send, recv, send_count, type), options);
-  }
-  std::shared_ptr<Request> BroadcastAsync(const void* send, void* recv, size_t count, DataType type,
-                                          int root, const CallOptions& options) override {
-    return Enqueue(collective::Collective::kBroadcast,
-                   calls_.Broadcast(send, recv, count, type, root), options);
-  }
-  std::shared_ptr<Request> ReduceAsync(const void* send, void* recv, size_t count, DataType type,
-                                       ReduceOp op, int root, const CallOptions& options) override {
-    return Enqueue(collective::Collective::kReduce,
-                   calls_.Reduce(send, recv, count, type, op, root), options);
-  }
-  std::shared_ptr<Request> AllToAllAsync(const void* send, void* recv, size_t count, DataType type,
-                                         const CallOptions& options) override {
-    return Enqueue(collective::Collective::kAllToAll, calls_.AllToAll(send, recv, count, type),
-                   options);
-  }
-  std::shared_ptr<Request> BarrierAsync(const CallOptions& options) override {
-    return Enqueue(collective::Collective::kBarrier, calls_.Barrier(), options);
-  }
-  std::shared_ptr<Request> GatherAsync(const void* send, void* recv, size_t count, DataType type,
-                                       int root, const CallOptions& options) override {
-    return Enqueue(collective::Collective::kGather, calls_.Gather(send, recv, count, type, root),
-                   options);
-  }
-  std::shared_ptr<Request> ScatterAsync(const void* send, void* recv, size_t count, DataType type,
-                                        int root, const CallOptions& options) override {
-    return Enqueue(collective::Collective::kScatter, calls_.Scatter(send, recv, count, type, root),
-                   options);
-  }
-  std::shared_ptr<Request> AllToAllVAsync(const void* send, const std::vector<size_t>& send_counts,
-                                          const std::vector<size_t>& send_displs, void* recv,
-                                          const std::vector<size_t>& recv_counts,
-                                          const std::vector<size_t>& recv_displs, DataType type,
-                                          const CallOptions& options) override {
-    return Enqueue(
-        collective::Collective::kAllToAllV,
-        calls_.AllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
-        options);
-  }
-  std::shared_ptr<Request> SendAsync(const void* send, size_t count, DataType type, int peer,
-                                     const CallOptions& options) override {
-    return Enqueue(collective::Collective::kSend, calls_.Send(send, count, type, peer), options);
-  }
-  std::shared_ptr<Request> RecvAsync(void* recv, size_t count, DataType type, int peer,
-                                     const CallOptions& options) override {
-    return Enqueue(collective::Collective::kRecv, calls_.Recv(recv, count, type, peer), options);
+  absl::Status Submit(const Operation& op, const CallOptions& options,
+                      std::shared_ptr<Request>* request) override {
+    absl::StatusOr<Call> call = calls_.Build(op);
+    if (request == nullptr) return Blocking(op.collective, std::move(call), options);
+    *request = Enqueue(op.collective, std::move(call), options);
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::unique_ptr<Communicator>> Split(int color, int key,
@@ -288,8 +171,8 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
   absl::Status AsyncError() const override { return device_route_.AsyncError(); }
 
   // A call deferred by a group, handed back at its end.
-  void Submit(Call call, const CallOptions& options,
-              std::shared_ptr<PendingRequest> request) override {
+  void SubmitDeferred(Call call, const CallOptions& options,
+                      std::shared_ptr<PendingRequest> request) override {
     queue_.Enqueue(std::move(call), options, std::move(request));
   }
 

@@ -66,6 +66,23 @@ struct AlgorithmEstimate {
   int64_t measured_samples = 0;
 };
 
+// One operation as a caller describes it, for Communicator::Submit (the C API's baton_op_t):
+// the collective, this rank's buffers, and the fields that collective reads; the others are
+// ignored. `count` is the count of the collective's call below (recv_count for reduce_scatter,
+// send_count for all_gather; unused by barrier and all_to_all_v); send and recv use `send` and
+// `recv`; the all_to_all_v vectors have world_size entries.
+struct Operation {
+  collective::Collective collective = collective::Collective::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType type = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;  // all_reduce, reduce_scatter, reduce
+  int root = 0;                  // broadcast, reduce, gather, scatter
+  int peer = 0;                  // send, recv
+  std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  // all_to_all_v
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;  // destroys the communicator if Destroy was not called
@@ -75,105 +92,167 @@ class Communicator {
   // Number of daemons the communicator spans.
   virtual int daemon_count() const = 0;
 
-  // recv[i] = op over all ranks of send[i], for i < count, on every rank. send may equal recv
-  // (in place). Errors: InvalidArgument for bad arguments (the communicator stays usable);
-  // Unavailable / DeadlineExceeded naming the peer at fault when a rank or daemon is lost (the
-  // communicator is then aborted on every rank); FailedPrecondition if ranks disagree on the call.
-  virtual absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type,
-                                 ReduceOp op, const CallOptions& options = {}) = 0;
+  // The one way an operation is submitted; the named calls below are this with an Operation.
+  // With `request` null the call blocks until this rank's part is done and returns its status;
+  // otherwise it returns OK at once with *request set, which completes with the status (an
+  // argument error too). An operation runs after every operation submitted before it on this
+  // communicator (blocking or not), in submission order; buffers must stay valid and unchanged
+  // until it completes. Operations on different communicators run concurrently.
+  // Errors: InvalidArgument for bad arguments (the communicator stays usable); Unavailable /
+  // DeadlineExceeded naming the peer at fault when a rank or daemon is lost (the communicator is
+  // then aborted on every rank); FailedPrecondition if ranks disagree on the call.
+  virtual absl::Status Submit(const Operation& op, const CallOptions& options,
+                              std::shared_ptr<Request>* request) = 0;
 
+  // recv[i] = op over all ranks of send[i], for i < count, on every rank. send may equal recv
+  // (in place).
+  absl::Status AllReduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                         const CallOptions& options = {}) {
+    return Submit(Reducing(collective::Collective::kAllReduce, send, recv, count, type, op),
+                  options, nullptr);
+  }
   // recv (recv_count elements) = block `rank` of op over all ranks' send (recv_count * world_size
   // elements).
-  virtual absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
-                                     ReduceOp op, const CallOptions& options = {}) = 0;
-
+  absl::Status ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
+                             ReduceOp op, const CallOptions& options = {}) {
+    return Submit(
+        Reducing(collective::Collective::kReduceScatter, send, recv, recv_count, type, op), options,
+        nullptr);
+  }
   // recv (send_count * world_size elements) = every rank's send, in rank order.
-  virtual absl::Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
-                                 const CallOptions& options = {}) = 0;
-
+  absl::Status AllGather(const void* send, void* recv, size_t send_count, DataType type,
+                         const CallOptions& options = {}) {
+    return Submit(Plain(collective::Collective::kAllGather, send, recv, send_count, type), options,
+                  nullptr);
+  }
   // recv = root's send (count elements) on every rank; send is read on the root only.
-  virtual absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type,
-                                 int root, const CallOptions& options = {}) = 0;
-
+  absl::Status Broadcast(const void* send, void* recv, size_t count, DataType type, int root,
+                         const CallOptions& options = {}) {
+    return Submit(Rooted(collective::Collective::kBroadcast, send, recv, count, type, root),
+                  options, nullptr);
+  }
   // root's recv = op over all ranks' send (count elements); recv is written on the root only.
-  virtual absl::Status Reduce(const void* send, void* recv, size_t count, DataType type,
-                              ReduceOp op, int root, const CallOptions& options = {}) = 0;
-
+  absl::Status Reduce(const void* send, void* recv, size_t count, DataType type, ReduceOp op,
+                      int root, const CallOptions& options = {}) {
+    Operation reduce = Reducing(collective::Collective::kReduce, send, recv, count, type, op);
+    reduce.root = root;
+    return Submit(reduce, options, nullptr);
+  }
   // Block j (count elements) of this rank's send goes to rank j; block i of recv comes from rank
   // i. Both buffers hold count * world_size elements.
-  virtual absl::Status AllToAll(const void* send, void* recv, size_t count, DataType type,
-                                const CallOptions& options = {}) = 0;
-
+  absl::Status AllToAll(const void* send, void* recv, size_t count, DataType type,
+                        const CallOptions& options = {}) {
+    return Submit(Plain(collective::Collective::kAllToAll, send, recv, count, type), options,
+                  nullptr);
+  }
   // Returns once every rank has entered the barrier.
-  virtual absl::Status Barrier(const CallOptions& options = {}) = 0;
-
+  absl::Status Barrier(const CallOptions& options = {}) {
+    return Submit(Plain(collective::Collective::kBarrier, nullptr, nullptr, 0, DataType::kUint8),
+                  options, nullptr);
+  }
   // root's recv (count * world_size elements) = every rank's send (count elements), in rank
   // order; recv is neither read nor written off the root (it may be null there).
-  virtual absl::Status Gather(const void* send, void* recv, size_t count, DataType type, int root,
-                              const CallOptions& options = {}) = 0;
-
+  absl::Status Gather(const void* send, void* recv, size_t count, DataType type, int root,
+                      const CallOptions& options = {}) {
+    return Submit(Rooted(collective::Collective::kGather, send, recv, count, type, root), options,
+                  nullptr);
+  }
   // recv (count elements) = block `rank` of root's send (count * world_size elements); send is
   // read on the root only (it may be null elsewhere).
-  virtual absl::Status Scatter(const void* send, void* recv, size_t count, DataType type, int root,
-                               const CallOptions& options = {}) = 0;
-
+  absl::Status Scatter(const void* send, void* recv, size_t count, DataType type, int root,
+                       const CallOptions& options = {}) {
+    return Submit(Rooted(collective::Collective::kScatter, send, recv, count, type, root), options,
+                  nullptr);
+  }
   // Like MPI_Alltoallv: send_counts[j] elements from send + send_displs[j] go to rank j;
   // recv_counts[i] elements from rank i land at recv + recv_displs[i]. Every vector has
   // world_size entries; counts may differ between peers and may be 0. InvalidArgument for
   // vectors of another length, counts whose sums overflow, or a null buffer with a block in it.
-  virtual absl::Status AllToAllV(const void* send, const std::vector<size_t>& send_counts,
-                                 const std::vector<size_t>& send_displs, void* recv,
-                                 const std::vector<size_t>& recv_counts,
-                                 const std::vector<size_t>& recv_displs, DataType type,
-                                 const CallOptions& options = {}) = 0;
-
+  absl::Status AllToAllV(const void* send, const std::vector<size_t>& send_counts,
+                         const std::vector<size_t>& send_displs, void* recv,
+                         const std::vector<size_t>& recv_counts,
+                         const std::vector<size_t>& recv_displs, DataType type,
+                         const CallOptions& options = {}) {
+    return Submit(Vector(send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
+                  options, nullptr);
+  }
   // Point to point: `count` elements of `send` to rank `peer`. Completes once the daemon has
   // taken the data (it never waits for the matching Recv). Matched in order per (sender,
   // receiver) pair; any count, 0 included.
-  virtual absl::Status Send(const void* send, size_t count, DataType type, int peer,
-                            const CallOptions& options = {}) = 0;
+  absl::Status Send(const void* send, size_t count, DataType type, int peer,
+                    const CallOptions& options = {}) {
+    return Submit(PointToPoint(collective::Collective::kSend, send, nullptr, count, type, peer),
+                  options, nullptr);
+  }
   // Receives rank `peer`'s next message to this rank into `recv` (`count` elements, which must
   // be the sender's count). Completes when the data is in `recv`.
-  virtual absl::Status Recv(void* recv, size_t count, DataType type, int peer,
-                            const CallOptions& options = {}) = 0;
+  absl::Status Recv(void* recv, size_t count, DataType type, int peer,
+                    const CallOptions& options = {}) {
+    return Submit(PointToPoint(collective::Collective::kRecv, nullptr, recv, count, type, peer),
+                  options, nullptr);
+  }
 
-  // Non-blocking forms of the calls above: each returns at once, and its operation runs after
-  // every operation submitted before it on this communicator (blocking or not), in submission
-  // order. Buffers must stay valid and unchanged until the request completes. Operations on
-  // different communicators run concurrently.
-  virtual std::shared_ptr<Request> AllReduceAsync(const void* send, void* recv, size_t count,
-                                                  DataType type, ReduceOp op,
-                                                  const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> ReduceScatterAsync(const void* send, void* recv,
-                                                      size_t recv_count, DataType type, ReduceOp op,
-                                                      const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> AllGatherAsync(const void* send, void* recv, size_t send_count,
-                                                  DataType type,
-                                                  const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> BroadcastAsync(const void* send, void* recv, size_t count,
-                                                  DataType type, int root,
-                                                  const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> ReduceAsync(const void* send, void* recv, size_t count,
-                                               DataType type, ReduceOp op, int root,
-                                               const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> AllToAllAsync(const void* send, void* recv, size_t count,
-                                                 DataType type,
-                                                 const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> BarrierAsync(const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> GatherAsync(const void* send, void* recv, size_t count,
-                                               DataType type, int root,
-                                               const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> ScatterAsync(const void* send, void* recv, size_t count,
-                                                DataType type, int root,
-                                                const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> AllToAllVAsync(
-      const void* send, const std::vector<size_t>& send_counts,
-      const std::vector<size_t>& send_displs, void* recv, const std::vector<size_t>& recv_counts,
-      const std::vector<size_t>& recv_displs, DataType type, const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> SendAsync(const void* send, size_t count, DataType type,
-                                             int peer, const CallOptions& options = {}) = 0;
-  virtual std::shared_ptr<Request> RecvAsync(void* recv, size_t count, DataType type, int peer,
-                                             const CallOptions& options = {}) = 0;
+  // Non-blocking forms of the calls above (Submit with a request).
+  std::shared_ptr<Request> AllReduceAsync(const void* send, void* recv, size_t count, DataType type,
+                                          ReduceOp op, const CallOptions& options = {}) {
+    return Async(Reducing(collective::Collective::kAllReduce, send, recv, count, type, op),
+                 options);
+  }
+  std::shared_ptr<Request> ReduceScatterAsync(const void* send, void* recv, size_t recv_count,
+                                              DataType type, ReduceOp op,
+                                              const CallOptions& options = {}) {
+    return Async(Reducing(collective::Collective::kReduceScatter, send, recv, recv_count, type, op),
+                 options);
+  }
+  std::shared_ptr<Request> AllGatherAsync(const void* send, void* recv, size_t send_count,
+                                          DataType type, const CallOptions& options = {}) {
+    return Async(Plain(collective::Collective::kAllGather, send, recv, send_count, type), options);
+  }
+  std::shared_ptr<Request> BroadcastAsync(const void* send, void* recv, size_t count, DataType type,
+                                          int root, const CallOptions& options = {}) {
+    return Async(Rooted(collective::Collective::kBroadcast, send, recv, count, type, root),
+                 options);
+  }
+  std::shared_ptr<Request> ReduceAsync(const void* send, void* recv, size_t count, DataType type,
+                                       ReduceOp op, int root, const CallOptions& options = {}) {
+    Operation reduce = Reducing(collective::Collective::kReduce, send, recv, count, type, op);
+    reduce.root = root;
+    return Async(reduce, options);
+  }
+  std::shared_ptr<Request> AllToAllAsync(const void* send, void* recv, size_t count, DataType type,
+                                         const CallOptions& options = {}) {
+    return Async(Plain(collective::Collective::kAllToAll, send, recv, count, type), options);
+  }
+  std::shared_ptr<Request> BarrierAsync(const CallOptions& options = {}) {
+    return Async(Plain(collective::Collective::kBarrier, nullptr, nullptr, 0, DataType::kUint8),
+                 options);
+  }
+  std::shared_ptr<Request> GatherAsync(const void* send, void* recv, size_t count, DataType type,
+                                       int root, const CallOptions& options = {}) {
+    return Async(Rooted(collective::Collective::kGather, send, recv, count, type, root), options);
+  }
+  std::shared_ptr<Request> ScatterAsync(const void* send, void* recv, size_t count, DataType type,
+                                        int root, const CallOptions& options = {}) {
+    return Async(Rooted(collective::Collective::kScatter, send, recv, count, type, root), options);
+  }
+  std::shared_ptr<Request> AllToAllVAsync(const void* send, const std::vector<size_t>& send_counts,
+                                          const std::vector<size_t>& send_displs, void* recv,
+                                          const std::vector<size_t>& recv_counts,
+                                          const std::vector<size_t>& recv_displs, DataType type,
+                                          const CallOptions& options = {}) {
+    return Async(Vector(send, send_counts, send_displs, recv, recv_counts, recv_displs, type),
+                 options);
+  }
+  std::shared_ptr<Request> SendAsync(const void* send, size_t count, DataType type, int peer,
+                                     const CallOptions& options = {}) {
+    return Async(PointToPoint(collective::Collective::kSend, send, nullptr, count, type, peer),
+                 options);
+  }
+  std::shared_ptr<Request> RecvAsync(void* recv, size_t count, DataType type, int peer,
+                                     const CallOptions& options = {}) {
+    return Async(PointToPoint(collective::Collective::kRecv, nullptr, recv, count, type, peer),
+                 options);
+  }
 
   // Aborts the communicator on every rank: asks the daemon to fail its pending and future
   // operations everywhere with Aborted and `reason`, and fails this rank's queued operations and
@@ -205,6 +284,52 @@ class Communicator {
   // was made, like ncclCommGetAsyncError; OK while there is none. Once set, later stream-ordered
   // calls fail at once with it.
   virtual absl::Status AsyncError() const = 0;
+
+ private:
+  std::shared_ptr<Request> Async(const Operation& op, const CallOptions& options) {
+    std::shared_ptr<Request> request;
+    Submit(op, options, &request).IgnoreError();  // the request carries the outcome
+    return request;
+  }
+  static Operation Plain(collective::Collective collective, const void* send, void* recv,
+                         size_t count, DataType type) {
+    Operation op;
+    op.collective = collective;
+    op.send = send;
+    op.recv = recv;
+    op.count = count;
+    op.type = type;
+    return op;
+  }
+  static Operation Reducing(collective::Collective collective, const void* send, void* recv,
+                            size_t count, DataType type, ReduceOp reduce) {
+    Operation op = Plain(collective, send, recv, count, type);
+    op.op = reduce;
+    return op;
+  }
+  static Operation Rooted(collective::Collective collective, const void* send, void* recv,
+                          size_t count, DataType type, int root) {
+    Operation op = Plain(collective, send, recv, count, type);
+    op.root = root;
+    return op;
+  }
+  static Operation PointToPoint(collective::Collective collective, const void* send, void* recv,
+                                size_t count, DataType type, int peer) {
+    Operation op = Plain(collective, send, recv, count, type);
+    op.peer = peer;
+    return op;
+  }
+  static Operation Vector(const void* send, const std::vector<size_t>& send_counts,
+                          const std::vector<size_t>& send_displs, void* recv,
+                          const std::vector<size_t>& recv_counts,
+                          const std::vector<size_t>& recv_displs, DataType type) {
+    Operation op = Plain(collective::Collective::kAllToAllV, send, recv, 0, type);
+    op.send_counts = send_counts;
+    op.send_displs = send_displs;
+    op.recv_counts = recv_counts;
+    op.recv_displs = recv_displs;
+    return op;
+  }
 };
 
 // Groups, like ncclGroupStart/End, per thread and nestable: between the outermost GroupStart and

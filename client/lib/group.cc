@@ -99,7 +99,7 @@ absl::Status GroupEnd() {
   });
   for (Deferred& d : calls) {
     d.request->SetDeferred(false);
-    d.member->Submit(std::move(d.call), d.options, d.request);
+    d.member->SubmitDeferred(std::move(d.call), d.options, d.request);
   }
   // Every operation has its deadline (the daemon's, and the client's guard behind it), so this
   // wait ends.

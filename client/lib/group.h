@@ -4,9 +4,9 @@
 //
 // A group is per thread and nests; while one is open, a communicator hands its calls to the
 // group (Defer) instead of queueing them. The outermost GroupEnd hands every deferred call back to
-// its communicator (GroupMember::Submit): the Sends first, in their order, then the other calls,
-// in their order, and waits for all. Per (sender, receiver) pair the order of Sends and of Recvs
-// is kept, and since a Send completes once the daemon has its data, a ring of Send+Recv pairs
+// its communicator (GroupMember::SubmitDeferred): the Sends first, in their order, then the other
+// calls, in their order, and waits for all. Per (sender, receiver) pair the order of Sends and of
+// Recvs is kept, and since a Send completes once the daemon has its data, a ring of Send+Recv pairs
 // cannot deadlock however the user queued them.
 
 #include <atomic>
@@ -51,8 +51,8 @@ class GroupMember {
  public:
   // Queues a deferred call to run after the communicator's earlier calls; `request` completes
   // with its outcome.
-  virtual void Submit(Call call, const CallOptions& options,
-                      std::shared_ptr<PendingRequest> request) = 0;
+  virtual void SubmitDeferred(Call call, const CallOptions& options,
+                              std::shared_ptr<PendingRequest> request) = 0;
 
  protected:
   ~GroupMember() = default;

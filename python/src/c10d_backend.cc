@@ -7,192 +7,13 @@
 #include <numeric>
 #include <utility>
 
+#include "python/src/c10d_ops.h"
+
 namespace baton::torch_backend {
 namespace {
 
 constexpr char kCommIdKey[] = "baton/comm_id";
 constexpr char kCommIdErrorPrefix[] = "error:";
-
-[[noreturn]] void ThrowBackendError(const std::string& message) {
-  C10_THROW_ERROR(DistBackendError, message);
-}
-
-// Baton's element type for a tensor's scalar type (complex: of its real parts).
-baton_dtype_t TypeOf(at::ScalarType type) {
-  switch (type) {
-    case at::kChar:
-      return BATON_INT8;
-    case at::kByte:
-    case at::kBool:
-      return BATON_UINT8;
-    case at::kInt:
-      return BATON_INT32;
-    case at::kUInt32:
-      return BATON_UINT32;
-    case at::kLong:
-      return BATON_INT64;
-    case at::kUInt64:
-      return BATON_UINT64;
-    case at::kHalf:
-    case at::kComplexHalf:
-      return BATON_FLOAT16;
-    case at::kBFloat16:
-      return BATON_BFLOAT16;
-    case at::kFloat:
-    case at::kComplexFloat:
-      return BATON_FLOAT32;
-    case at::kDouble:
-    case at::kComplexDouble:
-      return BATON_FLOAT64;
-    case at::kFloat8_e4m3fn:
-      return BATON_FP8_E4M3;
-    case at::kFloat8_e5m2:
-      return BATON_FP8_E5M2;
-    default:
-      TORCH_CHECK_TYPE(false, "baton: tensors of type ", type,
-                       " are not supported (Baton has int8, uint8, int32, uint32, int64, uint64, "
-                       "float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2; bool "
-                       "and complex map onto those)");
-  }
-}
-
-// Baton's reduce operator for `op` on tensors of `type`. bool: SUM is a logical or, PRODUCT a
-// logical and (ProcessGroupNCCL's choice); complex: only the sums are elementwise on the real
-// parts.
-baton_reduce_op_t OpOf(const c10d::ReduceOp& op, at::ScalarType type) {
-  const bool is_bool = type == at::kBool;
-  const bool is_complex = at::isComplexType(type);
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM:
-      return is_bool ? BATON_MAX : BATON_SUM;
-    case c10d::ReduceOp::AVG:
-      TORCH_CHECK_VALUE(!is_bool, "baton: AVG of bool tensors is not defined");
-      return BATON_AVG;
-    case c10d::ReduceOp::PRODUCT:
-      TORCH_CHECK_VALUE(!is_complex, "baton: PRODUCT of complex tensors is not supported");
-      return is_bool ? BATON_MIN : BATON_PROD;
-    case c10d::ReduceOp::MIN:
-      TORCH_CHECK_VALUE(!is_complex, "baton: MIN of complex tensors is not defined");
-      return BATON_MIN;
-    case c10d::ReduceOp::MAX:
-      TORCH_CHECK_VALUE(!is_complex, "baton: MAX of complex tensors is not defined");
-      return BATON_MAX;
-    default:
-      TORCH_CHECK_VALUE(false, "baton: reduce op ", op.op_,
-                        " is not supported (SUM, AVG, PRODUCT, MIN and MAX are; BAND, BOR, "
-                        "BXOR and PREMUL_SUM are not)");
-  }
-}
-
-void CheckTensor(const at::Tensor& t, const char* op) {
-  TORCH_CHECK_VALUE(t.defined(), "baton ", op, ": undefined tensor");
-  TORCH_CHECK_VALUE(t.device().is_cpu() || t.device().is_cuda(), "baton ", op, ": got a tensor on ",
-                    t.device(), ", but the baton backend moves CPU and CUDA tensors only");
-  TORCH_CHECK_VALUE(t.layout() == at::kStrided, "baton ", op,
-                    ": only dense (strided) tensors "
-                    "are supported, not ",
-                    t.layout());
-}
-
-// The one device every tensor of a call is on (the CPU, or one CUDA device), after checking each
-// tensor; ValueError naming both devices otherwise. `first` holds at least one tensor.
-c10::Device DeviceOf(const char* op, const std::vector<at::Tensor>& first,
-                     const std::vector<at::Tensor>& rest = {}) {
-  std::optional<c10::Device> device;
-  for (const std::vector<at::Tensor>* tensors : {&first, &rest}) {
-    for (const at::Tensor& t : *tensors) {
-      CheckTensor(t, op);
-      if (!device) device = t.device();
-      TORCH_CHECK_VALUE(t.device() == *device, "baton ", op, ": tensors on ", *device, " and ",
-                        t.device(),
-                        " in one call; every tensor of a call must be on the same device");
-    }
-  }
-  TORCH_CHECK_VALUE(device.has_value(), "baton ", op, ": no tensors");
-  return *device;
-}
-
-const at::Tensor& Single(const std::vector<at::Tensor>& tensors, const char* op) {
-  TORCH_CHECK_VALUE(tensors.size() == 1, "baton ", op, ": expects one tensor per call, got ",
-                    tensors.size());
-  CheckTensor(tensors[0], op);
-  return tensors[0];
-}
-
-// Baton's view of a contiguous tensor: its first byte, element count and type.
-struct Elements {
-  void* data;
-  size_t count;
-  baton_dtype_t type;
-};
-
-Elements ElementsOf(const at::Tensor& t) {
-  const size_t per = at::isComplexType(t.scalar_type()) ? 2 : 1;
-  return {t.data_ptr(), static_cast<size_t>(t.numel()) * per, TypeOf(t.scalar_type())};
-}
-
-std::string Describe(const char* op, const at::Tensor& t) {
-  if (t.is_cuda()) return c10::str(op, " of ", t.numel(), " ", t.scalar_type(), " on ", t.device());
-  return c10::str(op, " of ", t.numel(), " ", t.scalar_type());
-}
-
-// Copies consecutive pieces of `flat` into `targets`, each as many elements as it holds.
-void Unflatten(const at::Tensor& flat, std::vector<at::Tensor>& targets) {
-  int64_t offset = 0;
-  for (at::Tensor& t : targets) {
-    t.copy_(flat.narrow(0, offset, t.numel()).view(t.sizes()));
-    offset += t.numel();
-  }
-}
-
-// Runs a C API call blocking (its request has completed) or asynchronously.
-template <typename Sync, typename Async, typename... Args>
-std::shared_ptr<baton::Request> Invoke(bool blocking, Sync sync, Async async, baton_comm_t* comm,
-                                       const baton_call_options_t& options, Args... args) {
-  if (blocking) {
-    return std::make_shared<baton::Request>(baton::Status::FromC(sync(comm, args..., &options)));
-  }
-  baton_request_t* request = nullptr;
-  const baton_code_t code = async(comm, args..., &options, &request);
-  if (code != BATON_OK) return std::make_shared<baton::Request>(baton::Status::FromC(code));
-  return std::make_shared<baton::Request>(request);
-}
-
-std::vector<size_t> Displacements(const std::vector<size_t>& counts) {
-  std::vector<size_t> displs(counts.size(), 0);
-  for (size_t i = 1; i < counts.size(); ++i) displs[i] = displs[i - 1] + counts[i - 1];
-  return displs;
-}
-
-// Element counts per rank of an all_to_all_single side: equal blocks when `splits` is empty,
-// else splits[i] rows of the tensor's first dimension.
-std::vector<size_t> SplitCounts(const at::Tensor& t, const std::vector<int64_t>& splits, int size,
-                                const char* side) {
-  const size_t per = at::isComplexType(t.scalar_type()) ? 2 : 1;
-  std::vector<size_t> counts(size);
-  if (splits.empty()) {
-    TORCH_CHECK_VALUE(t.numel() % size == 0, "baton all_to_all_single: the ", side, " tensor's ",
-                      t.numel(), " elements do not split evenly over ", size, " ranks");
-    std::fill(counts.begin(), counts.end(), per * static_cast<size_t>(t.numel() / size));
-    return counts;
-  }
-  TORCH_CHECK_VALUE(static_cast<int>(splits.size()) == size,
-                    "baton all_to_all_single: ", splits.size(), " ", side, " split sizes for ",
-                    size, " ranks");
-  TORCH_CHECK_VALUE(t.dim() > 0,
-                    "baton all_to_all_single: split sizes need a tensor with a "
-                    "first dimension");
-  const int64_t row = t.size(0) == 0 ? 0 : t.numel() / t.size(0);
-  int64_t rows = 0;
-  for (int i = 0; i < size; ++i) {
-    TORCH_CHECK_VALUE(splits[i] >= 0, "baton all_to_all_single: negative split size");
-    rows += splits[i];
-    counts[i] = per * static_cast<size_t>(splits[i] * row);
-  }
-  TORCH_CHECK_VALUE(rows == t.size(0), "baton all_to_all_single: the ", side,
-                    " split sizes add up to ", rows, " rows, but the tensor has ", t.size(0));
-  return counts;
-}
 
 }  // namespace
 
@@ -401,8 +222,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::broadcast(std::vector<at::Tensor>& 
   const int root = static_cast<int>(opts.rootRank);
   Count("broadcast");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_broadcast, baton_broadcast_async, comm, o,
-                              static_cast<const void*>(e.data), e.data, e.count, e.type, root)};
+    return std::vector{SubmitOp(
+        b, comm, o, WithRoot(Data(BATON_BROADCAST, e.data, e.data, e.count, e.type), root))};
   });
 }
 
@@ -418,8 +239,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allreduce(std::vector<at::Tensor>& 
   const Elements e = ElementsOf(buf);
   Count("all_reduce");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_all_reduce, baton_all_reduce_async, comm, o,
-                              static_cast<const void*>(e.data), e.data, e.count, e.type, op)};
+    return std::vector{
+        SubmitOp(b, comm, o, WithOp(Data(BATON_ALL_REDUCE, e.data, e.data, e.count, e.type), op))};
   });
 }
 
@@ -445,8 +266,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allreduce_coalesced(
   const Elements e = ElementsOf(flat);
   Count("all_reduce");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_all_reduce, baton_all_reduce_async, comm, o,
-                              static_cast<const void*>(e.data), e.data, e.count, e.type, op)};
+    return std::vector{
+        SubmitOp(b, comm, o, WithOp(Data(BATON_ALL_REDUCE, e.data, e.data, e.count, e.type), op))};
   });
 }
 
@@ -462,8 +283,9 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::reduce(std::vector<at::Tensor>& ten
   const int root = static_cast<int>(opts.rootRank);
   Count("reduce");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_reduce, baton_reduce_async, comm, o,
-                              static_cast<const void*>(e.data), e.data, e.count, e.type, op, root)};
+    return std::vector{
+        SubmitOp(b, comm, o,
+                 WithRoot(WithOp(Data(BATON_REDUCE, e.data, e.data, e.count, e.type), op), root))};
   });
 }
 
@@ -483,8 +305,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::_allgather_base(at::Tensor& output,
   launch.outputs = {output};
   Count("all_gather");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_all_gather, baton_all_gather_async, comm, o,
-                              static_cast<const void*>(in.data), out.data, in.count, in.type)};
+    return std::vector{
+        SubmitOp(b, comm, o, Data(BATON_ALL_GATHER, in.data, out.data, in.count, in.type))};
   });
 }
 
@@ -510,8 +332,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::allgather(
   const Elements out = ElementsOf(flat);
   Count("all_gather");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_all_gather, baton_all_gather_async, comm, o,
-                              static_cast<const void*>(in.data), out.data, in.count, in.type)};
+    return std::vector{
+        SubmitOp(b, comm, o, Data(BATON_ALL_GATHER, in.data, out.data, in.count, in.type))};
   });
 }
 
@@ -575,8 +397,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::gather(std::vector<std::vector<at::
   }
   Count("gather");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_gather, baton_gather_async, comm, o,
-                              static_cast<const void*>(in.data), out, in.count, in.type, root)};
+    return std::vector{
+        SubmitOp(b, comm, o, WithRoot(Data(BATON_GATHER, in.data, out, in.count, in.type), root))};
   });
 }
 
@@ -613,8 +435,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::scatter(std::vector<at::Tensor>& ou
   launch.outputs = {output};
   Count("scatter");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_scatter, baton_scatter_async, comm, o, in, out.data,
-                              out.count, out.type, root)};
+    return std::vector{SubmitOp(
+        b, comm, o, WithRoot(Data(BATON_SCATTER, in, out.data, out.count, out.type), root))};
   });
 }
 
@@ -635,9 +457,9 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::_reduce_scatter_base(
   launch.outputs = {output};
   Count("reduce_scatter");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_reduce_scatter, baton_reduce_scatter_async, comm, o,
-                              static_cast<const void*>(in.data), out.data, out.count, out.type,
-                              op)};
+    return std::vector{
+        SubmitOp(b, comm, o,
+                 WithOp(Data(BATON_REDUCE_SCATTER, in.data, out.data, out.count, out.type), op))};
   });
 }
 
@@ -692,9 +514,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall_base(at::Tensor& output, a
                       "elements, divisible by ",
                       getSize(), " ranks (got ", input.numel(), " and ", output.numel(), ")");
     return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-      return std::vector{Invoke(b, baton_all_to_all, baton_all_to_all_async, comm, o,
-                                static_cast<const void*>(in.data), out.data, in.count / getSize(),
-                                in.type)};
+      return std::vector{SubmitOp(
+          b, comm, o, Data(BATON_ALL_TO_ALL, in.data, out.data, in.count / getSize(), in.type))};
     });
   }
   const std::vector<size_t> send_counts = SplitCounts(input, input_split_sizes, getSize(), "input");
@@ -703,10 +524,11 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall_base(at::Tensor& output, a
   const std::vector<size_t> send_displs = Displacements(send_counts);
   const std::vector<size_t> recv_displs = Displacements(recv_counts);
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_all_to_all_v, baton_all_to_all_v_async, comm, o,
-                              static_cast<const void*>(in.data), send_counts.data(),
-                              send_displs.data(), out.data, recv_counts.data(), recv_displs.data(),
-                              send_counts.size(), in.type)};
+    return std::vector{
+        SubmitOp(b, comm, o,
+                 WithVectors(Data(BATON_ALL_TO_ALL_V, in.data, out.data, 0, in.type),
+                             send_counts.data(), send_displs.data(), recv_counts.data(),
+                             recv_displs.data(), send_counts.size()))};
   });
 }
 
@@ -746,10 +568,11 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::alltoall(std::vector<at::Tensor>& o
   void* out = out_flat.data_ptr();
   Count("all_to_all");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_all_to_all_v, baton_all_to_all_v_async, comm, o,
-                              static_cast<const void*>(in.data), send_counts.data(),
-                              send_displs.data(), out, recv_counts.data(), recv_displs.data(),
-                              send_counts.size(), in.type)};
+    return std::vector{
+        SubmitOp(b, comm, o,
+                 WithVectors(Data(BATON_ALL_TO_ALL_V, in.data, out, 0, in.type), send_counts.data(),
+                             send_displs.data(), recv_counts.data(), recv_displs.data(),
+                             send_counts.size()))};
   });
 }
 
@@ -761,8 +584,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::send(std::vector<at::Tensor>& tenso
   const Elements e = ElementsOf(launch.In(t));
   Count("send");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_send, baton_send_async, comm, o,
-                              static_cast<const void*>(e.data), e.count, e.type, dst_rank)};
+    return std::vector{SubmitOp(
+        b, comm, o, WithPeer(Data(BATON_SEND, e.data, nullptr, e.count, e.type), dst_rank))};
   });
 }
 
@@ -775,8 +598,8 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::recv(std::vector<at::Tensor>& tenso
   launch.outputs = {t};
   Count("recv");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{
-        Invoke(b, baton_recv, baton_recv_async, comm, o, e.data, e.count, e.type, src_rank)};
+    return std::vector{SubmitOp(
+        b, comm, o, WithPeer(Data(BATON_RECV, nullptr, e.data, e.count, e.type), src_rank))};
   });
 }
 
@@ -792,7 +615,7 @@ c10::intrusive_ptr<c10d::Work> BatonBackend::barrier(const c10d::BarrierOptions&
                 /*device=*/std::nullopt);
   Count("barrier");
   return Run(std::move(launch), [&](baton_comm_t* comm, const baton_call_options_t& o, bool b) {
-    return std::vector{Invoke(b, baton_barrier, baton_barrier_async, comm, o)};
+    return std::vector{SubmitOp(b, comm, o, Data(BATON_BARRIER, nullptr, nullptr, 0, BATON_UINT8))};
   });
 }
 

@@ -57,6 +57,19 @@ void Spans(const Buffer& buffer, const std::vector<size_t>& counts,
   }
 }
 
+// An operation of `collective` on this rank's buffers, the rest of its fields at their defaults.
+baton_op_t Op(baton_collective_t collective, const void* send, void* recv, size_t count,
+              baton_dtype_t type) {
+  baton_op_t op;
+  baton_op_init(&op);
+  op.collective = collective;
+  op.send = send;
+  op.recv = recv;
+  op.count = count;
+  op.type = type;
+  return op;
+}
+
 }  // namespace
 
 Communicator::Communicator(std::shared_ptr<CommCore> core, std::weak_ptr<ClientCore> client)
@@ -84,13 +97,14 @@ std::shared_ptr<CommCore> Communicator::Core() const {
   return core_;
 }
 
-template <typename Call>
-py::object Communicator::Run(Held held, const Extras& extras, Call call) {
+py::object Communicator::Run(Held held, const Extras& extras, const baton_op_t& op) {
   const baton_call_options_t options = OptionsOf(extras);
   const std::shared_ptr<CommCore> core = Core();
   ReapOrphans();
   baton_request_t* request = nullptr;
-  Check([&] { return call(core->handle(), &options, extras.async_op ? &request : nullptr); });
+  Check([&] {
+    return baton_submit(core->handle(), &op, &options, extras.async_op ? &request : nullptr);
+  });
   if (extras.async_op) {
     return py::cast(std::make_unique<Request>(request, std::move(held), core));
   }
@@ -106,12 +120,9 @@ py::object Communicator::AllReduce(py::handle send_object, py::handle recv_objec
   Buffer recv = in_place ? send : Acquire(recv_object, "recv", true, held);
   const baton_dtype_t type = Settle("all_reduce", extras.dtype, {&send, &recv});
   ExpectCount("all_reduce", recv, send.count, type, "as many as send");
-  const baton_reduce_op_t op = ReduceOpOf(op_object);
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr
-               ? baton_all_reduce(c, send.data, recv.data, send.count, type, op, o)
-               : baton_all_reduce_async(c, send.data, recv.data, send.count, type, op, o, r);
-  });
+  baton_op_t op = Op(BATON_ALL_REDUCE, send.data, recv.data, send.count, type);
+  op.op = ReduceOpOf(op_object);
+  return Run(std::move(held), extras, op);
 }
 
 py::object Communicator::ReduceScatter(py::handle send_object, py::handle recv_object,
@@ -122,12 +133,9 @@ py::object Communicator::ReduceScatter(py::handle send_object, py::handle recv_o
   const baton_dtype_t type = Settle("reduce_scatter", extras.dtype, {&send, &recv});
   ExpectCount("reduce_scatter", send, recv.count * world_, type,
               "recv's count times the world size");
-  const baton_reduce_op_t op = ReduceOpOf(op_object);
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr
-               ? baton_reduce_scatter(c, send.data, recv.data, recv.count, type, op, o)
-               : baton_reduce_scatter_async(c, send.data, recv.data, recv.count, type, op, o, r);
-  });
+  baton_op_t op = Op(BATON_REDUCE_SCATTER, send.data, recv.data, recv.count, type);
+  op.op = ReduceOpOf(op_object);
+  return Run(std::move(held), extras, op);
 }
 
 py::object Communicator::AllGather(py::handle send_object, py::handle recv_object,
@@ -137,10 +145,7 @@ py::object Communicator::AllGather(py::handle send_object, py::handle recv_objec
   Buffer recv = Acquire(recv_object, "recv", true, held);
   const baton_dtype_t type = Settle("all_gather", extras.dtype, {&send, &recv});
   ExpectCount("all_gather", recv, send.count * world_, type, "send's count times the world size");
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr ? baton_all_gather(c, send.data, recv.data, send.count, type, o)
-                        : baton_all_gather_async(c, send.data, recv.data, send.count, type, o, r);
-  });
+  return Run(std::move(held), extras, Op(BATON_ALL_GATHER, send.data, recv.data, send.count, type));
 }
 
 py::object Communicator::Broadcast(py::handle buf_object, int root, py::handle recv_object,
@@ -158,10 +163,9 @@ py::object Communicator::Broadcast(py::handle buf_object, int root, py::handle r
   if (at_root && !in_place) ExpectCount("broadcast", recv, send->count, type, "as many as sent");
   // Off the root nothing is read from send; recv stands in for a missing one.
   const void* source = send ? send->data : recv.data;
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr ? baton_broadcast(c, source, recv.data, recv.count, type, root, o)
-                        : baton_broadcast_async(c, source, recv.data, recv.count, type, root, o, r);
-  });
+  baton_op_t op = Op(BATON_BROADCAST, source, recv.data, recv.count, type);
+  op.root = root;
+  return Run(std::move(held), extras, op);
 }
 
 py::object Communicator::Reduce(py::handle send_object, py::handle recv_object,
@@ -175,12 +179,10 @@ py::object Communicator::Reduce(py::handle send_object, py::handle recv_object,
   const baton_dtype_t type =
       Settle("reduce", extras.dtype, {&send, at_root && !in_place ? &recv : nullptr});
   if (at_root && !in_place) ExpectCount("reduce", recv, send.count, type, "as many as send");
-  const baton_reduce_op_t op = ReduceOpOf(op_object);
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr
-               ? baton_reduce(c, send.data, recv.data, send.count, type, op, root, o)
-               : baton_reduce_async(c, send.data, recv.data, send.count, type, op, root, o, r);
-  });
+  baton_op_t op = Op(BATON_REDUCE, send.data, recv.data, send.count, type);
+  op.op = ReduceOpOf(op_object);
+  op.root = root;
+  return Run(std::move(held), extras, op);
 }
 
 py::object Communicator::AllToAll(py::handle send_object, py::handle recv_object,
@@ -196,10 +198,7 @@ py::object Communicator::AllToAll(py::handle send_object, py::handle recv_object
   }
   ExpectCount("all_to_all", recv, send.count, type, "as many as send");
   const size_t count = send.count / world_;
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr ? baton_all_to_all(c, send.data, recv.data, count, type, o)
-                        : baton_all_to_all_async(c, send.data, recv.data, count, type, o, r);
-  });
+  return Run(std::move(held), extras, Op(BATON_ALL_TO_ALL, send.data, recv.data, count, type));
 }
 
 py::object Communicator::AllToAllV(py::handle send_object, py::handle send_counts_object,
@@ -218,15 +217,13 @@ py::object Communicator::AllToAllV(py::handle send_object, py::handle send_count
       Displs(recv_displs_object, "recv_displs", recv_counts, world_);
   Spans(send, send_counts, send_displs, "send");
   Spans(recv, recv_counts, recv_displs, "recv");
-  const size_t entries = send_counts.size();
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr
-               ? baton_all_to_all_v(c, send.data, send_counts.data(), send_displs.data(), recv.data,
-                                    recv_counts.data(), recv_displs.data(), entries, type, o)
-               : baton_all_to_all_v_async(c, send.data, send_counts.data(), send_displs.data(),
-                                          recv.data, recv_counts.data(), recv_displs.data(),
-                                          entries, type, o, r);
-  });
+  baton_op_t op = Op(BATON_ALL_TO_ALL_V, send.data, recv.data, 0, type);
+  op.send_counts = send_counts.data();
+  op.send_displs = send_displs.data();
+  op.recv_counts = recv_counts.data();
+  op.recv_displs = recv_displs.data();
+  op.entries = send_counts.size();
+  return Run(std::move(held), extras, op);  // the arrays are copied before it returns
 }
 
 py::object Communicator::Gather(py::handle send_object, py::handle recv_object, int root,
@@ -243,10 +240,9 @@ py::object Communicator::Gather(py::handle send_object, py::handle recv_object, 
     ExpectCount("gather", *recv, send.count * world_, type, "send's count times the world size");
   }
   void* into = recv ? recv->data : nullptr;
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr ? baton_gather(c, send.data, into, send.count, type, root, o)
-                        : baton_gather_async(c, send.data, into, send.count, type, root, o, r);
-  });
+  baton_op_t op = Op(BATON_GATHER, send.data, into, send.count, type);
+  op.root = root;
+  return Run(std::move(held), extras, op);
 }
 
 py::object Communicator::Scatter(py::handle send_object, py::handle recv_object, int root,
@@ -263,36 +259,31 @@ py::object Communicator::Scatter(py::handle send_object, py::handle recv_object,
     ExpectCount("scatter", *send, recv.count * world_, type, "recv's count times the world size");
   }
   const void* from = send ? send->data : nullptr;
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr ? baton_scatter(c, from, recv.data, recv.count, type, root, o)
-                        : baton_scatter_async(c, from, recv.data, recv.count, type, root, o, r);
-  });
+  baton_op_t op = Op(BATON_SCATTER, from, recv.data, recv.count, type);
+  op.root = root;
+  return Run(std::move(held), extras, op);
 }
 
 py::object Communicator::Barrier(const Extras& extras) {
-  return Run(Held(), extras, [](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr ? baton_barrier(c, o) : baton_barrier_async(c, o, r);
-  });
+  return Run(Held(), extras, Op(BATON_BARRIER, nullptr, nullptr, 0, BATON_UINT8));
 }
 
 py::object Communicator::Send(py::handle buf_object, int peer, const Extras& extras) {
   Held held;
   Buffer buf = Acquire(buf_object, "buf", false, held);
   const baton_dtype_t type = Settle("send", extras.dtype, {&buf});
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr ? baton_send(c, buf.data, buf.count, type, peer, o)
-                        : baton_send_async(c, buf.data, buf.count, type, peer, o, r);
-  });
+  baton_op_t op = Op(BATON_SEND, buf.data, nullptr, buf.count, type);
+  op.peer = peer;
+  return Run(std::move(held), extras, op);
 }
 
 py::object Communicator::Recv(py::handle buf_object, int peer, const Extras& extras) {
   Held held;
   Buffer buf = Acquire(buf_object, "buf", true, held);
   const baton_dtype_t type = Settle("recv", extras.dtype, {&buf});
-  return Run(std::move(held), extras, [=](baton_comm_t* c, auto* o, baton_request_t** r) {
-    return r == nullptr ? baton_recv(c, buf.data, buf.count, type, peer, o)
-                        : baton_recv_async(c, buf.data, buf.count, type, peer, o, r);
-  });
+  baton_op_t op = Op(BATON_RECV, nullptr, buf.data, buf.count, type);
+  op.peer = peer;
+  return Run(std::move(held), extras, op);
 }
 
 py::object Communicator::Split(int color, py::handle key, py::handle timeout) {

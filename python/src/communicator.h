@@ -67,9 +67,8 @@ class Communicator {
   // FAILED_PRECONDITION once this communicator or its client is closed.
   std::shared_ptr<CommCore> Core() const;
 
-  // Runs `call(comm, options, request)`: blocking with a null request, else submitting one.
-  template <typename Call>
-  py::object Run(Held held, const Extras& extras, Call call);
+  // Submits `op` (baton_submit): blocking, or with a request when extras.async_op (returned).
+  py::object Run(Held held, const Extras& extras, const baton_op_t& op);
 
   std::shared_ptr<CommCore> core_;  // null once closed
   std::weak_ptr<ClientCore> client_;

@@ -418,5 +418,59 @@ TEST(CApiCluster, AsyncArgumentErrorsAreReportedByTheRequest) {
   });
 }
 
+// baton_submit is the operation every named call makes: blocking with no request, an _async call
+// with one; a field the collective does not read may hold anything (here it differs between
+// ranks, which a signature that included it would refuse).
+TEST(CApiCluster, SubmitRunsAnOperationBlockingOrNotIgnoringFieldsItDoesNotRead) {
+  RunRanks([&](Rank& r) {
+    baton_op_t op;
+    baton_op_init(&op);
+    EXPECT_EQ(op.struct_size, sizeof(baton_op_t));
+    EXPECT_EQ(op.collective, BATON_ALL_REDUCE);
+    float value = float(r.rank + 1);
+    op.send = &value;
+    op.recv = &value;
+    op.count = 1;
+    op.root = 100 + r.rank;
+    op.peer = -r.rank;
+    op.entries = 7;
+    EXPECT_TRUE(Succeeds(baton_submit(r.comm, &op, nullptr, nullptr)));
+    EXPECT_EQ(value, 10.0f);  // 1 + 2 + 3 + 4
+
+    baton_op_t gather;
+    baton_op_init(&gather);
+    gather.collective = BATON_ALL_GATHER;
+    const float mine = float(r.rank);
+    std::vector<float> all(kWorld, -1);
+    gather.send = &mine;
+    gather.recv = all.data();
+    gather.count = 1;
+    gather.op = static_cast<baton_reduce_op_t>(99);  // all_gather does not reduce
+    baton_request_t* request = nullptr;
+    EXPECT_TRUE(Succeeds(baton_submit(r.comm, &gather, nullptr, &request)));
+    ASSERT_NE(request, nullptr);
+    EXPECT_TRUE(Succeeds(baton_request_wait(request, -1, nullptr)));
+    baton_request_free(request);
+    EXPECT_EQ(all, (std::vector<float>{0, 1, 2, 3}));
+
+    // Refused at once, nothing submitted.
+    EXPECT_TRUE(Fails(baton_submit(r.comm, nullptr, nullptr, nullptr), BATON_INVALID_ARGUMENT));
+    baton_op_t small = op;
+    small.struct_size = sizeof(baton_op_t) - 1;
+    EXPECT_TRUE(FailsWith(baton_submit(r.comm, &small, nullptr, nullptr), BATON_INVALID_ARGUMENT,
+                          "baton_op_init"));
+    baton_op_t unknown = op;
+    unknown.collective = static_cast<baton_collective_t>(12);
+    baton_request_t* none = nullptr;
+    EXPECT_TRUE(FailsWith(baton_submit(r.comm, &unknown, nullptr, &none), BATON_INVALID_ARGUMENT,
+                          "unknown collective 12"));
+    EXPECT_EQ(none, nullptr);
+    // The communicator is as good as before.
+    value = 1;
+    EXPECT_TRUE(Succeeds(baton_submit(r.comm, &op, nullptr, nullptr)));
+    EXPECT_EQ(value, 4.0f);
+  });
+}
+
 }  // namespace
 }  // namespace baton::testing

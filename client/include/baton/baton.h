@@ -319,6 +319,43 @@ typedef struct baton_call_options {
 
 BATON_API void baton_call_options_init(baton_call_options_t* options);
 
+/* ---- Submitting an operation ------------------------------------------------------------ */
+
+/* One operation, as baton_submit takes it: every named call below is baton_submit with the fields
+ * of its arguments set (its name says `collective`). A field the collective does not read is
+ * ignored. */
+typedef struct baton_op {
+  size_t struct_size;            /* sizeof(baton_op_t), set by baton_op_init */
+  baton_collective_t collective; /* BATON_ALL_REDUCE ... BATON_RECV */
+  const void* send;              /* the named call's send (baton_send's buf) */
+  void* recv;                    /* the named call's recv (baton_recv's buf) */
+  size_t count;         /* the named call's count: recv_count of reduce_scatter, send_count of
+                           all_gather; unused by barrier and all_to_all_v */
+  baton_dtype_t type;   /* unused by barrier */
+  baton_reduce_op_t op; /* all_reduce, reduce_scatter, reduce */
+  int root;             /* broadcast, reduce, gather, scatter */
+  int peer;             /* send, recv */
+  /* all_to_all_v: four arrays of `entries` elements (baton_all_to_all_v), copied before
+   * baton_submit returns. */
+  const size_t* send_counts;
+  const size_t* send_displs;
+  const size_t* recv_counts;
+  const size_t* recv_displs;
+  size_t entries;
+} baton_op_t;
+
+/* Fills *op with its size and defaults: BATON_ALL_REDUCE of 0 elements of BATON_FLOAT32 with
+ * BATON_SUM, root and peer 0, no buffers or arrays. */
+BATON_API void baton_op_init(baton_op_t* op);
+
+/* Submits `op` on `comm` with `options` (NULL: defaults). With `request` NULL the call blocks
+ * like the named calls below and returns the operation's code; otherwise it returns at once with
+ * a request in *request, like the _async calls (an argument error is then the request's, and the
+ * call fails only when it cannot make one). BATON_INVALID_ARGUMENT for a NULL comm or op, an
+ * op whose struct_size is too small, or an unknown collective. */
+BATON_API baton_code_t baton_submit(baton_comm_t* comm, const baton_op_t* op,
+                                    const baton_call_options_t* options, baton_request_t** request);
+
 /* Each collective returns once this rank's part is done. Buffer sizes are in elements of `type`;
  * `send` may equal `recv` (in place) where both exist. Errors: BATON_INVALID_ARGUMENT for bad
  * arguments (the communicator stays usable); BATON_UNAVAILABLE / BATON_DEADLINE_EXCEEDED naming

@@ -37,16 +37,16 @@ RouteSettings RouteSettings::FromEnvironment() {
   } else if (large == "daemon") {
     settings.arena_large = ArenaOrDaemon::kDaemon;
   } else if (!large.empty() && large != "auto") {
-    settings.arena_large = absl::InvalidArgumentError(absl::StrCat(
-        "BATON_ARENA_LARGE='", std::string(large), "' is not one of auto, arena, daemon"));
+    settings.arena_large = absl::InvalidArgumentError(
+        absl::StrCat("BATON_ARENA_LARGE='", large, "' is not one of auto, arena, daemon"));
   }
   if (const absl::string_view algo = env("BATON_ALGO"); !algo.empty()) {
     std::optional<collective::Algorithm> parsed = collective::ParseAlgorithm(algo);
     if (parsed) {
       settings.algorithm = parsed;
     } else {
-      settings.algorithm = absl::InvalidArgumentError(absl::StrCat(
-          "BATON_ALGO='", std::string(algo), "' is not one of ", collective::AlgorithmNames()));
+      settings.algorithm = absl::InvalidArgumentError(
+          absl::StrCat("BATON_ALGO='", algo, "' is not one of ", collective::AlgorithmNames()));
     }
   }
   settings.channel = env("BATON_SUBMIT") != "grpc";
