@@ -35,8 +35,8 @@ using baton::c_api::kCollectives;
 using baton::c_api::kDataTypes;
 using baton::c_api::kReduceOps;
 using baton::c_api::OptionsOf;
-using baton::c_api::ReduceOpOf;
 using baton::c_api::Raw;
+using baton::c_api::ReduceOpOf;
 
 // The C enums are the core's, shifted by one for algorithms (0 is "auto").
 static_assert(BATON_INT8 == static_cast<int>(collective::DataType::kInt8));
