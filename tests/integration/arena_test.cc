@@ -29,28 +29,12 @@ using core::Communicator;
 using core::DataType;
 using core::ReduceOp;
 
-class ArenaTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { cluster_ = new testing::LocalTestCluster(2, {}, /*tls=*/false); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-
-  static std::unique_ptr<Client> Connect(int daemon) {
-    return testing::ConnectCore(*cluster_, daemon);
-  }
-
-  // Runs body(rank, comm, client) on one thread per rank of a new communicator of `world` ranks,
-  // rank r on daemon daemon_of(r).
-  static void RunRanks(int world, const std::function<int(int)>& daemon_of,
-                       const std::function<void(int, Communicator&, Client&)>& body) {
-    testing::RunCoreRanks(*cluster_, world, daemon_of, body);
-  }
-
-  static testing::LocalTestCluster* cluster_;
+struct ArenaCluster {
+  static constexpr int kDaemons = 2;
+  static constexpr bool kFakeDevice = false;
+  static std::vector<std::string> DaemonFlags() { return {}; }
 };
-testing::LocalTestCluster* ArenaTest::cluster_ = nullptr;
+using ArenaTest = testing::CoreClusterTest<ArenaCluster>;
 
 TEST_F(ArenaTest, SmallCollectivesOnOneNodeRunInTheArena) {
   RunRanks(

@@ -6,8 +6,6 @@
 //
 // The daemons run with --device=fake, the test process with BATON_DEVICE=fake; ranks are threads.
 
-#include <stdlib.h>
-
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -40,33 +38,13 @@ device::HostFakeDevice& Fake() {
   return *static_cast<device::HostFakeDevice*>(*device);
 }
 
-class DeviceTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    setenv("BATON_DEVICE", "fake", 1);
-    // Small chunks, so that staged buffers are copied and sent in many pieces.
-    cluster_ = new testing::LocalTestCluster(2, {"--device=fake", "--chunk-bytes=4096"},
-                                             /*tls=*/false);
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-
-  static std::unique_ptr<Client> Connect(int daemon) {
-    return testing::ConnectCore(*cluster_, daemon);
-  }
-
-  // Runs body(rank, comm, client) on one thread per rank of a new communicator of `world` ranks,
-  // rank r on daemon daemon_of(r).
-  static void RunRanks(int world, const std::function<int(int)>& daemon_of,
-                       const std::function<void(int, Communicator&, Client&)>& body) {
-    testing::RunCoreRanks(*cluster_, world, daemon_of, body);
-  }
-
-  static testing::LocalTestCluster* cluster_;
+struct DeviceCluster {
+  static constexpr int kDaemons = 2;
+  static constexpr bool kFakeDevice = true;
+  // Small chunks, so that staged buffers are copied and sent in many pieces.
+  static std::vector<std::string> DaemonFlags() { return {"--chunk-bytes=4096"}; }
 };
-testing::LocalTestCluster* DeviceTest::cluster_ = nullptr;
+using DeviceTest = testing::CoreClusterTest<DeviceCluster>;
 
 // A device buffer of n floats from AllocateDevice.
 float* DeviceFloats(Client& client, size_t n) {
