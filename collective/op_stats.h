@@ -2,8 +2,9 @@
 
 // Where one operation spends its time: waiting on the transport, and in reduction kernels. The
 // daemon reports the rest of an operation's time as dispatch overhead (docs/metrics.md,
-// baton_collective_time_seconds_total). An operation runs on one thread, so plain fields do;
-// reduction run elsewhere meanwhile is added at the end (CountReductionInWait).
+// baton_collective_time_seconds_total), and the bytes it staged as baton_device_staged_bytes_total.
+// An operation runs on one thread, so plain fields do; reduction run elsewhere meanwhile is added
+// at the end (CountReductionInWait), and so are the staging threads' bytes.
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +22,9 @@ namespace baton::collective {
 struct OpStats {
   std::chrono::nanoseconds transport{0};  // blocked in Send and Recv
   std::chrono::nanoseconds reduce{0};     // in reduction kernels
+  // Copied between device and host memory, either way, to run the operation on device memory
+  // through host memory (collective/device_staging.h); 0 when it ran on the host or on the device.
+  uint64_t staged_bytes = 0;
 };
 
 // Moves `reduce` of what stats->transport counts to stats->reduce: reduction that another thread

@@ -112,8 +112,17 @@ absl::StatusOr<std::string> OperationRunner::RunOn(uint64_t seq, std::span<const
     result = RunSchedule(seq, parts, deadline, endpoint, stats, algorithm_name, device->kernels);
   } else {
     bool ran = false;
+    // Every copy between device and host memory goes through `copy`, some of them on the staging
+    // threads, which have stopped when RunStaged returns.
+    std::atomic<uint64_t> staged_bytes{0};
+    DeviceAccess counted = *device;
+    counted.copy = [&staged_bytes, &copy = device->copy](void* dst, const void* src, size_t bytes) {
+      absl::Status copied = copy(dst, src, bytes);
+      if (copied.ok()) staged_bytes.fetch_add(bytes, std::memory_order_relaxed);
+      return copied;
+    };
     absl::Status staged =
-        RunStaged(parts, layout_, *device, endpoint, options_.chunk_bytes, deadline,
+        RunStaged(parts, layout_, counted, endpoint, options_.chunk_bytes, deadline,
                   [&](std::span<const LocalPart> host_parts, transport::Endpoint* staging_endpoint,
                       const Kernels* kernels) {
                     ran = true;
@@ -121,6 +130,7 @@ absl::StatusOr<std::string> OperationRunner::RunOn(uint64_t seq, std::span<const
                                          algorithm_name, kernels);
                     return result.status();
                   });
+    stats.staged_bytes += staged_bytes.load(std::memory_order_relaxed);
     // A copy's failure (before or after the schedule) is the operation's.
     if (!staged.ok() && (!ran || result.ok())) {
       result = absl::Status(

@@ -152,7 +152,10 @@ void StagedOutput::BeforeWrite(const void* data, size_t bytes) {
   auto apart = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return copying_ == SIZE_MAX || copying_ < first || copying_ > last;
   };
+  if (apart()) return;
+  writers_waiting_.fetch_add(1, std::memory_order_relaxed);
   mu_.Await(absl::Condition(&apart));
+  writers_waiting_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 absl::Status StagedOutput::CopyChunk(size_t chunk) {

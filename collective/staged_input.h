@@ -112,6 +112,8 @@ class StagedOutput {
   // Chunks copied back before Finish, and by it.
   size_t chunks_early() const { return early_.load(std::memory_order_relaxed); }
   size_t chunks_at_finish() const { return at_finish_; }
+  // How many BeforeWrite calls are blocked now, waiting for a copy back.
+  int writers_waiting() const { return writers_waiting_.load(std::memory_order_relaxed); }
 
  private:
   void CopyChunks();
@@ -134,6 +136,7 @@ class StagedOutput {
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<size_t> early_{0};
+  std::atomic<int> writers_waiting_{0};
   size_t at_finish_ = 0;
   std::thread thread_;
 };

@@ -334,6 +334,7 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
   const absl::Time start = absl::Now();
   absl::Status status;
   const size_t element = collective::DataTypeSize(spec.type);
+  uint64_t staged_bytes = 0;
   if (request.device == nullptr) {
     status =
         spec.collective == collective::Collective::kSend
@@ -342,12 +343,12 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
             : point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(request.recv, bytes), until,
                                    element);
   } else {
-    status = RunPointToPointStaged(rank, request, bytes, until);
+    status = RunPointToPointStaged(rank, request, bytes, until, staged_bytes);
   }
   if (options_.observer != nullptr) {
     options_.observer->OnOperation(OpRecord{spec.collective, "direct", absl::Now() - start,
-                                            status.ok(), absl::Now() - start,
-                                            absl::ZeroDuration()});
+                                            status.ok(), absl::Now() - start, absl::ZeroDuration(),
+                                            staged_bytes});
   }
   if (!status.ok()) {
     // The pair's numbering is undefined after a failure, and the peer may wait for this message:
@@ -369,18 +370,21 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
 }
 
 absl::Status Communicator::RunPointToPointStaged(int rank, const OpRequest& request, size_t bytes,
-                                                 absl::Time until) {
+                                                 absl::Time until, uint64_t& staged_bytes) {
   const collective::OpSpec& spec = request.spec;
   auto staged = std::make_unique_for_overwrite<std::byte[]>(bytes);
   if (spec.collective == collective::Collective::kSend) {
     BATON_RETURN_IF_ERROR(request.device->copy(staged.get(), request.send, bytes));
+    staged_bytes += bytes;
     return point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(staged.get(), bytes),
                                 until, collective::DataTypeSize(spec.type));
   }
   BATON_RETURN_IF_ERROR(point_to_point_.Recv(spec.peer, rank,
                                              transport::ByteSpan(staged.get(), bytes), until,
                                              collective::DataTypeSize(spec.type)));
-  return request.device->copy(request.recv, staged.get(), bytes);
+  BATON_RETURN_IF_ERROR(request.device->copy(request.recv, staged.get(), bytes));
+  staged_bytes += bytes;
+  return absl::OkStatus();
 }
 
 absl::Status Communicator::Explain(const absl::Status& failure, absl::Time started) {
@@ -510,9 +514,9 @@ void Communicator::RunNext() {
     result = runner_.Run(seq, parts, stats, algorithm, slot.deadline, requests.front().device);
   }
   if (options_.observer != nullptr) {
-    options_.observer->OnOperation(
-        OpRecord{requests.front().spec.collective, algorithm, absl::Now() - start, result.ok(),
-                 absl::FromChrono(stats.transport), absl::FromChrono(stats.reduce)});
+    options_.observer->OnOperation(OpRecord{
+        requests.front().spec.collective, algorithm, absl::Now() - start, result.ok(),
+        absl::FromChrono(stats.transport), absl::FromChrono(stats.reduce), stats.staged_bytes});
   }
   if (!result.ok()) {
     result = Explain(result.status(), start);

@@ -63,6 +63,8 @@ struct OpRecord {
   bool ok = false;
   absl::Duration transport;  // of `total`, blocked on sends and receives to other daemons
   absl::Duration reduce;     // of `total`, in reduction kernels
+  // Copied between device and host memory to stage device buffers (collective::OpStats).
+  uint64_t staged_bytes = 0;
 };
 
 // A node arena's counters (collective/node_arena.h), indexed by collective::Collective.
@@ -223,13 +225,14 @@ class Communicator {
   // local rank at that operation with nothing submitted for it yet.
   absl::Status CheckNodePartLocked(int index, uint64_t seq, const collective::OpSpec& spec) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // A send or recv: it runs at once in the caller's thread, outside the collective sequence.
-  // A send or receive of device memory, through host memory.
+  // A send or receive of device memory, through host memory; adds the bytes it copied between
+  // them to `staged_bytes`.
   absl::Status RunPointToPointStaged(int rank, const OpRequest& request, size_t bytes,
-                                     absl::Time until);
+                                     absl::Time until, uint64_t& staged_bytes);
   // OK (an empty string) when every local rank passed the same kind of memory to operation
   // `seq`; else FailedPrecondition naming two ranks that differ.
   absl::StatusOr<std::string> MemoryOf(uint64_t seq, const std::vector<OpRequest>& requests) const;
+  // A send or recv: it runs at once in the caller's thread, outside the collective sequence.
   absl::StatusOr<std::string> RunPointToPoint(int rank, const OpRequest& request,
                                               absl::Time deadline);
   // `failure` of an operation begun at `started`, explained (options.explain_failure); the

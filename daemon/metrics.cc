@@ -118,6 +118,11 @@ class PrometheusMetrics final : public Metrics {
                     .Name("baton_collective_time_seconds_total")
                     .Help("Time operations spent waiting on the transport, in reduction kernels, "
                           "and in dispatch (the rest), by operation and algorithm.")
+                    .Register(registry_)),
+        staged_(prometheus::BuildCounter()
+                    .Name("baton_device_staged_bytes_total")
+                    .Help("Bytes copied between device and host memory, either way, to run "
+                          "operations on device memory through host memory, by operation.")
                     .Register(registry_)) {}
 
   void SetNode(Node* node) override {
@@ -134,6 +139,9 @@ class PrometheusMetrics final : public Metrics {
     series.transport->Increment(absl::ToDoubleSeconds(record.transport));
     series.reduce->Increment(absl::ToDoubleSeconds(record.reduce));
     series.dispatch->Increment(absl::ToDoubleSeconds(dispatch));
+    if (record.staged_bytes > 0) {
+      StagedLocked(record.kind).Increment(static_cast<double>(record.staged_bytes));
+    }
   }
 
   std::string Render() override {
@@ -367,14 +375,27 @@ class PrometheusMetrics final : public Metrics {
     return series_.emplace(std::move(key), series).first->second;
   }
 
+  // An operation's series appears with its first staged bytes.
+  prometheus::Counter& StagedLocked(collective::Collective kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    prometheus::Counter*& counter = staged_series_[static_cast<int>(kind)];
+    if (counter == nullptr) {
+      const std::string op(collective::CollectiveName(kind));
+      counter = &staged_.Add({{"local_node", node_name_}, {"op", op}});
+    }
+    return *counter;
+  }
+
   const std::string node_name_;
   const std::string version_;
   prometheus::Registry registry_;
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Family<prometheus::Counter>& phases_;
+  prometheus::Family<prometheus::Counter>& staged_;
   absl::Mutex mu_;
   Node* node_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_map<std::pair<int, std::string>, OpSeries> series_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, prometheus::Counter*> staged_series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

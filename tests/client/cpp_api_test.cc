@@ -22,12 +22,14 @@
 #include <vector>
 
 #include "baton/baton.hpp"
+#include "tests/integration/test_cluster.h"
 #include "tests/testing/local_test_cluster.h"
 
 namespace {
 
 using baton::testing::ElementsAre;
 using baton::testing::LocalTestCluster;
+using baton::testing::RunRanks;
 using namespace std::chrono_literals;
 
 constexpr int kWorld = 4;  // ranks 0 and 1 on daemon 0, ranks 2 and 3 on daemon 1
@@ -59,32 +61,8 @@ class ClusterEnvironment : public ::testing::Environment {
 ::testing::Environment* const environment =
     ::testing::AddGlobalTestEnvironment(new ClusterEnvironment);
 
-std::unique_ptr<baton::Client> MustConnect(int daemon) {
-  baton::StatusOr<std::unique_ptr<baton::Client>> client =
-      baton::Client::Connect(cluster->socket(daemon), 10s);
-  EXPECT_TRUE(client.ok()) << client.status();
-  return client.ok() ? *std::move(client) : nullptr;
-}
-
-// Runs body(rank, client, comm) on one thread per rank of a new communicator.
-void RunRanks(const std::function<void(int, baton::Client&, baton::Communicator&)>& body) {
-  ASSERT_TRUE(cluster != nullptr && cluster->ok());
-  baton::StatusOr<std::string> id = MustConnect(0)->CreateCommId();
-  ASSERT_TRUE(id.ok()) << id.status();
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < kWorld; ++rank) {
-    threads.emplace_back([&, rank] {
-      std::unique_ptr<baton::Client> client = MustConnect(rank / 2);
-      if (client == nullptr) return;
-      baton::StatusOr<std::unique_ptr<baton::Communicator>> comm =
-          client->Join(*id, kWorld, rank, 30s);
-      ASSERT_TRUE(comm.ok()) << comm.status();
-      ASSERT_NE(comm->get(), nullptr);
-      body(rank, *client, **comm);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
+// Where rank `rank` of kWorld joins.
+int DaemonOf(int rank) { return rank / 2; }
 
 // ---- Status and StatusOr --------------------------------------------------------------------
 
@@ -195,7 +173,7 @@ TEST(CppApi, ConnectWhereNothingListensIsUnavailable) {
 
 TEST(CppApiCluster, ClientMintsIdsAndOwnsItsBuffers) {
   ASSERT_TRUE(cluster != nullptr && cluster->ok());
-  std::unique_ptr<baton::Client> client = MustConnect(1);
+  std::unique_ptr<baton::Client> client = baton::testing::MustConnect(cluster->socket(1));
   ASSERT_NE(client, nullptr);
   EXPECT_EQ(client->node_name(), cluster->daemons()[1].node_name);
   baton::StatusOr<std::string> a = client->CreateCommId();
@@ -220,99 +198,104 @@ TEST(CppApiCluster, ClientMintsIdsAndOwnsItsBuffers) {
 }
 
 TEST(CppApiCluster, EveryCollectiveComputesItsResult) {
-  RunRanks([](int rank, baton::Client& client, baton::Communicator& comm) {
-    EXPECT_EQ(comm.rank(), rank);
-    EXPECT_EQ(comm.world_size(), kWorld);
-    EXPECT_EQ(comm.daemon_count(), 2);
-    const size_t n = 1001;
-    const baton::CallOptions options(60s);
+  RunRanks(
+      *cluster, kWorld, DaemonOf, [](int rank, baton::Communicator& comm, baton::Client& client) {
+        EXPECT_EQ(comm.rank(), rank);
+        EXPECT_EQ(comm.world_size(), kWorld);
+        EXPECT_EQ(comm.daemon_count(), 2);
+        const size_t n = 1001;
+        const baton::CallOptions options(60s);
 
-    // all_reduce on memory shared with the daemon: sum of (rank + 1) * (i + 1) is 10 (i + 1).
-    baton::StatusOr<void*> shared = client.Allocate(n * sizeof(float));
-    ASSERT_TRUE(shared.ok()) << shared.status();
-    auto* f = static_cast<float*>(*shared);
-    for (size_t i = 0; i < n; ++i) f[i] = float(rank + 1) * float(i + 1);
-    EXPECT_TRUE(
-        comm.AllReduce(f, f, n, baton::DataType::kFloat32, baton::ReduceOp::kSum, options).ok());
-    EXPECT_TRUE(ElementsAre(f, n, [](size_t i) { return 10.0f * float(i + 1); }));
-    EXPECT_TRUE(client.Free(f).ok());
+        // all_reduce on memory shared with the daemon: sum of (rank + 1) * (i + 1) is 10 (i + 1).
+        baton::StatusOr<void*> shared = client.Allocate(n * sizeof(float));
+        ASSERT_TRUE(shared.ok()) << shared.status();
+        auto* f = static_cast<float*>(*shared);
+        for (size_t i = 0; i < n; ++i) f[i] = float(rank + 1) * float(i + 1);
+        EXPECT_TRUE(
+            comm.AllReduce(f, f, n, baton::DataType::kFloat32, baton::ReduceOp::kSum, options)
+                .ok());
+        EXPECT_TRUE(ElementsAre(f, n, [](size_t i) { return 10.0f * float(i + 1); }));
+        EXPECT_TRUE(client.Free(f).ok());
 
-    // Shared memory from a place that is not a whole float in (the daemon refuses such
-    // offsets: its kernels access elements as their type) is staged instead: the same result.
-    shared = client.Allocate((n + 1) * sizeof(float));
-    ASSERT_TRUE(shared.ok()) << shared.status();
-    std::byte* unaligned = static_cast<std::byte*>(*shared) + 2;
-    std::vector<float> values(n);
-    for (size_t i = 0; i < n; ++i) values[i] = float(rank + 1) * float(i + 1);
-    std::memcpy(unaligned, values.data(), n * sizeof(float));
-    baton::Status unaligned_sum = comm.AllReduce(unaligned, unaligned, n, baton::DataType::kFloat32,
-                                                 baton::ReduceOp::kSum, options);
-    EXPECT_TRUE(unaligned_sum.ok()) << unaligned_sum;
-    std::memcpy(values.data(), unaligned, n * sizeof(float));
-    EXPECT_TRUE(ElementsAre(values.data(), n, [](size_t i) { return 10.0f * float(i + 1); }));
-    EXPECT_TRUE(client.Free(*shared).ok());
+        // Shared memory from a place that is not a whole float in (the daemon refuses such
+        // offsets: its kernels access elements as their type) is staged instead: the same result.
+        shared = client.Allocate((n + 1) * sizeof(float));
+        ASSERT_TRUE(shared.ok()) << shared.status();
+        std::byte* unaligned = static_cast<std::byte*>(*shared) + 2;
+        std::vector<float> values(n);
+        for (size_t i = 0; i < n; ++i) values[i] = float(rank + 1) * float(i + 1);
+        std::memcpy(unaligned, values.data(), n * sizeof(float));
+        baton::Status unaligned_sum = comm.AllReduce(
+            unaligned, unaligned, n, baton::DataType::kFloat32, baton::ReduceOp::kSum, options);
+        EXPECT_TRUE(unaligned_sum.ok()) << unaligned_sum;
+        std::memcpy(values.data(), unaligned, n * sizeof(float));
+        EXPECT_TRUE(ElementsAre(values.data(), n, [](size_t i) { return 10.0f * float(i + 1); }));
+        EXPECT_TRUE(client.Free(*shared).ok());
 
-    // reduce_scatter: block `rank` of the max over ranks of rank * 1000 + j is 3000 + j.
-    std::vector<int64_t> rs_send(n * kWorld);
-    std::vector<int64_t> rs_recv(n);
-    for (size_t j = 0; j < rs_send.size(); ++j) rs_send[j] = rank * 1000 + int64_t(j);
-    EXPECT_TRUE(comm.ReduceScatter(rs_send.data(), rs_recv.data(), n, baton::DataType::kInt64,
-                                   baton::ReduceOp::kMax, options)
-                    .ok());
-    EXPECT_TRUE(
-        ElementsAre(rs_recv.data(), n, [&](size_t i) { return 3000 + int64_t(rank * n + i); }));
+        // reduce_scatter: block `rank` of the max over ranks of rank * 1000 + j is 3000 + j.
+        std::vector<int64_t> rs_send(n * kWorld);
+        std::vector<int64_t> rs_recv(n);
+        for (size_t j = 0; j < rs_send.size(); ++j) rs_send[j] = rank * 1000 + int64_t(j);
+        EXPECT_TRUE(comm.ReduceScatter(rs_send.data(), rs_recv.data(), n, baton::DataType::kInt64,
+                                       baton::ReduceOp::kMax, options)
+                        .ok());
+        EXPECT_TRUE(
+            ElementsAre(rs_recv.data(), n, [&](size_t i) { return 3000 + int64_t(rank * n + i); }));
 
-    // all_gather in rank order.
-    std::vector<int32_t> ag_send(n, rank * 7);
-    std::vector<int32_t> ag_recv(n * kWorld, -1);
-    EXPECT_TRUE(
-        comm.AllGather(ag_send.data(), ag_recv.data(), n, baton::DataType::kInt32, options).ok());
-    EXPECT_TRUE(
-        ElementsAre(ag_recv.data(), n * kWorld, [&](size_t j) { return int32_t(j / n) * 7; }));
+        // all_gather in rank order.
+        std::vector<int32_t> ag_send(n, rank * 7);
+        std::vector<int32_t> ag_recv(n * kWorld, -1);
+        EXPECT_TRUE(
+            comm.AllGather(ag_send.data(), ag_recv.data(), n, baton::DataType::kInt32, options)
+                .ok());
+        EXPECT_TRUE(
+            ElementsAre(ag_recv.data(), n * kWorld, [&](size_t j) { return int32_t(j / n) * 7; }));
 
-    // broadcast from rank 1, in place.
-    std::vector<double> bc(n);
-    for (size_t i = 0; i < n; ++i) bc[i] = rank == 1 ? 0.25 * double(i) : -1.0;
-    EXPECT_TRUE(
-        comm.Broadcast(bc.data(), bc.data(), n, baton::DataType::kFloat64, 1, options).ok());
-    EXPECT_TRUE(ElementsAre(bc.data(), n, [](size_t i) { return 0.25 * double(i); }));
+        // broadcast from rank 1, in place.
+        std::vector<double> bc(n);
+        for (size_t i = 0; i < n; ++i) bc[i] = rank == 1 ? 0.25 * double(i) : -1.0;
+        EXPECT_TRUE(
+            comm.Broadcast(bc.data(), bc.data(), n, baton::DataType::kFloat64, 1, options).ok());
+        EXPECT_TRUE(ElementsAre(bc.data(), n, [](size_t i) { return 0.25 * double(i); }));
 
-    // reduce to rank 2: the product of (rank + 1) is 24.
-    std::vector<float> red_send(n, float(rank + 1));
-    std::vector<float> red_recv(n, -1.0f);
-    EXPECT_TRUE(comm.Reduce(red_send.data(), red_recv.data(), n, baton::DataType::kFloat32,
-                            baton::ReduceOp::kProd, 2, options)
-                    .ok());
-    EXPECT_TRUE(ElementsAre(red_recv.data(), n, [&](size_t) { return rank == 2 ? 24.0f : -1.0f; }));
+        // reduce to rank 2: the product of (rank + 1) is 24.
+        std::vector<float> red_send(n, float(rank + 1));
+        std::vector<float> red_recv(n, -1.0f);
+        EXPECT_TRUE(comm.Reduce(red_send.data(), red_recv.data(), n, baton::DataType::kFloat32,
+                                baton::ReduceOp::kProd, 2, options)
+                        .ok());
+        EXPECT_TRUE(
+            ElementsAre(red_recv.data(), n, [&](size_t) { return rank == 2 ? 24.0f : -1.0f; }));
 
-    // all_to_all: block j of rank r's send is r * 100 + j.
-    std::vector<uint8_t> a2a_send(n * kWorld);
-    std::vector<uint8_t> a2a_recv(n * kWorld, 255);
-    for (size_t j = 0; j < a2a_send.size(); ++j) a2a_send[j] = uint8_t(rank * 10 + j / n);
-    EXPECT_TRUE(
-        comm.AllToAll(a2a_send.data(), a2a_recv.data(), n, baton::DataType::kUint8, options).ok());
-    EXPECT_TRUE(ElementsAre(a2a_recv.data(), n * kWorld,
-                            [&](size_t j) { return uint8_t(j / n * 10 + rank); }));
+        // all_to_all: block j of rank r's send is r * 100 + j.
+        std::vector<uint8_t> a2a_send(n * kWorld);
+        std::vector<uint8_t> a2a_recv(n * kWorld, 255);
+        for (size_t j = 0; j < a2a_send.size(); ++j) a2a_send[j] = uint8_t(rank * 10 + j / n);
+        EXPECT_TRUE(
+            comm.AllToAll(a2a_send.data(), a2a_recv.data(), n, baton::DataType::kUint8, options)
+                .ok());
+        EXPECT_TRUE(ElementsAre(a2a_recv.data(), n * kWorld,
+                                [&](size_t j) { return uint8_t(j / n * 10 + rank); }));
 
-    const baton::Status barrier = comm.Barrier(options);
-    EXPECT_TRUE(barrier.ok()) << "rank " << rank << ": " << barrier;
-    EXPECT_FALSE(comm.last_algorithm().empty());
+        const baton::Status barrier = comm.Barrier(options);
+        EXPECT_TRUE(barrier.ok()) << "rank " << rank << ": " << barrier;
+        EXPECT_FALSE(comm.last_algorithm().empty());
 
-    // A bad argument is a Status; the communicator fails from that call on (every rank's later
-    // collectives fail naming the refusal), since the other ranks would wait for it.
-    const baton::Status bad =
-        comm.Broadcast(bc.data(), bc.data(), n, baton::DataType::kFloat64, kWorld, options);
-    EXPECT_EQ(bad.code(), baton::StatusCode::kInvalidArgument) << bad;
-    EXPECT_EQ(bad.ToString().rfind("INVALID_ARGUMENT: ", 0), 0u) << bad;
-    const baton::Status later = comm.Barrier();
-    EXPECT_EQ(later.code(), baton::StatusCode::kAborted) << later;
-    EXPECT_NE(later.message().find("was refused"), std::string::npos) << later;
-  });
+        // A bad argument is a Status; the communicator fails from that call on (every rank's later
+        // collectives fail naming the refusal), since the other ranks would wait for it.
+        const baton::Status bad =
+            comm.Broadcast(bc.data(), bc.data(), n, baton::DataType::kFloat64, kWorld, options);
+        EXPECT_EQ(bad.code(), baton::StatusCode::kInvalidArgument) << bad;
+        EXPECT_EQ(bad.ToString().rfind("INVALID_ARGUMENT: ", 0), 0u) << bad;
+        const baton::Status later = comm.Barrier();
+        EXPECT_EQ(later.code(), baton::StatusCode::kAborted) << later;
+        EXPECT_NE(later.message().find("was refused"), std::string::npos) << later;
+      });
 }
 
 TEST(CppApiCluster, AsyncRequestsTestAndWait) {
   std::latch seen_pending(1);
-  RunRanks([&](int rank, baton::Client&, baton::Communicator& comm) {
+  RunRanks(*cluster, kWorld, DaemonOf, [&](int rank, baton::Communicator& comm) {
     std::vector<int32_t> data(64, rank + 1);
     if (rank != 0) {
       seen_pending.wait();  // rank 0's request cannot finish before this
@@ -355,7 +338,7 @@ TEST(CppApiCluster, AsyncRequestsTestAndWait) {
 }
 
 TEST(CppApiCluster, AsyncFormsOfTheOtherCollectives) {
-  RunRanks([](int rank, baton::Client&, baton::Communicator& comm) {
+  RunRanks(*cluster, kWorld, DaemonOf, [](int rank, baton::Communicator& comm) {
     const size_t n = 33;
     std::vector<int64_t> rs_send(n * kWorld, rank + 1);
     std::vector<int64_t> rs_recv(n, -1);
@@ -386,7 +369,7 @@ TEST(CppApiCluster, AsyncFormsOfTheOtherCollectives) {
 }
 
 TEST(CppApiCluster, SplitExplainAndForcedAlgorithms) {
-  RunRanks([](int rank, baton::Client&, baton::Communicator& comm) {
+  RunRanks(*cluster, kWorld, DaemonOf, [](int rank, baton::Communicator& comm) {
     // Colour rank / 2 puts each pair on one daemon; key 10 - rank reverses them.
     baton::StatusOr<std::unique_ptr<baton::Communicator>> pair = comm.Split(rank / 2, 10 - rank);
     ASSERT_TRUE(pair.ok()) << pair.status();
@@ -446,7 +429,7 @@ TEST(CppApiCluster, SplitExplainAndForcedAlgorithms) {
 }
 
 TEST(CppApiCluster, DestroyThenEveryOperationFails) {
-  RunRanks([](int rank, baton::Client&, baton::Communicator& comm) {
+  RunRanks(*cluster, kWorld, DaemonOf, [](int rank, baton::Communicator& comm) {
     float x = 1;
     EXPECT_TRUE(comm.AllReduce(&x, &x, 1, baton::DataType::kFloat32, baton::ReduceOp::kSum).ok());
     EXPECT_EQ(x, 4.0f);
@@ -474,54 +457,56 @@ TEST(CppApiCluster, DestroyThenEveryOperationFails) {
 // RegisterDevice/DeregisterDevice refusals, and FreeDevice.
 TEST(CppApiCluster, DeviceMemoryAndStreamOrderedCalls) {
   std::latch rank0_queued(1);
-  RunRanks([&](int rank, baton::Client& client, baton::Communicator& comm) {
-    constexpr size_t kCount = 1000;
-    baton::StatusOr<void*> memory = client.AllocateDevice(kCount * sizeof(float), 0);
-    ASSERT_TRUE(memory.ok()) << memory.status();
-    auto* data = static_cast<float*>(*memory);
-    for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(rank + i);
-    ASSERT_TRUE(
-        comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum).ok());
-    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(data[i], static_cast<float>(6 + 4 * i)) << i;
+  RunRanks(
+      *cluster, kWorld, DaemonOf, [&](int rank, baton::Communicator& comm, baton::Client& client) {
+        constexpr size_t kCount = 1000;
+        baton::StatusOr<void*> memory = client.AllocateDevice(kCount * sizeof(float), 0);
+        ASSERT_TRUE(memory.ok()) << memory.status();
+        auto* data = static_cast<float*>(*memory);
+        for (size_t i = 0; i < kCount; ++i) data[i] = static_cast<float>(rank + i);
+        ASSERT_TRUE(
+            comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum)
+                .ok());
+        for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(data[i], static_cast<float>(6 + 4 * i)) << i;
 
-    auto expected = [](size_t i) { return static_cast<float>(4 * (6 + 4 * i)); };
-    if (rank == 0) {
-      const baton::Status queued =
-          comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum,
-                         baton::CallOptions::OnStream(nullptr));
-      rank0_queued.count_down();
-      ASSERT_TRUE(queued.ok()) << queued;
-      const auto deadline = std::chrono::steady_clock::now() + 30s;
-      while (data[kCount - 1] != expected(kCount - 1) &&
-             std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(1ms);
-      }
-    } else {
-      rank0_queued.wait();
-      const baton::Status shared =
-          comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum,
-                         baton::CallOptions::OnStream(nullptr));
-      EXPECT_EQ(shared.code(), baton::StatusCode::kInvalidArgument) << shared;
-      EXPECT_NE(shared.message().find("its own stream"), std::string::npos) << shared;
-      ASSERT_TRUE(
-          comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum)
-              .ok());
-    }
-    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(data[i], expected(i)) << i;
-    EXPECT_TRUE(comm.AsyncError().ok()) << comm.AsyncError();
+        auto expected = [](size_t i) { return static_cast<float>(4 * (6 + 4 * i)); };
+        if (rank == 0) {
+          const baton::Status queued =
+              comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum,
+                             baton::CallOptions::OnStream(nullptr));
+          rank0_queued.count_down();
+          ASSERT_TRUE(queued.ok()) << queued;
+          const auto deadline = std::chrono::steady_clock::now() + 30s;
+          while (data[kCount - 1] != expected(kCount - 1) &&
+                 std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(1ms);
+          }
+        } else {
+          rank0_queued.wait();
+          const baton::Status shared =
+              comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum,
+                             baton::CallOptions::OnStream(nullptr));
+          EXPECT_EQ(shared.code(), baton::StatusCode::kInvalidArgument) << shared;
+          EXPECT_NE(shared.message().find("its own stream"), std::string::npos) << shared;
+          ASSERT_TRUE(
+              comm.AllReduce(data, data, kCount, baton::DataType::kFloat32, baton::ReduceOp::kSum)
+                  .ok());
+        }
+        for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(data[i], expected(i)) << i;
+        EXPECT_TRUE(comm.AsyncError().ok()) << comm.AsyncError();
 
-    // Host memory cannot be stream-ordered; the refusal is the call's own error.
-    float host = 1;
-    const baton::Status on_host =
-        comm.AllReduce(&host, &host, 1, baton::DataType::kFloat32, baton::ReduceOp::kSum,
-                       baton::CallOptions::OnStream(nullptr));
-    EXPECT_EQ(on_host.code(), baton::StatusCode::kInvalidArgument) << on_host;
-    EXPECT_EQ(client.DeregisterDevice(data).code(), baton::StatusCode::kInvalidArgument)
-        << "memory from AllocateDevice is released by FreeDevice";
-    EXPECT_NE(client.RegisterDevice(&host, sizeof host).code(), baton::StatusCode::kOk);
-    EXPECT_TRUE(client.FreeDevice(data).ok());
-    EXPECT_EQ(client.FreeDevice(data).code(), baton::StatusCode::kInvalidArgument);
-  });
+        // Host memory cannot be stream-ordered; the refusal is the call's own error.
+        float host = 1;
+        const baton::Status on_host =
+            comm.AllReduce(&host, &host, 1, baton::DataType::kFloat32, baton::ReduceOp::kSum,
+                           baton::CallOptions::OnStream(nullptr));
+        EXPECT_EQ(on_host.code(), baton::StatusCode::kInvalidArgument) << on_host;
+        EXPECT_EQ(client.DeregisterDevice(data).code(), baton::StatusCode::kInvalidArgument)
+            << "memory from AllocateDevice is released by FreeDevice";
+        EXPECT_NE(client.RegisterDevice(&host, sizeof host).code(), baton::StatusCode::kOk);
+        EXPECT_TRUE(client.FreeDevice(data).ok());
+        EXPECT_EQ(client.FreeDevice(data).code(), baton::StatusCode::kInvalidArgument);
+      });
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 
 namespace baton::collective {
 namespace {
@@ -207,11 +209,16 @@ TEST(StagedOutputTest, AWriteWaitsForTheCopyReadingItsChunk) {
     output.BeforeWrite(host.data() + kChunk + 8, 8);
     returned = true;
   });
-  absl::SleepFor(absl::Milliseconds(20));
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (output.writers_waiting() == 0 && !returned.load() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   EXPECT_FALSE(returned.load()) << "the chunk is still being read";
+  EXPECT_EQ(output.writers_waiting(), 1);
   copier.release_first.Notify();
   writer.join();
   EXPECT_TRUE(returned.load());
+  EXPECT_EQ(output.writers_waiting(), 0);
   ASSERT_TRUE(output.Finish().ok());
 }
 

@@ -5,6 +5,13 @@
 // local rank 0's tuner says; other large calls, calls that span daemons and forced algorithms
 // still go through the daemon. Ranks are threads.
 
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <fstream>
 #include <functional>
 #include <latch>
 #include <map>
@@ -13,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/lib/client_core.h"
 #include "gtest/gtest.h"
@@ -29,28 +37,12 @@ using core::Communicator;
 using core::DataType;
 using core::ReduceOp;
 
-class ArenaTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { cluster_ = new testing::LocalTestCluster(2, {}, /*tls=*/false); }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-
-  static std::unique_ptr<Client> Connect(int daemon) {
-    return testing::ConnectCore(*cluster_, daemon);
-  }
-
-  // Runs body(rank, comm, client) on one thread per rank of a new communicator of `world` ranks,
-  // rank r on daemon daemon_of(r).
-  static void RunRanks(int world, const std::function<int(int)>& daemon_of,
-                       const std::function<void(int, Communicator&, Client&)>& body) {
-    testing::RunCoreRanks(*cluster_, world, daemon_of, body);
-  }
-
-  static testing::LocalTestCluster* cluster_;
+struct ArenaCluster {
+  static constexpr int kDaemons = 2;
+  static constexpr bool kFakeDevice = false;
+  static std::vector<std::string> DaemonFlags() { return {}; }
 };
-testing::LocalTestCluster* ArenaTest::cluster_ = nullptr;
+using ArenaTest = testing::CoreClusterTest<ArenaCluster>;
 
 TEST_F(ArenaTest, SmallCollectivesOnOneNodeRunInTheArena) {
   RunRanks(
@@ -520,6 +512,34 @@ TEST_F(ArenaTest, TheDaemonCountsArenaOperations) {
   EXPECT_GT(after[waited] + after[worked], before[waited] + before[worked]);
 }
 
+// Whether thread `tid` of this process (0: none yet) is blocked in a futex wait on a word of a
+// node arena (the memfd the daemon labels "baton-arena"): a rank that has spun long enough
+// waiting for its peers there (collective/node_arena.cc) and sleeps until they come.
+bool WaitsInArena(pid_t tid) {
+  if (tid == 0) return false;
+  std::ifstream syscall_file(absl::StrCat("/proc/self/task/", tid, "/syscall"));
+  std::string number, first_argument;  // "running", "-1 ..." or "<number> <argument> ..."
+  if (!(syscall_file >> number >> first_argument) || number != absl::StrCat(SYS_futex)) {
+    return false;
+  }
+  uint64_t word = 0;
+  if (!absl::SimpleHexAtoi(first_argument, &word)) return false;
+  std::ifstream maps("/proc/self/maps");  // "<start>-<end> <perms> <offset> <dev> <inode> <path>"
+  for (std::string line; std::getline(maps, line);) {
+    const size_t dash = line.find('-');
+    const size_t space = line.find(' ');
+    uint64_t start = 0;
+    uint64_t end = 0;
+    if (dash == std::string::npos || space == std::string::npos ||
+        !absl::SimpleHexAtoi(line.substr(0, dash), &start) ||
+        !absl::SimpleHexAtoi(line.substr(dash + 1, space - dash - 1), &end)) {
+      continue;
+    }
+    if (start <= word && word < end) return line.find("/memfd:baton-arena") != std::string::npos;
+  }
+  return false;
+}
+
 // A rank whose process goes away (its session ends) while its peers wait in the arena: the daemon
 // aborts the communicator and the arena, so they fail at once, not at their deadline.
 TEST_F(ArenaTest, ARankThatGoesAwayFailsItsPeersAtOnce) {
@@ -528,12 +548,14 @@ TEST_F(ArenaTest, ARankThatGoesAwayFailsItsPeersAtOnce) {
   ASSERT_TRUE(id.ok());
   absl::Status survivor;
   absl::Duration took;
+  std::atomic<pid_t> rank0_thread{0};  // set before its second call
   std::thread rank0([&] {
     std::unique_ptr<Client> client = Connect(0);
     absl::StatusOr<std::unique_ptr<Communicator>> comm = client->Join(*id, 2, 0, absl::Seconds(30));
     ASSERT_TRUE(comm.ok()) << comm.status();
     float value = 1;
     ASSERT_TRUE((*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum).ok());
+    rank0_thread = static_cast<pid_t>(syscall(SYS_gettid));
     const absl::Time start = absl::Now();
     // Rank 1 never calls again: its client goes away instead.
     survivor = (*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum,
@@ -547,7 +569,11 @@ TEST_F(ArenaTest, ARankThatGoesAwayFailsItsPeersAtOnce) {
     float value = 1;
     ASSERT_TRUE((*comm)->AllReduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum).ok());
     EXPECT_EQ((*comm)->last_algorithm(), "arena");
-    absl::SleepFor(absl::Milliseconds(100));  // rank 0 is waiting in the arena by now
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (!WaitsInArena(rank0_thread.load()) && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_TRUE(WaitsInArena(rank0_thread.load())) << "rank 0 never waited in the arena";
     client.reset();  // the session ends; the communicator was never destroyed
   }
   rank0.join();

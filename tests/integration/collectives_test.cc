@@ -15,6 +15,7 @@
 namespace baton {
 namespace {
 
+using testing::RunRanks;
 using testing::TestCluster;
 
 constexpr int kWorld = 6;
@@ -42,15 +43,6 @@ class CollectivesTest : public ::testing::TestWithParam<int> {
     return {"interleaved", [](int rank) { return rank % 2; }};
   }
 
-  // Runs body(rank, comm) or body(rank, comm, client) on one thread per rank of a fresh
-  // communicator, placed as the test's parameter says.
-  template <typename Body>
-  void RunRanks(const Body& body) {
-    ASSERT_TRUE(cluster_->ok());
-    testing::RunRanks(*cluster_, testing::NewCommId(*cluster_), kWorld, placement().daemon_of,
-                      body);
-  }
-
   static TestCluster* cluster_;
 };
 TestCluster* CollectivesTest::cluster_ = nullptr;
@@ -58,7 +50,7 @@ TestCluster* CollectivesTest::cluster_ = nullptr;
 const std::vector<size_t> kCounts = {0, 1, 5, 1001, 70000};
 
 TEST_P(CollectivesTest, AllReduceWithEveryAlgorithm) {
-  RunRanks([](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm) {
     for (Algorithm algorithm :
          {Algorithm::kRing, Algorithm::kTree, Algorithm::kDoubling, Algorithm::kHalvingDoubling}) {
       for (size_t count : kCounts) {
@@ -80,7 +72,7 @@ TEST_P(CollectivesTest, AllReduceWithEveryAlgorithm) {
 }
 
 TEST_P(CollectivesTest, ReduceScatterAllGatherAndAllToAll) {
-  RunRanks([](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm) {
     for (size_t count : kCounts) {
       // reduce_scatter: rank r gets block r of the sum.
       std::vector<float> input(count * kWorld), block(count, -1);
@@ -121,43 +113,45 @@ TEST_P(CollectivesTest, ReduceScatterAllGatherAndAllToAll) {
 // All-to-all in buffers the daemons use in place (from Allocate): straight between the ranks'
 // buffers where send and receive are apart, through packed slabs where they are one buffer.
 TEST_P(CollectivesTest, AllToAllInSharedBuffersApartAndInPlace) {
-  RunRanks([](int rank, Communicator& comm, Client& client) {
-    for (size_t count : kCounts) {
-      const size_t total = std::max<size_t>(1, count * kWorld);
-      StatusOr<void*> send_memory = client.Allocate(total * sizeof(int32_t));
-      StatusOr<void*> recv_memory = client.Allocate(total * sizeof(int32_t));
-      ASSERT_TRUE(send_memory.ok() && recv_memory.ok());
-      auto* send = static_cast<int32_t*>(*send_memory);
-      auto* recv = static_cast<int32_t*>(*recv_memory);
-      auto fill = [&](int32_t* data) {
-        for (int j = 0; j < kWorld; ++j) {
-          for (size_t i = 0; i < count; ++i) {
-            data[j * count + i] = rank * 10000 + j * 100 + static_cast<int32_t>(i % 100);
-          }
-        }
-      };
-      auto check = [&](const int32_t* data, const char* what) {
-        for (int src = 0; src < kWorld; ++src) {
-          for (size_t i = 0; i < count; ++i) {
-            ASSERT_EQ(data[src * count + i], src * 10000 + rank * 100 + static_cast<int>(i % 100))
-                << what << ", count " << count << ", from rank " << src;
-          }
-        }
-      };
-      fill(send);
-      std::fill_n(recv, total, -1);
-      ASSERT_TRUE(comm.AllToAll(send, recv, count, DataType::kInt32).ok());
-      check(recv, "apart");
-      ASSERT_TRUE(comm.AllToAll(send, send, count, DataType::kInt32).ok());
-      check(send, "in place");
-      ASSERT_TRUE(client.Free(send).ok());
-      ASSERT_TRUE(client.Free(recv).ok());
-    }
-  });
+  RunRanks(*cluster_, kWorld, placement().daemon_of,
+           [](int rank, Communicator& comm, Client& client) {
+             for (size_t count : kCounts) {
+               const size_t total = std::max<size_t>(1, count * kWorld);
+               StatusOr<void*> send_memory = client.Allocate(total * sizeof(int32_t));
+               StatusOr<void*> recv_memory = client.Allocate(total * sizeof(int32_t));
+               ASSERT_TRUE(send_memory.ok() && recv_memory.ok());
+               auto* send = static_cast<int32_t*>(*send_memory);
+               auto* recv = static_cast<int32_t*>(*recv_memory);
+               auto fill = [&](int32_t* data) {
+                 for (int j = 0; j < kWorld; ++j) {
+                   for (size_t i = 0; i < count; ++i) {
+                     data[j * count + i] = rank * 10000 + j * 100 + static_cast<int32_t>(i % 100);
+                   }
+                 }
+               };
+               auto check = [&](const int32_t* data, const char* what) {
+                 for (int src = 0; src < kWorld; ++src) {
+                   for (size_t i = 0; i < count; ++i) {
+                     ASSERT_EQ(data[src * count + i],
+                               src * 10000 + rank * 100 + static_cast<int>(i % 100))
+                         << what << ", count " << count << ", from rank " << src;
+                   }
+                 }
+               };
+               fill(send);
+               std::fill_n(recv, total, -1);
+               ASSERT_TRUE(comm.AllToAll(send, recv, count, DataType::kInt32).ok());
+               check(recv, "apart");
+               ASSERT_TRUE(comm.AllToAll(send, send, count, DataType::kInt32).ok());
+               check(send, "in place");
+               ASSERT_TRUE(client.Free(send).ok());
+               ASSERT_TRUE(client.Free(recv).ok());
+             }
+           });
 }
 
 TEST_P(CollectivesTest, BroadcastAndReduceFromEveryKindOfRoot) {
-  RunRanks([](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm) {
     for (int root : {0, kWorld - 1, 3}) {
       for (size_t count : kCounts) {
         std::vector<double> data(count, -1);
@@ -191,7 +185,7 @@ TEST_P(CollectivesTest, EveryTypeAndReduceOp) {
                                        DataType::kFloat64, DataType::kFp8E4M3,  DataType::kFp8E5M2};
   const std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin,
                                      ReduceOp::kMax, ReduceOp::kAvg};
-  RunRanks([&](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [&](int rank, Communicator& comm) {
     constexpr size_t kCount = 37;
     for (DataType type : types) {
       const size_t element = DataTypeSize(type);
@@ -227,7 +221,7 @@ TEST_P(CollectivesTest, EveryTypeAndReduceOp) {
 }
 
 TEST_P(CollectivesTest, AllReduceAndReduceScatterOfDistinctInputsGiveTheExactSum) {
-  RunRanks([](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm) {
     // Ranks 0-3 hold [1,2,3,4] * 10^rank; ranks 4-5 contribute zeros.
     const float scale = rank < 4 ? static_cast<float>(std::pow(10, rank)) : 0.0f;
     std::vector<float> input = {1 * scale, 2 * scale, 3 * scale, 4 * scale, 0, 0};
@@ -251,7 +245,7 @@ TEST_P(CollectivesTest, ARefusedCallOnOneRankFailsItsPeersAtOnce) {
   constexpr size_t kCount = 100000;  // 400 KB: through the daemons
   for (const int refused : {0, kWorld - 1}) {
     SCOPED_TRACE(absl::StrCat("rank ", refused, " refused"));
-    RunRanks([refused](int rank, Communicator& comm) {
+    RunRanks(*cluster_, kWorld, placement().daemon_of, [refused](int rank, Communicator& comm) {
       std::vector<float> x(kCount * kWorld, 1);
       // One collective that completes first: the refusal fails only what comes after it.
       ASSERT_TRUE(

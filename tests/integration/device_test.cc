@@ -6,23 +6,24 @@
 //
 // The daemons run with --device=fake, the test process with BATON_DEVICE=fake; ranks are threads.
 
-#include <stdlib.h>
-
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/lib/client_core.h"
 #include "device/host_fake.h"
 #include "gtest/gtest.h"
 #include "tests/testing/core_ranks.h"
 #include "tests/testing/local_test_cluster.h"
+#include "tests/testing/metrics_page.h"
 
 namespace baton {
 namespace {
@@ -40,33 +41,13 @@ device::HostFakeDevice& Fake() {
   return *static_cast<device::HostFakeDevice*>(*device);
 }
 
-class DeviceTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    setenv("BATON_DEVICE", "fake", 1);
-    // Small chunks, so that staged buffers are copied and sent in many pieces.
-    cluster_ = new testing::LocalTestCluster(2, {"--device=fake", "--chunk-bytes=4096"},
-                                             /*tls=*/false);
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-
-  static std::unique_ptr<Client> Connect(int daemon) {
-    return testing::ConnectCore(*cluster_, daemon);
-  }
-
-  // Runs body(rank, comm, client) on one thread per rank of a new communicator of `world` ranks,
-  // rank r on daemon daemon_of(r).
-  static void RunRanks(int world, const std::function<int(int)>& daemon_of,
-                       const std::function<void(int, Communicator&, Client&)>& body) {
-    testing::RunCoreRanks(*cluster_, world, daemon_of, body);
-  }
-
-  static testing::LocalTestCluster* cluster_;
+struct DeviceCluster {
+  static constexpr int kDaemons = 2;
+  static constexpr bool kFakeDevice = true;
+  // Small chunks, so that staged buffers are copied and sent in many pieces.
+  static std::vector<std::string> DaemonFlags() { return {"--chunk-bytes=4096"}; }
 };
-testing::LocalTestCluster* DeviceTest::cluster_ = nullptr;
+using DeviceTest = testing::CoreClusterTest<DeviceCluster>;
 
 // A device buffer of n floats from AllocateDevice.
 float* DeviceFloats(Client& client, size_t n) {
@@ -77,11 +58,17 @@ float* DeviceFloats(Client& client, size_t n) {
 
 float In(int rank, size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 101)); }
 
+// The operations EveryCollective runs with data, and how many elements each rank's buffers hold.
+const std::vector<std::string> kDataOperations = {"all_reduce",     "broadcast", "all_gather",
+                                                  "reduce_scatter", "reduce",    "all_to_all",
+                                                  "send",           "recv"};
+constexpr size_t kEveryCollectiveCount = 3001;
+
 // Every collective on device buffers, blocking (no stream): one daemon (on the device) and two
 // daemons (staged), 4 ranks.
 void EveryCollective(int rank, Communicator& comm, Client& client) {
   const int world = comm.world_size();
-  const size_t n = 3001;
+  const size_t n = kEveryCollectiveCount;
   float* send = DeviceFloats(client, n * world);
   float* recv = DeviceFloats(client, n * world);
   ASSERT_TRUE(send != nullptr && recv != nullptr);
@@ -146,7 +133,24 @@ void EveryCollective(int rank, Communicator& comm, Client& client) {
   EXPECT_TRUE(client.FreeDevice(recv).ok());
 }
 
+// What daemon `daemon` has staged through host memory so far, by operation
+// (baton_device_staged_bytes_total; 0 for an operation without a series).
+std::map<std::string, double> StagedBytes(const testing::LocalTestCluster& cluster, int daemon) {
+  std::map<std::string, double> samples =
+      testing::ScrapeMetrics(cluster.daemons()[daemon].metrics_address);
+  std::map<std::string, double> staged;
+  for (const std::string& op : kDataOperations) {
+    staged[op] = samples[absl::StrCat("baton_device_staged_bytes_total{local_node=\"",
+                                      cluster.daemons()[daemon].node_name, "\",op=\"", op, "\"}")];
+  }
+  return staged;
+}
+
+// all_reduce, broadcast and all_gather run on the device's kernels, staging nothing; the other
+// operations are staged through host memory even inside one daemon.
 TEST_F(DeviceTest, EveryCollectiveOnOneDaemonRunsOnTheDevice) {
+  ASSERT_TRUE(cluster_->ok());
+  const std::map<std::string, double> before = StagedBytes(*cluster_, 0);
   RunRanks(
       4, [](int) { return 0; },
       [](int rank, Communicator& comm, Client& client) {
@@ -156,11 +160,32 @@ TEST_F(DeviceTest, EveryCollectiveOnOneDaemonRunsOnTheDevice) {
                         .ok());
         EXPECT_EQ(comm.last_algorithm(), "local");
       });
+  const std::map<std::string, double> after = StagedBytes(*cluster_, 0);
+  for (const char* op : {"all_reduce", "broadcast", "all_gather"}) {
+    EXPECT_EQ(after.at(op), before.at(op)) << op << " staged device memory";
+  }
+  for (const char* op : {"reduce_scatter", "reduce", "all_to_all", "send", "recv"}) {
+    EXPECT_GE(after.at(op) - before.at(op), kEveryCollectiveCount * sizeof(float))
+        << op << " staged too little";
+  }
 }
 
+// Across daemons every operation with data is staged through host memory on both daemons (the
+// daemons count what they copy); the values are checked as on one daemon. A barrier has no data.
 TEST_F(DeviceTest, EveryCollectiveAcrossDaemonsIsStaged) {
+  ASSERT_TRUE(cluster_->ok());
+  const std::map<std::string, double> before[] = {StagedBytes(*cluster_, 0),
+                                                  StagedBytes(*cluster_, 1)};
   RunRanks(
       4, [](int rank) { return rank % 2; }, EveryCollective);
+  for (int daemon = 0; daemon < 2; ++daemon) {
+    const std::map<std::string, double> after = StagedBytes(*cluster_, daemon);
+    for (const std::string& op : kDataOperations) {
+      // At least one rank's buffer of the operation went one way (each daemon has two ranks).
+      EXPECT_GE(after.at(op) - before[daemon].at(op), kEveryCollectiveCount * sizeof(float))
+          << op << " on daemon " << daemon << " staged too little";
+    }
+  }
 }
 
 // all_reduce across daemons staged in pipelined chunks (collective/staged_input.h) under every

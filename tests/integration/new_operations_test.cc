@@ -16,6 +16,7 @@
 namespace baton {
 namespace {
 
+using testing::RunRanks;
 using testing::TestCluster;
 using Clock = std::chrono::steady_clock;
 
@@ -55,13 +56,6 @@ class NewOperationsTest : public ::testing::TestWithParam<int> {
     return {"irregular 1,2,3", [](int rank) { return rank == 0 ? 0 : rank < 3 ? 1 : 2; }};
   }
 
-  template <typename Body>
-  void RunRanks(const Body& body) {
-    ASSERT_TRUE(cluster_->ok());
-    testing::RunRanks(*cluster_, testing::NewCommId(*cluster_), kWorld, placement().daemon_of,
-                      body);
-  }
-
   static CallOptions Options() { return CallOptions(std::chrono::seconds(30)); }
 
   static TestCluster* cluster_;
@@ -69,7 +63,7 @@ class NewOperationsTest : public ::testing::TestWithParam<int> {
 TestCluster* NewOperationsTest::cluster_ = nullptr;
 
 TEST_P(NewOperationsTest, SendRecvRingInAGroupWhicheverOrderItWasQueued) {
-  RunRanks([](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm) {
     const int next = (rank + 1) % kWorld;
     const int previous = (rank + kWorld - 1) % kWorld;
     for (bool recv_first : {false, true}) {
@@ -97,7 +91,7 @@ TEST_P(NewOperationsTest, SendRecvRingInAGroupWhicheverOrderItWasQueued) {
 TEST_P(NewOperationsTest, BlockingSendsCompleteWithoutTheirReceiveAndArriveInOrder) {
   // Every rank sends to the next before receiving anything (a send never waits for its receive),
   // several messages of different sizes, received in the order they were sent.
-  RunRanks([](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm) {
     const int next = (rank + 1) % kWorld;
     const int previous = (rank + kWorld - 1) % kWorld;
     const std::vector<size_t> sizes = {3, 0, 300000, 1, 1001};
@@ -123,39 +117,40 @@ TEST_P(NewOperationsTest, BlockingSendsCompleteWithoutTheirReceiveAndArriveInOrd
 TEST_P(NewOperationsTest, SeveralOutstandingAsyncSendsToOnePeerAreReceivedInOrder) {
   // Rank 2r sends five messages to rank 2r + 1 without waiting; the receiver posts five receives
   // without waiting; both then wait for all of them. Shared memory for half the buffers.
-  RunRanks([](int rank, Communicator& comm, Client& client) {
-    const bool sender = rank % 2 == 0;
-    const int peer = sender ? rank + 1 : rank - 1;
-    const std::vector<size_t> sizes = {1001, 0, 300000, 7, 1};
-    std::vector<std::vector<float>> buffers(sizes.size());
-    std::vector<float*> data(sizes.size());
-    std::vector<std::shared_ptr<Request>> requests;
-    for (size_t m = 0; m < sizes.size(); ++m) {
-      float* shared = nullptr;
-      if (m % 2 == 0 && sizes[m] > 0) {
-        StatusOr<void*> memory = client.Allocate(sizes[m] * sizeof(float));
-        ASSERT_TRUE(memory.ok()) << memory.status();
-        shared = static_cast<float*>(*memory);
-      }
-      buffers[m].resize(sizes[m]);
-      data[m] = shared != nullptr ? shared : buffers[m].data();
-      for (size_t i = 0; i < sizes[m]; ++i) {
-        data[m][i] = sender ? Value(rank, i, static_cast<int>(m)) : kUnwritten;
-      }
-      requests.push_back(
-          sender ? comm.SendAsync(data[m], sizes[m], DataType::kFloat32, peer, Options())
-                 : comm.RecvAsync(data[m], sizes[m], DataType::kFloat32, peer, Options()));
-    }
-    for (size_t m = 0; m < sizes.size(); ++m) {
-      Status status = requests[m]->Wait(std::chrono::seconds(60));
-      ASSERT_TRUE(status.ok()) << "rank " << rank << " message " << m << ": " << status;
-      if (sender) continue;
-      for (size_t i = 0; i < sizes[m]; ++i) {
-        ASSERT_EQ(data[m][i], Value(peer, i, static_cast<int>(m)))
-            << "rank " << rank << " message " << m << " element " << i;
-      }
-    }
-  });
+  RunRanks(*cluster_, kWorld, placement().daemon_of,
+           [](int rank, Communicator& comm, Client& client) {
+             const bool sender = rank % 2 == 0;
+             const int peer = sender ? rank + 1 : rank - 1;
+             const std::vector<size_t> sizes = {1001, 0, 300000, 7, 1};
+             std::vector<std::vector<float>> buffers(sizes.size());
+             std::vector<float*> data(sizes.size());
+             std::vector<std::shared_ptr<Request>> requests;
+             for (size_t m = 0; m < sizes.size(); ++m) {
+               float* shared = nullptr;
+               if (m % 2 == 0 && sizes[m] > 0) {
+                 StatusOr<void*> memory = client.Allocate(sizes[m] * sizeof(float));
+                 ASSERT_TRUE(memory.ok()) << memory.status();
+                 shared = static_cast<float*>(*memory);
+               }
+               buffers[m].resize(sizes[m]);
+               data[m] = shared != nullptr ? shared : buffers[m].data();
+               for (size_t i = 0; i < sizes[m]; ++i) {
+                 data[m][i] = sender ? Value(rank, i, static_cast<int>(m)) : kUnwritten;
+               }
+               requests.push_back(
+                   sender ? comm.SendAsync(data[m], sizes[m], DataType::kFloat32, peer, Options())
+                          : comm.RecvAsync(data[m], sizes[m], DataType::kFloat32, peer, Options()));
+             }
+             for (size_t m = 0; m < sizes.size(); ++m) {
+               Status status = requests[m]->Wait(std::chrono::seconds(60));
+               ASSERT_TRUE(status.ok()) << "rank " << rank << " message " << m << ": " << status;
+               if (sender) continue;
+               for (size_t i = 0; i < sizes[m]; ++i) {
+                 ASSERT_EQ(data[m][i], Value(peer, i, static_cast<int>(m)))
+                     << "rank " << rank << " message " << m << " element " << i;
+               }
+             }
+           });
 }
 
 // A recv whose count differs from its send's fails with FailedPrecondition naming both counts.
@@ -163,7 +158,7 @@ TEST_P(NewOperationsTest, SeveralOutstandingAsyncSendsToOnePeerAreReceivedInOrde
 // waiting; either way the communicator is aborted with that error, so every rank's next operation,
 // the sender's included, fails with it at once.
 TEST_P(NewOperationsTest, ARecvWhoseCountDiffersFromTheSendFailsBothRanksNamingBoth) {
-  RunRanks([](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm) {
     std::vector<float> data(8, 1);
     auto names_both = [](const Status& status) {
       return status.message().find("4 elements") != std::string::npos &&
@@ -190,7 +185,7 @@ TEST_P(NewOperationsTest, ARecvWhoseCountDiffersFromTheSendFailsBothRanksNamingB
 }
 
 TEST_P(NewOperationsTest, GatherWithEveryRoot) {
-  RunRanks([](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm) {
     for (int root = 0; root < kWorld; ++root) {
       for (size_t count : kCounts) {
         SCOPED_TRACE(::testing::Message()
@@ -213,7 +208,7 @@ TEST_P(NewOperationsTest, GatherWithEveryRoot) {
 }
 
 TEST_P(NewOperationsTest, ScatterWithEveryRoot) {
-  RunRanks([](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm) {
     for (int root = 0; root < kWorld; ++root) {
       for (size_t count : kCounts) {
         SCOPED_TRACE(::testing::Message()
@@ -240,62 +235,63 @@ size_t Uneven(int from, int to, size_t scale) {
 }
 
 TEST_P(NewOperationsTest, AllToAllVWithUnevenCountsIncludingZeros) {
-  RunRanks([](int rank, Communicator& comm, Client& client) {
-    for (size_t scale : {size_t{1}, size_t{1000}, size_t{70000}}) {
-      SCOPED_TRACE(::testing::Message() << "rank " << rank << " scale " << scale);
-      // Blocks with gaps of 3 elements between them, in reverse rank order in recv, so that the
-      // displacements are not simply the prefix sums.
-      constexpr size_t kGap = 3;
-      std::vector<size_t> send_counts(kWorld), send_displs(kWorld), recv_counts(kWorld),
-          recv_displs(kWorld);
-      size_t send_span = 0;
-      for (int j = 0; j < kWorld; ++j) {
-        send_displs[j] = send_span;
-        send_counts[j] = Uneven(rank, j, scale);
-        send_span += send_counts[j] + kGap;
-      }
-      size_t recv_span = 0;
-      for (int i = kWorld - 1; i >= 0; --i) {
-        recv_displs[i] = recv_span;
-        recv_counts[i] = Uneven(i, rank, scale);
-        recv_span += recv_counts[i] + kGap;
-      }
-      // Element e of the block for rank j is Value(rank, j * 100000 + e) (a distinct value per
-      // destination); the gaps hold values no block has.
-      std::vector<float> send(send_span, -2);
-      for (int j = 0; j < kWorld; ++j) {
-        for (size_t e = 0; e < send_counts[j]; ++e) {
-          send[send_displs[j] + e] = Value(rank, static_cast<size_t>(j) * 100 + e, j % 7);
-        }
-      }
-      // recv in shared memory from Allocate (no staging), send from the heap (staged).
-      StatusOr<void*> memory = client.Allocate(std::max<size_t>(1, recv_span) * sizeof(float));
-      ASSERT_TRUE(memory.ok()) << memory.status();
-      float* recv = static_cast<float*>(*memory);
-      std::fill(recv, recv + recv_span, kUnwritten);
-      Status status = comm.AllToAllV(send.data(), send_counts, send_displs, recv, recv_counts,
-                                     recv_displs, DataType::kFloat32, Options());
-      ASSERT_TRUE(status.ok()) << status;
-      int64_t wrong = 0;
-      for (int i = 0; i < kWorld; ++i) {
-        for (size_t e = 0; e < recv_counts[i]; ++e) {
-          const float want = Value(i, static_cast<size_t>(rank) * 100 + e, rank % 7);
-          if (recv[recv_displs[i] + e] != want && wrong++ == 0) {
-            ADD_FAILURE() << "block from rank " << i << " element " << e << ": "
-                          << recv[recv_displs[i] + e] << ", want " << want;
+  RunRanks(
+      *cluster_, kWorld, placement().daemon_of, [](int rank, Communicator& comm, Client& client) {
+        for (size_t scale : {size_t{1}, size_t{1000}, size_t{70000}}) {
+          SCOPED_TRACE(::testing::Message() << "rank " << rank << " scale " << scale);
+          // Blocks with gaps of 3 elements between them, in reverse rank order in recv, so that the
+          // displacements are not simply the prefix sums.
+          constexpr size_t kGap = 3;
+          std::vector<size_t> send_counts(kWorld), send_displs(kWorld), recv_counts(kWorld),
+              recv_displs(kWorld);
+          size_t send_span = 0;
+          for (int j = 0; j < kWorld; ++j) {
+            send_displs[j] = send_span;
+            send_counts[j] = Uneven(rank, j, scale);
+            send_span += send_counts[j] + kGap;
           }
-        }
-        for (size_t g = 0; g < kGap; ++g) {
-          const size_t at = recv_displs[i] + recv_counts[i] + g;
-          if (recv[at] != kUnwritten && wrong++ == 0) {
-            ADD_FAILURE() << "the gap after rank " << i << "'s block was written: " << recv[at];
+          size_t recv_span = 0;
+          for (int i = kWorld - 1; i >= 0; --i) {
+            recv_displs[i] = recv_span;
+            recv_counts[i] = Uneven(i, rank, scale);
+            recv_span += recv_counts[i] + kGap;
           }
+          // Element e of the block for rank j is Value(rank, j * 100000 + e) (a distinct value per
+          // destination); the gaps hold values no block has.
+          std::vector<float> send(send_span, -2);
+          for (int j = 0; j < kWorld; ++j) {
+            for (size_t e = 0; e < send_counts[j]; ++e) {
+              send[send_displs[j] + e] = Value(rank, static_cast<size_t>(j) * 100 + e, j % 7);
+            }
+          }
+          // recv in shared memory from Allocate (no staging), send from the heap (staged).
+          StatusOr<void*> memory = client.Allocate(std::max<size_t>(1, recv_span) * sizeof(float));
+          ASSERT_TRUE(memory.ok()) << memory.status();
+          float* recv = static_cast<float*>(*memory);
+          std::fill(recv, recv + recv_span, kUnwritten);
+          Status status = comm.AllToAllV(send.data(), send_counts, send_displs, recv, recv_counts,
+                                         recv_displs, DataType::kFloat32, Options());
+          ASSERT_TRUE(status.ok()) << status;
+          int64_t wrong = 0;
+          for (int i = 0; i < kWorld; ++i) {
+            for (size_t e = 0; e < recv_counts[i]; ++e) {
+              const float want = Value(i, static_cast<size_t>(rank) * 100 + e, rank % 7);
+              if (recv[recv_displs[i] + e] != want && wrong++ == 0) {
+                ADD_FAILURE() << "block from rank " << i << " element " << e << ": "
+                              << recv[recv_displs[i] + e] << ", want " << want;
+              }
+            }
+            for (size_t g = 0; g < kGap; ++g) {
+              const size_t at = recv_displs[i] + recv_counts[i] + g;
+              if (recv[at] != kUnwritten && wrong++ == 0) {
+                ADD_FAILURE() << "the gap after rank " << i << "'s block was written: " << recv[at];
+              }
+            }
+          }
+          EXPECT_EQ(wrong, 0);
+          EXPECT_TRUE(client.Free(recv).ok());
         }
-      }
-      EXPECT_EQ(wrong, 0);
-      EXPECT_TRUE(client.Free(recv).ok());
-    }
-  });
+      });
 }
 
 TEST_P(NewOperationsTest, AbortFailsAPeersPendingRecvAndEveryonesNextCollectiveWithTheReason) {
@@ -303,7 +299,7 @@ TEST_P(NewOperationsTest, AbortFailsAPeersPendingRecvAndEveryonesNextCollectiveW
   std::latch posted(1);   // rank 1's receive is submitted
   std::latch aborted(1);  // rank 0 has aborted
   std::atomic<int64_t> aborted_at{0};
-  RunRanks([&](int rank, Communicator& comm) {
+  RunRanks(*cluster_, kWorld, placement().daemon_of, [&](int rank, Communicator& comm) {
     float x = 1;
     if (rank == 1) {
       // A receive that no send will ever match: pending until the abort.

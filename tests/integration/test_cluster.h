@@ -1,8 +1,11 @@
 #pragma once
 
-// What the integration tests share: a local cluster of real daemons (TestCluster), a client
-// connected to one, a communicator's ranks run as threads (RunRanks); HTTP GET for the daemons'
-// metrics endpoints is in tests/testing/metrics_page.h.
+// What the tests of the C++ API (<baton/baton.hpp>) share, in tests/integration (over libbaton's
+// code linked statically) and tests/client (over libbaton.so): a local cluster of real daemons
+// (TestCluster), a client connected to one, a communicator's ranks run as threads (RunRanks);
+// HTTP GET for the daemons' metrics endpoints is in tests/testing/metrics_page.h. Nothing here
+// uses the library's internals or generated protobuf code. (tests/testing/core_ranks.h runs
+// ranks on the library's core, tests/client/c_api_test_support.h on the C API.)
 
 #include <unistd.h>
 
@@ -69,6 +72,7 @@ inline void RunRanks(
       StatusOr<std::unique_ptr<Communicator>> comm =
           client->Join(comm_id, world, rank, std::chrono::seconds(30));
       ASSERT_TRUE(comm.ok()) << "rank " << rank << ": " << comm.status();
+      ASSERT_NE(comm->get(), nullptr) << "rank " << rank;
       body(rank, **comm, *client);
     });
   }
@@ -81,6 +85,23 @@ inline void RunRanks(const TestCluster& cluster, const std::string& comm_id, int
                      const std::function<void(int rank, Communicator& comm)>& body) {
   RunRanks(cluster, comm_id, world, daemon_of,
            [&body](int rank, Communicator& comm, Client&) { body(rank, comm); });
+}
+
+// Both, on a new communicator (its id from daemon 0).
+inline void RunRanks(
+    const TestCluster& cluster, int world, const Placement& daemon_of,
+    const std::function<void(int rank, Communicator& comm, Client& client)>& body) {
+  ASSERT_TRUE(cluster.ok());
+  const std::string comm_id = NewCommId(cluster);
+  ASSERT_FALSE(comm_id.empty());
+  RunRanks(cluster, comm_id, world, daemon_of, body);
+}
+inline void RunRanks(const TestCluster& cluster, int world, const Placement& daemon_of,
+                     const std::function<void(int rank, Communicator& comm)>& body) {
+  ASSERT_TRUE(cluster.ok());
+  const std::string comm_id = NewCommId(cluster);
+  ASSERT_FALSE(comm_id.empty());
+  RunRanks(cluster, comm_id, world, daemon_of, body);
 }
 
 }  // namespace baton::testing

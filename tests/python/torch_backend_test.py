@@ -4,9 +4,11 @@ non-contiguous tensors, batch_isend_irecv, and the errors (unsupported types, ti
 the peer). Four ranks on two daemons, then torchrun."""
 
 import datetime
+import functools
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 from baton_testing import LocalCluster, free_port, import_torch_backend, run_ranks
@@ -219,7 +221,8 @@ def collectives(rank, world):
     return bt.backend_of().operations("all_reduce")
 
 
-def errors(rank, world):
+def errors(rank, world, signal_dir):
+    """`signal_dir`: an empty directory the ranks share, where rank 0 tells rank 1 when to go."""
     import baton.torch as bt
 
     # A type Baton does not have: TypeError naming it, and nothing sent.
@@ -243,8 +246,10 @@ def errors(rank, world):
     except ValueError as e:
         assert "meta" in str(e) and "CPU and CUDA tensors only" in str(e), str(e)
     dist.barrier()
-    # Work.wait(timeout) gives up on the wait, not the operation: rank 1 joins 1.5 s late.
+    # Work.wait(timeout) gives up on the wait, not the operation: rank 1 joins only once rank 0's
+    # wait has given up (rank 0 creates `timed_out` then).
     late = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=30))
+    timed_out = os.path.join(signal_dir, "rank 0 gave up waiting")
     # The group's timeout is the operations' deadline: rank 0 waits for a collective rank 1
     # never calls, and fails at the 3 s timeout instead of hanging, naming the node it waited
     # for.
@@ -260,6 +265,8 @@ def errors(rank, world):
             raise AssertionError("Work.wait(200 ms) did not time out")
         except dist.DistBackendError as e:
             assert "did not complete within" in str(e), str(e)
+        finally:
+            open(timed_out, "x").close()  # rank 1 may come now (at once if this rank failed)
         work.wait()
         check("all_reduce after a timed-out wait", t, torch.full((4,), 2.0))
         start = time.monotonic()
@@ -280,7 +287,10 @@ def errors(rank, world):
             assert "node-1" in str(e), str(e)
         dist.barrier(group=done)
     elif rank == 1:
-        time.sleep(1.5)
+        give_up = time.monotonic() + 60
+        while not os.path.exists(timed_out):
+            assert time.monotonic() < give_up, "rank 0's Work.wait(200 ms) never gave up"
+            time.sleep(0.01)
         t = torch.ones(4)
         dist.all_reduce(t, group=late)
         dist.barrier(group=done)
@@ -295,7 +305,8 @@ def main():
         print(f"collectives: ok on 4 ranks, 2 daemons ({time.monotonic() - start:.1f} s); "
               f"all_reduce operations per rank {counts}")
         start = time.monotonic()
-        run_ranks(errors, 4, cluster.sockets)
+        with tempfile.TemporaryDirectory() as signal_dir:
+            run_ranks(functools.partial(errors, signal_dir=signal_dir), 4, cluster.sockets)
         print(f"errors: ok ({time.monotonic() - start:.1f} s)")
 
         # torchrun running the DDP example, which imports only torch: the backend is found

@@ -581,7 +581,12 @@ LingeringPair NewLingeringPair() {
     auto received = std::async(std::launch::async, [to, from, seq] {
       return RecvString(*to, from->address(), Tag{.seq = static_cast<uint64_t>(seq)}, 5);
     });
-    absl::SleepFor(absl::Milliseconds(50));
+    // Sent only once the receiver reads for it.
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (TcpReceivesReading(*to, from->address()) == 0 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    EXPECT_EQ(TcpReceivesReading(*to, from->address()), 1) << "nobody reads for the receive";
     EXPECT_TRUE(from->Send(to->address(), Tag{.seq = static_cast<uint64_t>(seq)}, Bytes("small"),
                            Deadline())
                     .ok());

@@ -119,6 +119,20 @@ void TcpEndpoint::WantReader(const std::string& peer) {
   conn->wanted = true;
 }
 
+int TcpEndpoint::ReceivesReading(const std::string& peer) const {
+  std::vector<std::shared_ptr<Conn>> conns;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = out_.find(peer); it != out_.end()) conns = it->second;
+  }
+  int reading = 0;
+  for (const std::shared_ptr<Conn>& conn : conns) {
+    absl::MutexLock lock(&conn->read_mu);
+    reading += conn->readers_waiting;
+  }
+  return reading;
+}
+
 void TcpEndpoint::StopLingering() {
   std::vector<std::shared_ptr<Conn>> conns;
   {

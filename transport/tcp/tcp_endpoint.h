@@ -96,6 +96,9 @@ class TcpEndpoint final : public Endpoint {
   }
   std::vector<LinkStats> Stats() const override;
 
+  // TcpReceivesReading (tcp_transport.h): the readers_waiting of the connections with `peer`.
+  int ReceivesReading(const std::string& peer) const ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   using Conn = Connection;
   class Recv;

@@ -41,6 +41,11 @@ absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& optio
   return std::unique_ptr<Endpoint>(std::move(endpoint));
 }
 
+int TcpReceivesReading(const Endpoint& endpoint, const std::string& peer) {
+  const auto* tcp = dynamic_cast<const tcp::TcpEndpoint*>(&endpoint);
+  return tcp == nullptr ? 0 : tcp->ReceivesReading(peer);
+}
+
 namespace {
 
 class TcpTransport final : public Transport {

@@ -123,6 +123,12 @@ inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 // authenticated record that did not open there, and fails.
 absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& options);
 
+// How many threads are waiting for a small receive from `peer` on `endpoint` now, reading their
+// connection themselves (or waiting for their turn to): a diagnostic, for a caller that must know
+// a receive is being waited for before its message is sent. 0 for an endpoint NewTcpEndpoint did
+// not make.
+int TcpReceivesReading(const Endpoint& endpoint, const std::string& peer);
+
 inline constexpr std::string_view kTcpTransportName = "tcp";
 inline constexpr std::string_view kChecksumFailuresCounter = "checksum_failures";
 inline constexpr std::string_view kSealFailuresCounter = "seal_failures";
