@@ -47,10 +47,12 @@ T ReadOnce(const T& field) {
 // What a rank called as one operation, as the arena keeps it: the signature the daemons compare
 // (collective::Signature, collective/op_spec.h), equal between ranks whose calls match. Its
 // algorithm stays 0 (a call that asks for one runs through the daemon, which checks it), and
-// its `flags` say what kind of round it is:
-inline constexpr uint32_t kThroughDaemon =
-    1;                                    // the rank ran it through the daemon (RecordDaemonCall)
-inline constexpr uint32_t kAgreeing = 2;  // the round that agrees where it runs (AgreeOnRoute)
+// its `flags` say what kind of round it is.
+//
+// The rank ran the call through the daemon (RecordDaemonCall).
+inline constexpr uint32_t kThroughDaemon = 1;
+// The round that agrees where the call runs (AgreeOnRoute).
+inline constexpr uint32_t kAgreeing = 2;
 
 // The fields a call fills; the others stay 0, so that ranks compare equal.
 Signature SignatureOf(Collective collective, DataType type, uint64_t count,
