@@ -61,7 +61,6 @@ namespace baton::collective {
 namespace arena {
 struct Header;
 struct RankBlock;
-struct Signature;
 }  // namespace arena
 
 class NodeArena {
@@ -207,8 +206,13 @@ class NodeArena {
  private:
   using Header = arena::Header;
   using RankBlock = arena::RankBlock;
-  using Signature = arena::Signature;
   class OpTally;
+
+  // The implementation, by responsibility: node_arena.cc (setup, attach, abort, counters),
+  // collective/arena/rounds.cc (the rounds of flags every operation is made of),
+  // collective/arena/collectives.cc (the operations within the node),
+  // collective/arena/local_phase.cc (the operations across nodes) and
+  // collective/arena/route_agreement.cc (where a call runs).
 
   NodeArena(std::byte* base, int rank, int ranks, size_t slot_bytes)
       : base_(base), rank_(rank), ranks_(ranks), slot_bytes_(slot_bytes) {}

@@ -17,39 +17,35 @@ constexpr absl::Duration kWriterGrace = absl::Milliseconds(100);
 
 }  // namespace
 
-Signature Signature::Of(Collective collective, DataType type, uint64_t count,
-                        std::optional<ReduceOp> op, int root) {
+Signature SignatureOf(Collective collective, DataType type, uint64_t count,
+                      std::optional<ReduceOp> op, int root, uint32_t flags) {
   Signature signature;
   signature.collective = static_cast<uint32_t>(collective);
   signature.type = static_cast<uint32_t>(type);
   signature.op = op ? static_cast<uint32_t>(*op) : 0;
   signature.root = root;
   signature.count = count;
+  signature.flags = flags;
   return signature;
 }
 
-Signature Signature::Read(const Signature& shared) {
+Signature ReadSignature(const Signature& shared) {
   Signature copy;
   copy.collective = ReadOnce(shared.collective);
   copy.type = ReadOnce(shared.type);
   copy.op = ReadOnce(shared.op);
   copy.root = ReadOnce(shared.root);
   copy.count = ReadOnce(shared.count);
-  copy.through_daemon = ReadOnce(shared.through_daemon);
-  copy.agreeing = ReadOnce(shared.agreeing);
+  copy.algorithm = ReadOnce(shared.algorithm);
+  copy.flags = ReadOnce(shared.flags);
   return copy;
 }
 
-std::string Signature::Describe() const {
+std::string Describe(const Signature& signature) {
   // The names of out-of-range values read "unknown" (CollectiveName and the others).
-  OpSpec spec;
-  spec.collective = static_cast<Collective>(collective);
-  spec.type = static_cast<DataType>(type);
-  spec.op = static_cast<ReduceOp>(op);
-  spec.root = root;
-  spec.count = count;
-  return absl::StrCat(spec.Describe(), through_daemon != 0 ? " through the daemon" : "",
-                      agreeing != 0 ? " (agreeing on its route)" : "");
+  return absl::StrCat(signature.AsSpec().Describe(),
+                      (signature.flags & kThroughDaemon) != 0 ? " through the daemon" : "",
+                      (signature.flags & kAgreeing) != 0 ? " (agreeing on its route)" : "");
 }
 
 void Header::Abort(const absl::Status& reason) {

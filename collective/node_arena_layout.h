@@ -16,17 +16,21 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "collective/data_type.h"
 #include "collective/node_arena.h"
+#include "collective/op_spec.h"
 
 namespace baton::collective::arena {
 
 inline constexpr uint64_t kMagic = 0x616e6572616e7462ULL;  // "btnarena" read little-endian
 // 2: counters by collective; 3: routes agreed; 4: comm ranks; 5: the shape's comm ranks table,
-// the gone flag.
-inline constexpr uint32_t kVersion = 5;
+// the gone flag; 6: the rank blocks' signatures are collective::Signature (the round's kind in
+// its flags word, not in two words of its own).
+inline constexpr uint32_t kVersion = 6;
 inline constexpr size_t kAlign = 64;
 inline constexpr size_t kReasonBytes = 512;
 inline constexpr size_t kMaxSlotBytes = size_t{1} << 30;
@@ -40,26 +44,23 @@ T ReadOnce(const T& field) {
   return __atomic_load_n(&field, __ATOMIC_RELAXED);
 }
 
-// What a rank called as one operation; equal between ranks whose calls match.
-struct Signature {
-  uint32_t collective = 0;
-  uint32_t type = 0;
-  uint32_t op = 0;
-  int32_t root = 0;
-  uint64_t count = 0;
-  uint32_t through_daemon = 0;  // 1: the rank ran it through the daemon (RecordDaemonCall)
-  uint32_t agreeing = 0;        // 1: the round that agrees where it runs (AgreeOnRoute)
+// What a rank called as one operation, as the arena keeps it: the signature the daemons compare
+// (collective::Signature, collective/op_spec.h), equal between ranks whose calls match. Its
+// algorithm stays 0 (a call that asks for one runs through the daemon, which checks it), and
+// its `flags` say what kind of round it is.
+//
+// The rank ran the call through the daemon (RecordDaemonCall).
+inline constexpr uint32_t kThroughDaemon = 1;
+// The round that agrees where the call runs (AgreeOnRoute).
+inline constexpr uint32_t kAgreeing = 2;
 
-  friend bool operator==(const Signature&, const Signature&) = default;
-
-  // The fields a call fills; the others stay 0, so that ranks compare equal.
-  static Signature Of(Collective collective, DataType type, uint64_t count,
-                      std::optional<ReduceOp> op = std::nullopt, int root = 0);
-  // Each field of `shared` read once.
-  static Signature Read(const Signature& shared);
-  // For errors: every field as it is, names only for values that have one.
-  std::string Describe() const;
-};
+// The fields a call fills; the others stay 0, so that ranks compare equal.
+Signature SignatureOf(Collective collective, DataType type, uint64_t count,
+                      std::optional<ReduceOp> op = std::nullopt, int root = 0, uint32_t flags = 0);
+// Each field of `shared` read once.
+Signature ReadSignature(const Signature& shared);
+// For errors: every field as it is, names only for values that have one, and the flags.
+std::string Describe(const Signature& signature);
 
 // Written once by the daemon, before any rank attaches.
 struct Shape {

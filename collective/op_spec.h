@@ -73,8 +73,9 @@ struct OpSpec {
 };
 
 // What every rank of an operation must agree on (all_to_all_v's per-peer counts excepted: each
-// rank has its own, and the transport checks each message's length), as the daemons exchange it:
-// fixed size, fixed layout.
+// rank has its own, and the transport checks each message's length), as the daemons exchange it
+// and the node arena's ranks publish it (collective/node_arena_layout.h): fixed size, fixed
+// layout.
 struct Signature {
   uint32_t collective = 0;
   uint32_t type = 0;
@@ -82,7 +83,9 @@ struct Signature {
   int32_t root = 0;
   uint64_t count = 0;
   uint32_t algorithm = 0;  // 0: the daemons' choice; else 1 + the requested Algorithm
-  uint32_t reserved = 0;
+  // 0 from Of and between daemons; the node arena's marks of the kind of round (arena::kAgreeing,
+  // arena::kThroughDaemon).
+  uint32_t flags = 0;
 
   static Signature Of(const OpSpec& spec);
   // The fields back as an operation (for error messages; values may be out of range).

@@ -117,7 +117,8 @@ StagedOutput::StagedOutput(const std::byte* host, std::byte* device, size_t byte
       chunks_((bytes + chunk_bytes_ - 1) / chunk_bytes_),
       copy_(std::move(copy)),
       dirty_(chunks_, false),
-      copied_(chunks_, false) {
+      copied_(chunks_, false),
+      writers_(chunks_, 0) {
   if (chunks_ > 0) thread_ = std::thread([this] { CopyChunks(); });
 }
 
@@ -139,6 +140,7 @@ void StagedOutput::Written(const void* data, size_t bytes, bool now) {
   if (!ChunksOf(data, bytes, first, last)) return;
   absl::MutexLock lock(&mu_);
   for (size_t chunk = first; chunk <= last; ++chunk) {
+    if (writers_[chunk] > 0) --writers_[chunk];
     dirty_[chunk] = true;
     if (now) queue_.push_back(chunk);
   }
@@ -152,10 +154,12 @@ void StagedOutput::BeforeWrite(const void* data, size_t bytes) {
   auto apart = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return copying_ == SIZE_MAX || copying_ < first || copying_ > last;
   };
-  if (apart()) return;
-  writers_waiting_.fetch_add(1, std::memory_order_relaxed);
-  mu_.Await(absl::Condition(&apart));
-  writers_waiting_.fetch_sub(1, std::memory_order_relaxed);
+  if (!apart()) {
+    writers_waiting_.fetch_add(1, std::memory_order_relaxed);
+    mu_.Await(absl::Condition(&apart));
+    writers_waiting_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  for (size_t chunk = first; chunk <= last; ++chunk) ++writers_[chunk];
 }
 
 absl::Status StagedOutput::CopyChunk(size_t chunk) {
@@ -179,6 +183,9 @@ void StagedOutput::CopyChunks() {
       chunk = queue_.front();
       queue_.erase(queue_.begin());
       if (!dirty_[chunk]) continue;  // copied since it was queued
+      // Being written: its Written marks it again (and queues it, for a receive), or Finish
+      // copies it.
+      if (writers_[chunk] > 0) continue;
       // Cleared before the copy: a write that ends after this marks it again.
       dirty_[chunk] = false;
       copied_[chunk] = true;
@@ -258,6 +265,8 @@ std::unique_ptr<transport::PostedRecv> StagingEndpoint::PostRecv(const std::stri
   if (absl::Status ready = input_->Await(data.data(), data.size()); !ready.ok()) {
     return transport::FailedRecv(ready);
   }
+  // A message already here is written into `data` while this posts it.
+  if (output_ != nullptr) output_->BeforeWrite(data.data(), data.size());
   return ForwardingEndpoint::PostRecv(peer, tag, data, deadline,
                                       Telling(data, std::move(on_arrival)));
 }
@@ -268,6 +277,9 @@ std::unique_ptr<transport::PostedRecv> StagingEndpoint::PostRecvRegion(
   if (slice.region != nullptr && slice.offset <= slice.region->bytes().size()) {
     absl::Status ready = input_->Await(slice.region->bytes().data() + slice.offset, slice.length);
     if (!ready.ok()) return transport::FailedRecv(std::move(ready));
+    if (output_ != nullptr) {
+      output_->BeforeWrite(slice.region->bytes().data() + slice.offset, slice.length);
+    }
     on_arrival =
         Telling(transport::ByteSpan(slice.region->bytes().data() + slice.offset, slice.length),
                 std::move(on_arrival));

@@ -98,12 +98,15 @@ class StagedOutput {
   StagedOutput& operator=(const StagedOutput&) = delete;
   ~StagedOutput();
 
-  // [data, data + bytes) of the host copy was written (memory outside it is ignored); `now`:
-  // copy its chunks back at once (they are likely final), else at Finish unless written again.
-  void Written(const void* data, size_t bytes, bool now);
-  // Waits until no copy back is reading [data, data + bytes) of the host copy, before a kernel
-  // writes it (the chunk would be copied again anyway; this keeps the two from racing).
+  // A write into [data, data + bytes) of the host copy (memory outside it is ignored) begins: a
+  // kernel call, or a receive from its posting until it arrived. Waits until no copy back is
+  // reading its chunks, and keeps copies back off them until the matching Written, so that the
+  // two never touch the same bytes at once (the chunk is copied again after the write anyway).
   void BeforeWrite(const void* data, size_t bytes);
+  // The write BeforeWrite began ended; `now`: copy its chunks back at once (they are likely
+  // final), else at Finish unless written again. A write that never ends (a receive that failed)
+  // only keeps its chunks from going back before Finish.
+  void Written(const void* data, size_t bytes, bool now);
 
   // Stops the thread and copies back every chunk written since it was last copied, or never
   // copied; afterwards the device holds the host copy. The first copy error.
@@ -131,6 +134,7 @@ class StagedOutput {
   absl::Mutex mu_;
   std::vector<bool> dirty_ ABSL_GUARDED_BY(mu_);   // written since last copied
   std::vector<bool> copied_ ABSL_GUARDED_BY(mu_);  // copied at least once
+  std::vector<int> writers_ ABSL_GUARDED_BY(mu_);  // writes begun and not ended
   std::vector<size_t> queue_ ABSL_GUARDED_BY(mu_);
   size_t copying_ ABSL_GUARDED_BY(mu_) = SIZE_MAX;  // the chunk being copied back, if any
   absl::Status error_ ABSL_GUARDED_BY(mu_);
@@ -143,7 +147,8 @@ class StagedOutput {
 
 // The operation's endpoint, waiting for the staged input before every send from it and every
 // receive into it (a receive posted before the copy of its range would be overwritten by it), and
-// telling the staged output (if any) what each receive wrote. Receives whose consumer writes into
+// telling the staged output (if any) that each receive writes its range, from its posting until
+// it arrived. Receives whose consumer writes into
 // the copy (PostConsume) wait and tell in the kernels instead.
 class StagingEndpoint final : public transport::ForwardingEndpoint {
  public:
@@ -167,7 +172,7 @@ class StagingEndpoint final : public transport::ForwardingEndpoint {
                                                         ArrivalCallback on_arrival) override;
 
  private:
-  // `on_arrival`, preceded by telling the output that `data` was written.
+  // `on_arrival`, preceded by telling the output that the write into `data` ended.
   ArrivalCallback Telling(transport::ByteSpan data, ArrivalCallback on_arrival);
 
   StagedInput* const input_;

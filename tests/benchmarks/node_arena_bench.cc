@@ -6,7 +6,7 @@
 // time per operation of the slowest rank over runs of `iterations` operations, and the context
 // switches per operation (voluntary: a rank blocked on the arena's bell; involuntary: the
 // scheduler took its core) summed over the ranks, from getrusage. $BATON_ARENA_SPIN_US sets how
-// long a waiter looks before it blocks (collective/node_arena.cc).
+// long a waiter looks before it blocks (collective/arena/rounds.cc).
 
 #include <sys/mman.h>
 #include <sys/resource.h>

@@ -222,6 +222,33 @@ TEST(StagedOutputTest, AWriteWaitsForTheCopyReadingItsChunk) {
   ASSERT_TRUE(output.Finish().ok());
 }
 
+// A receive posted into a chunk that is queued to go back (an earlier receive completed it) keeps
+// it from being copied until the receive arrived: the copy would read bytes being written.
+TEST(StagedOutputTest, AChunkBeingWrittenIsNotCopiedUntilTheWriteEnds) {
+  std::vector<std::byte> host = Pattern();
+  std::vector<std::byte> device(kBytes, std::byte{0});
+  BackCopier copier;
+  copier.hold_first = true;
+  StagedOutput output(host.data(), device.data(), kBytes, kChunk, copier.Fn(device.data()));
+  output.Written(host.data(), kChunk, /*now=*/true);
+  copier.first_started.WaitForNotification();                  // chunk 0 is being copied, held
+  output.Written(host.data() + kChunk, kChunk, /*now=*/true);  // queued behind it
+  output.BeforeWrite(host.data() + kChunk, kChunk);            // a receive into it is posted
+  output.Written(host.data() + 2 * kChunk, kChunk, /*now=*/true);
+  copier.release_first.Notify();
+  // The queue is in order: once chunk 2 went back, the thread has passed chunk 1.
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (copier.Copies(2) == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_EQ(copier.Copies(2), 1);
+  EXPECT_EQ(copier.Copies(1), 0) << "copied while a receive was writing it";
+  host[kChunk] = std::byte{0x55};
+  output.Written(host.data() + kChunk, kChunk, /*now=*/true);  // the receive arrived
+  while (copier.Copies(1) == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(copier.Copies(1), 1) << "copied back once the write ended";
+  ASSERT_TRUE(output.Finish().ok());
+  EXPECT_EQ(device, host);
+}
+
 TEST(StagedOutputTest, ACopyErrorIsFinishsError) {
   std::vector<std::byte> host = Pattern();
   std::vector<std::byte> device(kBytes, std::byte{0});
