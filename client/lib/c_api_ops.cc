@@ -3,6 +3,7 @@
 // its arguments (blocking) or with a request (the _async calls).
 
 #include <cstddef>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -19,13 +20,13 @@ namespace {
 namespace core = baton::core;
 namespace collective = baton::collective;
 using baton::c_api::CompletedRequest;
-using baton::c_api::DataTypeOf;
 using baton::c_api::Finish;
 using baton::c_api::Invalid;
 using baton::c_api::kCollectives;
+using baton::c_api::kDataTypes;
+using baton::c_api::kReduceOps;
 using baton::c_api::OptionsOf;
 using baton::c_api::Raw;
-using baton::c_api::ReduceOpOf;
 
 // all_to_all_v's four arrays of `entries` counts, as the core's vectors.
 struct VectorCounts {
@@ -57,23 +58,28 @@ absl::StatusOr<VectorCounts> CountsOf(const size_t* send_counts, const size_t* s
 // all_to_all_v arrays copied. InvalidArgument saying which field is wrong.
 absl::StatusOr<core::Operation> OperationOf(const baton_op_t& op, int world_size) {
   core::Operation operation;
-  operation.collective = static_cast<collective::Collective>(Raw(op.collective));
+  // The enum fields are read as the ints the caller stored (Raw): any int may be there.
+  const int kind = Raw(op.collective);
+  operation.collective = static_cast<collective::Collective>(kind);
   // A barrier has no data; its type is not the caller's to get right.
-  const baton_dtype_t type = op.collective == BATON_BARRIER ? BATON_UINT8 : op.type;
-  std::optional<collective::DataType> t = DataTypeOf(type);
-  if (!t) return absl::InvalidArgumentError(absl::StrCat("unknown data type ", Raw(type)));
-  const bool reduces = op.collective == BATON_ALL_REDUCE || op.collective == BATON_REDUCE_SCATTER ||
-                       op.collective == BATON_REDUCE;
-  std::optional<collective::ReduceOp> o = ReduceOpOf(reduces ? op.op : BATON_SUM);
-  if (!o) return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", Raw(op.op)));
+  const int type = kind == BATON_BARRIER ? BATON_UINT8 : Raw(op.type);
+  if (type < 0 || type >= kDataTypes) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown data type ", type));
+  }
+  const bool reduces =
+      kind == BATON_ALL_REDUCE || kind == BATON_REDUCE_SCATTER || kind == BATON_REDUCE;
+  const int reduce = reduces ? Raw(op.op) : BATON_SUM;
+  if (reduce < 0 || reduce >= kReduceOps) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown reduce op ", reduce));
+  }
   operation.send = op.send;
   operation.recv = op.recv;
   operation.count = op.count;
-  operation.type = *t;
-  operation.op = *o;
+  operation.type = static_cast<collective::DataType>(type);
+  operation.op = static_cast<collective::ReduceOp>(reduce);
   operation.root = op.root;
   operation.peer = op.peer;
-  if (op.collective == BATON_ALL_TO_ALL_V) {
+  if (kind == BATON_ALL_TO_ALL_V) {
     BATON_ASSIGN_OR_RETURN(VectorCounts v, CountsOf(op.send_counts, op.send_displs, op.recv_counts,
                                                     op.recv_displs, op.entries, world_size));
     operation.send_counts = std::move(v.send_counts);
@@ -93,8 +99,9 @@ baton_op_t Op(baton_collective_t collective, const void* send, void* recv, size_
   op.send = send;
   op.recv = recv;
   op.count = count;
-  op.type = type;
-  op.op = reduce;
+  // The caller's type and op may hold any int (Raw): copied as bytes, never loaded as enums.
+  std::memcpy(&op.type, &type, sizeof(op.type));
+  std::memcpy(&op.op, &reduce, sizeof(op.op));
   return op;
 }
 baton_op_t Rooted(baton_collective_t collective, const void* send, void* recv, size_t count,
