@@ -103,22 +103,23 @@ std::vector<int> Communicator::DetachSession(uint64_t session_id) {
   return detached;
 }
 
+bool Communicator::AllAttachedOnceLocked() const {
+  return std::all_of(attached_once_.begin(), attached_once_.end(),
+                     [](bool attached) { return attached; });
+}
+
 bool Communicator::Empty() const {
   absl::MutexLock lock(&mu_);
   // A local rank that has not attached yet (its join's answer is on its way) may still use the
   // communicator: a peer's eager sends to it wait here, so an early leaver must not end it.
-  const bool all_arrived = std::all_of(attached_once_.begin(), attached_once_.end(),
-                                       [](bool attached) { return attached; });
-  return (all_arrived || !aborted_.ok()) &&
+  return (AllAttachedOnceLocked() || !aborted_.ok()) &&
          std::none_of(sessions_.begin(), sessions_.end(),
                       [](const auto& s) { return s.has_value(); });
 }
 
 std::optional<absl::Status> Communicator::FailedBeforeEveryRankAttached() const {
   absl::MutexLock lock(&mu_);
-  const bool all_arrived = std::all_of(attached_once_.begin(), attached_once_.end(),
-                                       [](bool attached) { return attached; });
-  if (all_arrived || aborted_.ok()) return std::nullopt;
+  if (AllAttachedOnceLocked() || aborted_.ok()) return std::nullopt;
   return aborted_;
 }
 

@@ -218,6 +218,8 @@ class Communicator {
     bool cut = false;  // failed by FailFrom before it ran: freed once its arrivals collected
   };
 
+  // Whether every local rank has attached at least once.
+  bool AllAttachedOnceLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckAttachedLocked(int index, int rank, uint64_t session_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // OK when local rank `index` may submit a node part (OpSpec::node_part) of `spec` as

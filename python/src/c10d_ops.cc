@@ -10,6 +10,8 @@
 #include <numeric>
 #include <utility>
 
+#include "python/src/baton_op.h"
+
 namespace baton::torch_backend {
 
 [[noreturn]] void ThrowBackendError(const std::string& message) {
@@ -152,14 +154,7 @@ std::shared_ptr<baton::Request> SubmitOp(bool blocking, baton_comm_t* comm,
 // An operation on this rank's buffers, and the fields some collectives add.
 baton_op_t Data(baton_collective_t collective, const void* send, void* recv, size_t count,
                 baton_dtype_t type) {
-  baton_op_t op;
-  baton_op_init(&op);
-  op.collective = collective;
-  op.send = send;
-  op.recv = recv;
-  op.count = count;
-  op.type = type;
-  return op;
+  return python_ops::MakeOp(collective, send, recv, count, type);
 }
 baton_op_t WithRoot(baton_op_t op, int root) {
   op.root = root;

@@ -4,9 +4,12 @@
 #include <utility>
 #include <vector>
 
+#include "python/src/baton_op.h"
 #include "python/src/errors.h"
 
 namespace baton::python {
+
+using python_ops::MakeOp;
 namespace {
 
 // One all_to_all_v array: an int per rank.
@@ -55,19 +58,6 @@ void Spans(const Buffer& buffer, const std::vector<size_t>& counts,
       PastTheEnd(buffer, name, i, counts[i], displs[i]);
     }
   }
-}
-
-// An operation of `collective` on this rank's buffers, the rest of its fields at their defaults.
-baton_op_t Op(baton_collective_t collective, const void* send, void* recv, size_t count,
-              baton_dtype_t type) {
-  baton_op_t op;
-  baton_op_init(&op);
-  op.collective = collective;
-  op.send = send;
-  op.recv = recv;
-  op.count = count;
-  op.type = type;
-  return op;
 }
 
 }  // namespace
@@ -120,7 +110,7 @@ py::object Communicator::AllReduce(py::handle send_object, py::handle recv_objec
   Buffer recv = in_place ? send : Acquire(recv_object, "recv", true, held);
   const baton_dtype_t type = Settle("all_reduce", extras.dtype, {&send, &recv});
   ExpectCount("all_reduce", recv, send.count, type, "as many as send");
-  baton_op_t op = Op(BATON_ALL_REDUCE, send.data, recv.data, send.count, type);
+  baton_op_t op = MakeOp(BATON_ALL_REDUCE, send.data, recv.data, send.count, type);
   op.op = ReduceOpOf(op_object);
   return Run(std::move(held), extras, op);
 }
@@ -133,7 +123,7 @@ py::object Communicator::ReduceScatter(py::handle send_object, py::handle recv_o
   const baton_dtype_t type = Settle("reduce_scatter", extras.dtype, {&send, &recv});
   ExpectCount("reduce_scatter", send, recv.count * world_, type,
               "recv's count times the world size");
-  baton_op_t op = Op(BATON_REDUCE_SCATTER, send.data, recv.data, recv.count, type);
+  baton_op_t op = MakeOp(BATON_REDUCE_SCATTER, send.data, recv.data, recv.count, type);
   op.op = ReduceOpOf(op_object);
   return Run(std::move(held), extras, op);
 }
@@ -145,7 +135,8 @@ py::object Communicator::AllGather(py::handle send_object, py::handle recv_objec
   Buffer recv = Acquire(recv_object, "recv", true, held);
   const baton_dtype_t type = Settle("all_gather", extras.dtype, {&send, &recv});
   ExpectCount("all_gather", recv, send.count * world_, type, "send's count times the world size");
-  return Run(std::move(held), extras, Op(BATON_ALL_GATHER, send.data, recv.data, send.count, type));
+  return Run(std::move(held), extras,
+             MakeOp(BATON_ALL_GATHER, send.data, recv.data, send.count, type));
 }
 
 py::object Communicator::Broadcast(py::handle buf_object, int root, py::handle recv_object,
@@ -163,7 +154,7 @@ py::object Communicator::Broadcast(py::handle buf_object, int root, py::handle r
   if (at_root && !in_place) ExpectCount("broadcast", recv, send->count, type, "as many as sent");
   // Off the root nothing is read from send; recv stands in for a missing one.
   const void* source = send ? send->data : recv.data;
-  baton_op_t op = Op(BATON_BROADCAST, source, recv.data, recv.count, type);
+  baton_op_t op = MakeOp(BATON_BROADCAST, source, recv.data, recv.count, type);
   op.root = root;
   return Run(std::move(held), extras, op);
 }
@@ -179,7 +170,7 @@ py::object Communicator::Reduce(py::handle send_object, py::handle recv_object,
   const baton_dtype_t type =
       Settle("reduce", extras.dtype, {&send, at_root && !in_place ? &recv : nullptr});
   if (at_root && !in_place) ExpectCount("reduce", recv, send.count, type, "as many as send");
-  baton_op_t op = Op(BATON_REDUCE, send.data, recv.data, send.count, type);
+  baton_op_t op = MakeOp(BATON_REDUCE, send.data, recv.data, send.count, type);
   op.op = ReduceOpOf(op_object);
   op.root = root;
   return Run(std::move(held), extras, op);
@@ -198,7 +189,7 @@ py::object Communicator::AllToAll(py::handle send_object, py::handle recv_object
   }
   ExpectCount("all_to_all", recv, send.count, type, "as many as send");
   const size_t count = send.count / world_;
-  return Run(std::move(held), extras, Op(BATON_ALL_TO_ALL, send.data, recv.data, count, type));
+  return Run(std::move(held), extras, MakeOp(BATON_ALL_TO_ALL, send.data, recv.data, count, type));
 }
 
 py::object Communicator::AllToAllV(py::handle send_object, py::handle send_counts_object,
@@ -217,7 +208,7 @@ py::object Communicator::AllToAllV(py::handle send_object, py::handle send_count
       Displs(recv_displs_object, "recv_displs", recv_counts, world_);
   Spans(send, send_counts, send_displs, "send");
   Spans(recv, recv_counts, recv_displs, "recv");
-  baton_op_t op = Op(BATON_ALL_TO_ALL_V, send.data, recv.data, 0, type);
+  baton_op_t op = MakeOp(BATON_ALL_TO_ALL_V, send.data, recv.data, 0, type);
   op.send_counts = send_counts.data();
   op.send_displs = send_displs.data();
   op.recv_counts = recv_counts.data();
@@ -240,7 +231,7 @@ py::object Communicator::Gather(py::handle send_object, py::handle recv_object, 
     ExpectCount("gather", *recv, send.count * world_, type, "send's count times the world size");
   }
   void* into = recv ? recv->data : nullptr;
-  baton_op_t op = Op(BATON_GATHER, send.data, into, send.count, type);
+  baton_op_t op = MakeOp(BATON_GATHER, send.data, into, send.count, type);
   op.root = root;
   return Run(std::move(held), extras, op);
 }
@@ -259,20 +250,20 @@ py::object Communicator::Scatter(py::handle send_object, py::handle recv_object,
     ExpectCount("scatter", *send, recv.count * world_, type, "recv's count times the world size");
   }
   const void* from = send ? send->data : nullptr;
-  baton_op_t op = Op(BATON_SCATTER, from, recv.data, recv.count, type);
+  baton_op_t op = MakeOp(BATON_SCATTER, from, recv.data, recv.count, type);
   op.root = root;
   return Run(std::move(held), extras, op);
 }
 
 py::object Communicator::Barrier(const Extras& extras) {
-  return Run(Held(), extras, Op(BATON_BARRIER, nullptr, nullptr, 0, BATON_UINT8));
+  return Run(Held(), extras, MakeOp(BATON_BARRIER, nullptr, nullptr, 0, BATON_UINT8));
 }
 
 py::object Communicator::Send(py::handle buf_object, int peer, const Extras& extras) {
   Held held;
   Buffer buf = Acquire(buf_object, "buf", false, held);
   const baton_dtype_t type = Settle("send", extras.dtype, {&buf});
-  baton_op_t op = Op(BATON_SEND, buf.data, nullptr, buf.count, type);
+  baton_op_t op = MakeOp(BATON_SEND, buf.data, nullptr, buf.count, type);
   op.peer = peer;
   return Run(std::move(held), extras, op);
 }
@@ -281,7 +272,7 @@ py::object Communicator::Recv(py::handle buf_object, int peer, const Extras& ext
   Held held;
   Buffer buf = Acquire(buf_object, "buf", true, held);
   const baton_dtype_t type = Settle("recv", extras.dtype, {&buf});
-  baton_op_t op = Op(BATON_RECV, nullptr, buf.data, buf.count, type);
+  baton_op_t op = MakeOp(BATON_RECV, nullptr, buf.data, buf.count, type);
   op.peer = peer;
   return Run(std::move(held), extras, op);
 }
