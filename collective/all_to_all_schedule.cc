@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "collective/direct_all_to_all.h"
+#include "collective/registered_memory.h"
 
 namespace baton::collective {
 
@@ -41,8 +42,8 @@ absl::Status AllToAllSchedule(const Schedule& s) {
   // A slab of every block at a time, so that the packed and unpacked copies stay bounded.
   const size_t slab = s.SlabLength(block, 2 * daemons * most * most);
   const size_t most_slab_bytes = most * most * std::min(slab, block);
-  std::vector<std::byte> packed(daemons * most_slab_bytes);
-  std::vector<std::byte> unpacked(daemons * most_slab_bytes);
+  const ScratchPool::Buffer packed = TakeScratch(s.ctx, daemons * most_slab_bytes);
+  const ScratchPool::Buffer unpacked = TakeScratch(s.ctx, daemons * most_slab_bytes);
   for (size_t begin = 0, k = 0; begin < block; begin += slab, ++k) {
     const size_t length = std::min(slab, block - begin);
     const size_t slab_bytes = most * most * length;  // what one daemon sends another

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collective/registered_memory.h"
 
 namespace baton::collective {
 absl::Status AllToAllVSchedule(const Schedule& s) {
@@ -16,7 +17,7 @@ absl::Status AllToAllVSchedule(const Schedule& s) {
 
   // A send that overlaps any local output is read from a copy, taken before anything can land.
   std::vector<const std::byte*> sends(here);
-  std::vector<std::unique_ptr<std::byte[]>> staged(here);
+  std::vector<ScratchPool::Buffer> staged(here);
   for (size_t i = 0; i < here; ++i) {
     const OpSpec& spec = *s.parts[i].spec;
     const size_t send_bytes = spec.SendElements(layout.world_size, local[i]) * element;
@@ -31,9 +32,9 @@ absl::Status AllToAllVSchedule(const Schedule& s) {
               (send_bytes == 0 || recv_bytes == 0 || a + send_bytes <= b || b + recv_bytes <= a);
     }
     if (!apart) {
-      staged[i] = std::make_unique_for_overwrite<std::byte[]>(send_bytes);
-      kernels.Copy(staged[i].get(), s.parts[i].send, send_bytes);
-      sends[i] = staged[i].get();
+      staged[i] = TakeScratch(s.ctx, send_bytes);
+      kernels.Copy(staged[i].data(), s.parts[i].send, send_bytes);
+      sends[i] = staged[i].data();
     }
   }
 

@@ -26,6 +26,8 @@
 
 namespace baton::collective {
 
+class ScratchPool;
+
 // This participant's place in a ring of endpoints.
 struct Ring {
   int rank = 0;      // position in the ring, 0 <= rank < size
@@ -56,6 +58,9 @@ struct OpContext {
   OpStats* stats = nullptr;              // if set, reduction time is added to stats->reduce
   // The element-wise kernels for the operation's buffers (collective/kernels.h); never null.
   const Kernels* kernels = &HostKernels();
+  // Where the algorithm takes its scratch from (TakeScratch, collective/registered_memory.h):
+  // memory registered with the data plane once and reused; null: plain memory.
+  ScratchPool* scratch = nullptr;
 };
 
 // The slot an algorithm's reduction time goes to: PhaseTimer timer(ReduceSlot(ctx)).

@@ -25,6 +25,9 @@ struct OpStats {
   // Copied between device and host memory, either way, to run the operation on device memory
   // through host memory (collective/device_staging.h); 0 when it ran on the host or on the device.
   uint64_t staged_bytes = 0;
+  // Sent or received from memory not registered with the data plane (collective/
+  // registered_memory.h): what a transport that moves registered memory only must copy.
+  uint64_t unregistered_bytes = 0;
 };
 
 // Moves `reduce` of what stats->transport counts to stats->reduce: reduction that another thread

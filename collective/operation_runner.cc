@@ -3,6 +3,7 @@
 #include <atomic>
 #include <memory>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -52,7 +53,11 @@ OperationRunner::OperationRunner(Layout layout, uint64_t comm, transport::Endpoi
       comm_(comm),
       endpoint_(endpoint),
       options_(std::move(options)),
-      check_neighbours_(SignatureCheckNeighbours(layout_.self, layout_.daemon_count())) {
+      check_neighbours_(SignatureCheckNeighbours(layout_.self, layout_.daemon_count())),
+      own_scratch_(options_.scratch != nullptr
+                       ? nullptr
+                       : std::make_unique<ScratchPool>(endpoint, kOwnScratchKeepBytes)),
+      scratch_(options_.scratch != nullptr ? options_.scratch : own_scratch_.get()) {
   if (options_.learn_algorithms && !options_.measured_seed.empty()) {
     // Every daemon got the same seed, so all start from the same table or, if it is malformed,
     // all from an empty one.
@@ -154,9 +159,20 @@ absl::StatusOr<std::string> OperationRunner::RunSchedule(
     const Kernels* kernels) {
   const OpSpec& spec = *parts.front().spec;
   const bool across = layout_.daemon_count() > 1;
-  TimingEndpoint timed(endpoint, &stats);
+  // Sends and receives of the ranks' buffers and of the scratch name their registrations.
+  RegionTable regions;
+  for (const LocalPart& part : parts) {
+    regions.Add(part.send_region);
+    regions.Add(part.recv_region);
+  }
+  RegisteredEndpoint registered(endpoint, &regions, scratch_);
+  TimingEndpoint timed(&registered, &stats);
+  absl::Cleanup count_unregistered = [&] {
+    stats.unregistered_bytes += registered.unregistered_bytes();
+  };
   Schedule schedule;
   schedule.ctx.endpoint = &timed;
+  schedule.ctx.scratch = scratch_;
   schedule.ctx.stats = &stats;
   schedule.ctx.comm = comm_;
   schedule.ctx.seq = seq;

@@ -21,6 +21,7 @@
 #include "collective/layout.h"
 #include "collective/op_stats.h"
 #include "collective/piggyback_endpoint.h"
+#include "collective/registered_memory.h"
 #include "collective/schedule.h"
 #include "collective/tuner.h"
 #include "transport/transport.h"
@@ -37,6 +38,9 @@ struct RunnerOptions {
   std::vector<int64_t> measured_seed;  // the table to start from (MeasuredTimes::Agreed)
   // Told the agreed measured times after every exchange; may be empty.
   std::function<void(std::vector<int64_t>)> on_measured;
+  // Where the algorithms take their scratch from: the daemon's pool, registered with the same
+  // endpoint (shared by its communicators). Null: the runner keeps a pool of its own.
+  ScratchPool* scratch = nullptr;
 };
 
 // The daemons (positions in the layout) that daemon `self` of `size` sends its operations'
@@ -107,11 +111,17 @@ class OperationRunner {
   absl::Status NamePeers(const absl::Status& status) const;
   const std::string& node_name() const { return layout_.daemons[layout_.self].name; }
 
+  // Idle scratch a runner without the daemon's pool keeps between operations.
+  static constexpr size_t kOwnScratchKeepBytes = size_t{16} << 20;
+
   const Layout layout_;
   const uint64_t comm_;
   transport::Endpoint* const endpoint_;
   const RunnerOptions options_;
   const CheckNeighbours check_neighbours_;
+  // The scratch pool when options_ gives none, and the one the algorithms use.
+  const std::unique_ptr<ScratchPool> own_scratch_;
+  ScratchPool* const scratch_;
   // The running operation updates it; Predict reads it.
   mutable absl::Mutex measured_mu_;
   MeasuredTimes measured_ ABSL_GUARDED_BY(measured_mu_);

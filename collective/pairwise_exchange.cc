@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
+#include "collective/registered_memory.h"
 #include "common/status_macros.h"
 
 namespace baton::collective::internal {
@@ -75,9 +76,8 @@ absl::Status PairwiseExchange::Swap(uint32_t step, int partner, const ElementRan
 
 absl::Status PairwiseExchange::Exchange(uint32_t step, int partner, const ElementRange& in,
                                         bool fold, const ElementRange& out) {
-  if (fold && scratch_ == nullptr && in.length > 0) {
-    scratch_ = std::make_unique_for_overwrite<std::byte[]>(std::min(chunk_elements_, count_) *
-                                                           element_size_);
+  if (fold && scratch_.data() == nullptr && in.length > 0) {
+    scratch_ = TakeScratch(ctx_, std::min(chunk_elements_, count_) * element_size_);
   }
   const bool partner_first = partner < participants_.rank;
   const std::string& address = participants_.addresses[partner];
@@ -89,7 +89,7 @@ absl::Status PairwiseExchange::Exchange(uint32_t step, int partner, const Elemen
     if (part < in_chunks) {
       chunk = ChunkOf(in, chunk_elements_, part);
       const transport::ByteSpan into =
-          fold ? transport::ByteSpan(scratch_.get(), chunk.length * element_size_)
+          fold ? transport::ByteSpan(scratch_.data(), chunk.length * element_size_)
                : BytesOf(data_, element_size_, chunk);
       posted = ctx_.endpoint->PostRecv(address, Tag(step, part), into, ctx_.deadline, nullptr);
     }
@@ -104,8 +104,8 @@ absl::Status PairwiseExchange::Exchange(uint32_t step, int partner, const Elemen
     void* own = BytesOf(data_, element_size_, chunk).data();
     PhaseTimer timer(ReduceSlot(ctx_));
     const std::array<const void*, 2> sources =
-        partner_first ? std::array<const void*, 2>{scratch_.get(), own}
-                      : std::array<const void*, 2>{own, scratch_.get()};
+        partner_first ? std::array<const void*, 2>{scratch_.data(), own}
+                      : std::array<const void*, 2>{own, scratch_.data()};
     ctx_.kernels->ReduceMany(type_, op_, own, sources, chunk.length);
   }
   return absl::OkStatus();

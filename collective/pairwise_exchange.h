@@ -17,6 +17,7 @@
 #include "absl/strings/string_view.h"
 #include "collective/data_type.h"
 #include "collective/op_context.h"
+#include "collective/registered_memory.h"
 #include "collective/segments.h"
 
 namespace baton::collective::internal {
@@ -83,7 +84,7 @@ class PairwiseExchange {
   const ReduceOp op_;
   const size_t element_size_;
   const size_t chunk_elements_;
-  std::unique_ptr<std::byte[]> scratch_;  // one chunk received from the partner, to fold in
+  ScratchPool::Buffer scratch_;  // one chunk received from the partner, to fold in
 };
 
 // What both pairwise all-reduces share: checks the arguments (InvalidArgument for a rank outside

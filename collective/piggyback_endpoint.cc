@@ -95,16 +95,19 @@ std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostConsume(const std:
 absl::Status PiggybackEndpoint::SendRegion(const std::string& peer, const transport::Tag& tag,
                                            const transport::RegionSlice& slice,
                                            absl::Time deadline) {
-  BATON_ASSIGN_OR_RETURN(const transport::ByteSpan bytes, HostRegionBytes(peer, slice));
-  return Send(peer, tag, bytes, deadline);
+  if (slice.region == nullptr) return inner()->SendRegion(peer, tag, slice, deadline);
+  BATON_ASSIGN_OR_RETURN(const transport::ByteSpan bytes,
+                         slice.region->Slice(slice.offset, slice.length));
+  // As SendAll: it may ride with the held message, and keeps naming its region.
+  const transport::OutMessage message{tag, bytes, slice.region};
+  return SendAll(peer, std::span(&message, 1), deadline);
 }
 
 std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostRecvRegion(
     const std::string& peer, const transport::Tag& tag, const transport::RegionSlice& slice,
     absl::Time deadline, ArrivalCallback on_arrival) {
-  absl::StatusOr<transport::ByteSpan> bytes = HostRegionBytes(peer, slice);
-  if (!bytes.ok()) return transport::FailedRecv(bytes.status());
-  return PostRecv(peer, tag, *bytes, deadline, std::move(on_arrival));
+  return std::make_unique<FlushingRecv>(
+      this, inner()->PostRecvRegion(peer, tag, slice, deadline, std::move(on_arrival)));
 }
 
 }  // namespace baton::collective

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "collective/registered_memory.h"
 #include "common/status_macros.h"
 
 namespace baton::collective {
@@ -128,19 +129,20 @@ transport::Tag PointToPoint::TagOf(int src, int dst, uint64_t number, uint32_t p
 }
 
 absl::Status PointToPoint::Send(int src, int dst, transport::ConstByteSpan data,
-                                absl::Time deadline, size_t element_bytes) {
+                                absl::Time deadline, size_t element_bytes,
+                                const transport::MemoryRegion* region) {
   BATON_RETURN_IF_ERROR(CheckRank("sending", src, /*local=*/true));
   BATON_RETURN_IF_ERROR(CheckRank("destination", dst, /*local=*/false));
   if (IsLocal(dst)) return SendLocal(src, dst, data, element_bytes);
-  return SendRemote(src, dst, data, deadline);
+  return SendRemote(src, dst, data, deadline, region);
 }
 
 absl::Status PointToPoint::Recv(int src, int dst, transport::ByteSpan data, absl::Time deadline,
-                                size_t element_bytes) {
+                                size_t element_bytes, const transport::MemoryRegion* region) {
   BATON_RETURN_IF_ERROR(CheckRank("receiving", dst, /*local=*/true));
   BATON_RETURN_IF_ERROR(CheckRank("source", src, /*local=*/false));
   if (IsLocal(src)) return RecvLocal(src, dst, data, deadline, element_bytes);
-  return RecvRemote(src, dst, data, deadline, element_bytes);
+  return RecvRemote(src, dst, data, deadline, element_bytes, region);
 }
 
 void PointToPoint::Abort(const absl::Status& reason) {
@@ -307,7 +309,7 @@ absl::Status PointToPoint::RecvLocal(int src, int dst, transport::ByteSpan data,
 // ---- Across daemons ----
 
 absl::Status PointToPoint::SendRemote(int src, int dst, transport::ConstByteSpan data,
-                                      absl::Time deadline) {
+                                      absl::Time deadline, const transport::MemoryRegion* region) {
   const uint64_t pieces = PieceCount(data.size(), chunk_bytes_);
   if (pieces > kMaxPieces) {
     return absl::InvalidArgumentError(
@@ -331,8 +333,8 @@ absl::Status PointToPoint::SendRemote(int src, int dst, transport::ConstByteSpan
   for (uint64_t next = 0;;) {
     while (next < pieces && batch_bytes < chunk_bytes_) {
       const auto [begin, length] = PieceOf(data.size(), chunk_bytes_, next);
-      batch.push_back(
-          {TagOf(src, dst, number, static_cast<uint32_t>(next + 1)), data.subspan(begin, length)});
+      batch.push_back({TagOf(src, dst, number, static_cast<uint32_t>(next + 1)),
+                       data.subspan(begin, length), region});
       batch_bytes += length;
       ++next;
     }
@@ -368,7 +370,8 @@ absl::Status PointToPoint::AwaitPiece(RemoteReceive& receive, size_t part,
 }
 
 absl::Status PointToPoint::RecvRemote(int src, int dst, transport::ByteSpan data,
-                                      absl::Time deadline, size_t element_bytes) {
+                                      absl::Time deadline, size_t element_bytes,
+                                      const transport::MemoryRegion* region) {
   const uint64_t expected = PieceCount(data.size(), chunk_bytes_);
   if (expected > kMaxPieces) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -387,7 +390,7 @@ absl::Status PointToPoint::RecvRemote(int src, int dst, transport::ByteSpan data
   }
   bool mismatch = false;
   absl::Status status =
-      ReceivePieces(receive, src, dst, number, data, deadline, element_bytes, mismatch);
+      ReceivePieces(receive, src, dst, number, data, deadline, element_bytes, region, mismatch);
   absl::MutexLock lock(&mu_);
   receiving_.erase(&receive);
   if (status.ok() || mismatch) return status;
@@ -411,8 +414,13 @@ absl::Status PointToPoint::RecvRemote(int src, int dst, transport::ByteSpan data
 // pieces beyond those posted are consumed and dropped.
 absl::Status PointToPoint::ReceivePieces(RemoteReceive& receive, int src, int dst, uint64_t number,
                                          transport::ByteSpan data, absl::Time deadline,
-                                         size_t element_bytes, bool& mismatch) {
+                                         size_t element_bytes,
+                                         const transport::MemoryRegion* region, bool& mismatch) {
   const std::string& peer = AddressOf(src);
+  // The pieces go into `data` through its registration.
+  RegionTable regions;
+  regions.Add(region);
+  RegisteredEndpoint registered(endpoint_, &regions, nullptr);
   const uint64_t expected = PieceCount(data.size(), chunk_bytes_);
   auto signal = [&receive](uint32_t part) {
     return [&receive, part]() { receive.MarkArrived(part); };
@@ -425,7 +433,7 @@ absl::Status PointToPoint::ReceivePieces(RemoteReceive& receive, int src, int ds
   for (uint64_t i = 0; i < expected; ++i) {
     const auto [begin, length] = PieceOf(data.size(), chunk_bytes_, i);
     const auto part = static_cast<uint32_t>(i + 1);
-    posted.push_back(endpoint_->PostRecv(peer, TagOf(src, dst, number, part),
+    posted.push_back(registered.PostRecv(peer, TagOf(src, dst, number, part),
                                          data.subspan(begin, length), deadline, signal(part)));
   }
   BATON_RETURN_IF_ERROR(AwaitPiece(receive, 0, *posted_header, deadline));

@@ -92,8 +92,10 @@ class PointToPoint {
   // DeadlineExceeded) annotated with both ranks; FailedPrecondition naming both lengths when the
   // matching Recv is waiting on this daemon with another length (see the top of the file).
   // `element_bytes`: the size of the caller's elements, for the lengths in that message.
+  // `region` (may be null): the data plane's registration of the memory `data` lies in, which
+  // the transport is given with it (collective/registered_memory.h).
   absl::Status Send(int src, int dst, transport::ConstByteSpan data, absl::Time deadline,
-                    size_t element_bytes = 1);
+                    size_t element_bytes = 1, const transport::MemoryRegion* region = nullptr);
 
   // Local rank `dst` receives the pair's next message from rank `src` into `data`, which must be
   // exactly as long as the message. Errors: InvalidArgument when `dst` is not a rank of this
@@ -103,7 +105,7 @@ class PointToPoint {
   // waiting Recv returns at once); Unavailable when `src`'s daemon is lost. See the top of the
   // file for what a failure leaves behind.
   absl::Status Recv(int src, int dst, transport::ByteSpan data, absl::Time deadline,
-                    size_t element_bytes = 1);
+                    size_t element_bytes = 1, const transport::MemoryRegion* region = nullptr);
 
   // Fails pending and future Sends and Recvs with `reason` (an OK one is replaced by Cancelled) at
   // once, and drops the messages queued for local receivers. The first reason stays. The
@@ -161,14 +163,15 @@ class PointToPoint {
   absl::Status SendLocal(int src, int dst, transport::ConstByteSpan data, size_t element_bytes);
   absl::Status RecvLocal(int src, int dst, transport::ByteSpan data, absl::Time deadline,
                          size_t element_bytes);
-  absl::Status SendRemote(int src, int dst, transport::ConstByteSpan data, absl::Time deadline);
+  absl::Status SendRemote(int src, int dst, transport::ConstByteSpan data, absl::Time deadline,
+                          const transport::MemoryRegion* region);
   absl::Status RecvRemote(int src, int dst, transport::ByteSpan data, absl::Time deadline,
-                          size_t element_bytes);
+                          size_t element_bytes, const transport::MemoryRegion* region);
   // Posts and takes the parts of message `number` of (src, dst) for RecvRemote. Sets `mismatch`
   // when it fails because the message is not what `data` expects (its length, its pieces).
   absl::Status ReceivePieces(RemoteReceive& receive, int src, int dst, uint64_t number,
                              transport::ByteSpan data, absl::Time deadline, size_t element_bytes,
-                             bool& mismatch);
+                             const transport::MemoryRegion* region, bool& mismatch);
   // Waits for part `part` of `receive` (posted as `posted`) and returns its result, or the abort
   // reason once aborted.
   static absl::Status AwaitPiece(RemoteReceive& receive, size_t part, transport::PostedRecv& posted,

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "collective/registered_memory.h"
 #include "collective/ring_all_reduce.h"
 #include "collective/ring_reduce_scatter.h"
 
@@ -20,8 +21,7 @@ absl::Status ReduceScatterSchedule(const Schedule& s) {
   // A slab of every rank's block at a time: the local inputs reduced into scratch (block r's
   // slab at r * length), then across daemons, then each local rank's slab copied out.
   const size_t slab = s.SlabLength(block, world * element);
-  auto scratch =
-      std::make_unique_for_overwrite<std::byte[]>(world * std::min(slab, block) * element);
+  const ScratchPool::Buffer scratch = TakeScratch(s.ctx, world * std::min(slab, block) * element);
   for (size_t begin = 0, k = 0; begin < block; begin += slab, ++k) {
     const size_t length = std::min(slab, block - begin);
     {
@@ -29,7 +29,7 @@ absl::Status ReduceScatterSchedule(const Schedule& s) {
       std::vector<const void*> sources;
       for (size_t r = 0; r < world; ++r) {
         s.InputsAt((r * block + begin) * element, sources);
-        kernels.ReduceMany(spec.type, spec.op, scratch.get() + r * length * element, sources,
+        kernels.ReduceMany(spec.type, spec.op, scratch.data() + r * length * element, sources,
                            length);
       }
     }
@@ -37,16 +37,17 @@ absl::Status ReduceScatterSchedule(const Schedule& s) {
       // With block placement a daemon's ranks own exactly its segment of the even split, so a
       // reduce-scatter moves (D-1)/D of the data; otherwise every daemon needs the whole result.
       const OpContext slab_ctx = s.SlabContext(k);
-      absl::Status status = layout.BlockRegular()
-                                ? RingReduceScatter(slab_ctx, layout.RingOfDaemons(), scratch.get(),
-                                                    world * length, spec.type, spec.op)
-                                : RingAllReduce(slab_ctx, layout.RingOfDaemons(), scratch.get(),
-                                                world * length, spec.type, spec.op);
+      absl::Status status =
+          layout.BlockRegular()
+              ? RingReduceScatter(slab_ctx, layout.RingOfDaemons(), scratch.data(), world * length,
+                                  spec.type, spec.op)
+              : RingAllReduce(slab_ctx, layout.RingOfDaemons(), scratch.data(), world * length,
+                              spec.type, spec.op);
       if (!status.ok()) return status;
     }
     const std::vector<int>& local = layout.local_ranks();
     for (size_t i = 0; i < s.parts.size(); ++i) {
-      std::byte* own = scratch.get() + static_cast<size_t>(local[i]) * length * element;
+      std::byte* own = scratch.data() + static_cast<size_t>(local[i]) * length * element;
       if (spec.op == ReduceOp::kAvg) {
         PhaseTimer timer(ReduceSlot(s.ctx));
         kernels.Divide(spec.type, own, length, layout.world_size);

@@ -4,6 +4,7 @@
 #include <memory>
 #include <vector>
 
+#include "collective/registered_memory.h"
 #include "collective/ring_reduce.h"
 
 namespace baton::collective {
@@ -19,14 +20,12 @@ absl::Status ReduceSchedule(const Schedule& s) {
   // The root's daemon reduces straight into the root's output; the others into scratch, a slab
   // at a time, so that the scratch stays bounded whatever the operation's size.
   const size_t slab = s.SlabLength(count, element);
-  std::unique_ptr<std::byte[]> scratch;
-  if (!at_root && count > 0) {
-    scratch = std::make_unique_for_overwrite<std::byte[]>(std::min(slab, count) * element);
-  }
+  ScratchPool::Buffer scratch;
+  if (!at_root && count > 0) scratch = TakeScratch(s.ctx, std::min(slab, count) * element);
   std::vector<const void*> sources;
   for (size_t begin = 0, k = 0; begin < count; begin += slab, ++k) {
     const size_t length = std::min(slab, count - begin);
-    std::byte* data = at_root ? s.parts[root_local].recv + begin * element : scratch.get();
+    std::byte* data = at_root ? s.parts[root_local].recv + begin * element : scratch.data();
     s.InputsAt(begin * element, sources);
     {
       PhaseTimer timer(ReduceSlot(s.ctx));

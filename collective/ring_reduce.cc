@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collective/op_checks.h"
+#include "collective/registered_memory.h"
 #include "collective/segments.h"
 #include "common/status_macros.h"
 
@@ -37,11 +38,8 @@ absl::Status RingReduce(const OpContext& ctx, const Ring& ring, int root, void* 
   const size_t element_size = DataTypeSize(type);
   const size_t chunk_elements = ChainChunkElements(ctx.chunk_bytes, count, type);
   const size_t chunks = ChunkCount(count, chunk_elements);
-  std::unique_ptr<std::byte[]> scratch;
-  if (receives) {
-    scratch =
-        std::make_unique_for_overwrite<std::byte[]>(std::min(chunk_elements, count) * element_size);
-  }
+  ScratchPool::Buffer scratch;
+  if (receives) scratch = TakeScratch(ctx, std::min(chunk_elements, count) * element_size);
   auto where = [&](size_t part) {
     return absl::StrCat("ring reduce rank ", ring.rank, "/", n, " (root ", root, "), chunk ",
                         part + 1, "/", chunks);
@@ -52,7 +50,7 @@ absl::Status RingReduce(const OpContext& ctx, const Ring& ring, int root, void* 
     const transport::Tag tag{ctx.comm, ctx.seq, ctx.first_step, static_cast<uint32_t>(part)};
     transport::ByteSpan outgoing = own;
     if (receives) {
-      const transport::ByteSpan partial(scratch.get(), own.size());
+      const transport::ByteSpan partial(scratch.data(), own.size());
       const absl::Status status = ctx.endpoint->Recv(ring.prev, tag, partial, ctx.deadline);
       if (!status.ok()) {
         return internal::AnnotateTransportError(status, where(part), "receiving from", ring.prev);

@@ -16,6 +16,7 @@
 #include "collective/op_context.h"
 #include "collective/op_spec.h"
 #include "common/status_macros.h"
+#include "transport/transport.h"
 
 namespace baton::collective {
 
@@ -23,10 +24,16 @@ namespace baton::collective {
 // other field agrees between ranks) and its buffers, sized as OpSpec::SendElements and
 // RecvElements say. A buffer the operation does not use on this rank may be null; a reducing
 // collective's part with a null send contributes no input (NodeParts: the node's is in the first).
+//
+// The regions are the buffers' registrations with the data plane (Endpoint::RegisterMemory),
+// which the daemon made when it mapped them: the operation's sends and receives of those buffers
+// name them (collective/registered_memory.h). Null where a buffer is not registered.
 struct LocalPart {
   const OpSpec* spec = nullptr;
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
+  const transport::MemoryRegion* send_region = nullptr;
+  const transport::MemoryRegion* recv_region = nullptr;
 };
 
 // A node part: one call for all of a node's local ranks, made by local rank 0 once the node's

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "collective/double_binary_tree.h"
 #include "collective/op_checks.h"
+#include "collective/registered_memory.h"
 #include "collective/segments.h"
 #include "common/status_macros.h"
 
@@ -57,7 +58,7 @@ class TreeOperation {
 
   absl::Status Run() {
     const size_t scratch_elements = std::min(chunk_elements_, halves_[0].length);
-    scratch_ = std::make_unique_for_overwrite<std::byte[]>(scratch_elements * element_size_);
+    scratch_ = TakeScratch(ctx_, scratch_elements * element_size_);
     // At least the double binary tree's depth, plus one for other balanced trees a caller passes.
     const int depth =
         static_cast<int>(std::bit_width(static_cast<unsigned>(participants_.size() - 1))) + 1;
@@ -81,7 +82,7 @@ class TreeOperation {
   absl::Status ReduceUp(int t, size_t part) {
     const ElementRange chunk = ChunkOf(halves_[t], chunk_elements_, part);
     const transport::ByteSpan own = internal::BytesOf(data_, element_size_, chunk);
-    const transport::ByteSpan received(scratch_.get(), own.size());
+    const transport::ByteSpan received(scratch_.data(), own.size());
     for (int child : trees_[t].children) {
       BATON_RETURN_IF_ERROR(Recv(t, /*down=*/false, part, child, received));
       PhaseTimer timer(ReduceSlot(ctx_));
@@ -147,7 +148,7 @@ class TreeOperation {
   const std::array<TreeNode, 2>& trees_;
   std::array<ElementRange, 2> halves_;
   std::array<size_t, 2> chunks_;
-  std::unique_ptr<std::byte[]> scratch_;  // one chunk received from a child before folding it in
+  ScratchPool::Buffer scratch_;  // one chunk received from a child before folding it in
 };
 
 }  // namespace

@@ -29,6 +29,7 @@ collective::RunnerOptions RunnerOptionsOf(const Plan& plan, const CommunicatorOp
       collective::LinkModel{absl::Seconds(plan.link_alpha_seconds), plan.link_bytes_per_second};
   runner.measured_seed = plan.measured_seed;
   runner.on_measured = options.on_measured;
+  runner.scratch = options.scratch;
   return runner;
 }
 
@@ -340,9 +341,9 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
     status =
         spec.collective == collective::Collective::kSend
             ? point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(request.send, bytes),
-                                   until, element)
+                                   until, element, request.send_region)
             : point_to_point_.Recv(spec.peer, rank, transport::ByteSpan(request.recv, bytes), until,
-                                   element);
+                                   element, request.recv_region);
   } else {
     status = RunPointToPointStaged(rank, request, bytes, until, staged_bytes);
   }
@@ -500,9 +501,15 @@ void Communicator::RunNext() {
   std::vector<collective::LocalPart> parts;
   if (requests.front().spec.node_part) {
     parts = collective::NodeParts(requests.front().spec, requests.front().recv, runner_.layout());
+    for (collective::LocalPart& part : parts) {
+      part.send_region = part.send == nullptr ? nullptr : requests.front().recv_region;
+      part.recv_region = part.recv == nullptr ? nullptr : requests.front().recv_region;
+    }
   } else {
     parts.reserve(requests.size());
-    for (const OpRequest& r : requests) parts.push_back({&r.spec, r.send, r.recv});
+    for (const OpRequest& r : requests) {
+      parts.push_back({&r.spec, r.send, r.recv, r.send_region, r.recv_region});
+    }
   }
   running_ = true;
 
@@ -515,9 +522,10 @@ void Communicator::RunNext() {
     result = runner_.Run(seq, parts, stats, algorithm, slot.deadline, requests.front().device);
   }
   if (options_.observer != nullptr) {
-    options_.observer->OnOperation(OpRecord{
-        requests.front().spec.collective, algorithm, absl::Now() - start, result.ok(),
-        absl::FromChrono(stats.transport), absl::FromChrono(stats.reduce), stats.staged_bytes});
+    options_.observer->OnOperation(
+        OpRecord{requests.front().spec.collective, algorithm, absl::Now() - start, result.ok(),
+                 absl::FromChrono(stats.transport), absl::FromChrono(stats.reduce),
+                 stats.staged_bytes, stats.unregistered_bytes});
   }
   if (!result.ok()) {
     result = Explain(result.status(), start);

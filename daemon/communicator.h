@@ -48,6 +48,10 @@ struct OpRequest {
   collective::OpSpec spec;
   const std::byte* send = nullptr;
   std::byte* recv = nullptr;
+  // The buffers' registrations with the data plane (null where not registered), alive while
+  // `pins` are held.
+  const transport::MemoryRegion* send_region = nullptr;
+  const transport::MemoryRegion* recv_region = nullptr;
   std::vector<std::shared_ptr<void>> pins;
   const collective::DeviceAccess* device = nullptr;
   // spec.node_part: local rank 0's part of a collective whose local phase the node arena ran; it
@@ -65,6 +69,8 @@ struct OpRecord {
   absl::Duration reduce;     // of `total`, in reduction kernels
   // Copied between device and host memory to stage device buffers (collective::OpStats).
   uint64_t staged_bytes = 0;
+  // Moved from memory not registered with the data plane (collective::OpStats).
+  uint64_t unregistered_bytes = 0;
 };
 
 // A node arena's counters (collective/node_arena.h), indexed by collective::Collective.
@@ -99,6 +105,9 @@ struct CommunicatorOptions {
   // is when the failed operation began. Called without locks held; may take a moment (it may
   // probe). Null: failures are reported as they are.
   std::function<absl::Status(const absl::Status& failure, absl::Time started)> explain_failure;
+  // The daemon's scratch memory for the algorithms, registered with the same endpoint; null:
+  // the communicator keeps its own.
+  collective::ScratchPool* scratch = nullptr;
 };
 
 class Communicator {

@@ -123,7 +123,13 @@ class PrometheusMetrics final : public Metrics {
                     .Name("baton_device_staged_bytes_total")
                     .Help("Bytes copied between device and host memory, either way, to run "
                           "operations on device memory through host memory, by operation.")
-                    .Register(registry_)) {}
+                    .Register(registry_)),
+        unregistered_(prometheus::BuildCounter()
+                          .Name("baton_data_unregistered_bytes_total")
+                          .Help("Bytes operations sent or received from memory not registered "
+                                "with the data plane, which a transport that moves registered "
+                                "memory only must copy, by operation.")
+                          .Register(registry_)) {}
 
   void SetNode(Node* node) override {
     absl::MutexLock lock(&mu_);
@@ -141,6 +147,10 @@ class PrometheusMetrics final : public Metrics {
     series.dispatch->Increment(absl::ToDoubleSeconds(dispatch));
     if (record.staged_bytes > 0) {
       StagedLocked(record.kind).Increment(static_cast<double>(record.staged_bytes));
+    }
+    if (record.unregistered_bytes > 0) {
+      ByOpLocked(unregistered_, unregistered_series_, record.kind)
+          .Increment(static_cast<double>(record.unregistered_bytes));
     }
   }
 
@@ -378,10 +388,16 @@ class PrometheusMetrics final : public Metrics {
   // An operation's series appears with its first staged bytes.
   prometheus::Counter& StagedLocked(collective::Collective kind)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    prometheus::Counter*& counter = staged_series_[static_cast<int>(kind)];
+    return ByOpLocked(staged_, staged_series_, kind);
+  }
+  // The series of `family` for operation `kind`, made on first use and kept in `series`.
+  prometheus::Counter& ByOpLocked(prometheus::Family<prometheus::Counter>& family,
+                                  absl::flat_hash_map<int, prometheus::Counter*>& series,
+                                  collective::Collective kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    prometheus::Counter*& counter = series[static_cast<int>(kind)];
     if (counter == nullptr) {
       const std::string op(collective::CollectiveName(kind));
-      counter = &staged_.Add({{"local_node", node_name_}, {"op", op}});
+      counter = &family.Add({{"local_node", node_name_}, {"op", op}});
     }
     return *counter;
   }
@@ -392,10 +408,12 @@ class PrometheusMetrics final : public Metrics {
   prometheus::Family<prometheus::Histogram>& latency_;
   prometheus::Family<prometheus::Counter>& phases_;
   prometheus::Family<prometheus::Counter>& staged_;
+  prometheus::Family<prometheus::Counter>& unregistered_;
   absl::Mutex mu_;
   Node* node_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_map<std::pair<int, std::string>, OpSeries> series_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, prometheus::Counter*> staged_series_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<int, prometheus::Counter*> unregistered_series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

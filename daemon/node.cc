@@ -90,7 +90,8 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
               static_cast<uint64_t>(config.max_mapped_bytes),
               static_cast<int>(config.max_ranks_per_session),
               static_cast<int>(config.max_ranks_per_uid), static_cast<int>(config.max_ranks)},
-          device_.get()),
+          device_.get(), endpoint_),
+      scratch_(endpoint_, kScratchKeepBytes),
       peers_(credentials),
       directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
                  config.peer_linger),
@@ -125,6 +126,7 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
             RememberMeasured(key, std::move(agreed));
           };
         }
+        options.scratch = &scratch_;
         options.explain_failure = [this, plan](const absl::Status& failure, absl::Time started) {
           return ExplainFailure(plan, failure, started);
         };
@@ -517,6 +519,7 @@ absl::StatusOr<OpRequest> Node::RequestOf(const CollectiveCall& call, int world)
                                              send_count * element));
     BATON_RETURN_IF_ERROR(CheckElementOffset("send", call.send_offset, spec.type));
     request.send = send.data;
+    request.send_region = send.registered;
     BATON_RETURN_IF_ERROR(use(send, spec.send_memory));
   }
   if (recv_count > 0) {
@@ -525,6 +528,7 @@ absl::StatusOr<OpRequest> Node::RequestOf(const CollectiveCall& call, int world)
                                              recv_count * element));
     BATON_RETURN_IF_ERROR(CheckElementOffset("recv", call.recv_offset, spec.type));
     request.recv = recv.data;
+    request.recv_region = recv.registered;
     BATON_RETURN_IF_ERROR(use(recv, spec.recv_memory));
   }
   if (call.spec.node_part) {
@@ -532,6 +536,7 @@ absl::StatusOr<OpRequest> Node::RequestOf(const CollectiveCall& call, int world)
       return absl::InvalidArgumentError("a node's part of an operation must be in host memory");
     }
     request.send = request.recv;
+    request.send_region = request.recv_region;
     spec.send_memory = spec.recv_memory;
   }
   if (device_ordinal >= 0) {

@@ -221,6 +221,11 @@ class Node {
   Rendezvous rendezvous_;
   const std::unique_ptr<device::Device> device_;  // before sessions_, which maps through it
   SessionRegistry sessions_;
+  // The algorithms' scratch, registered with the data plane once per buffer and shared by every
+  // communicator (before communicators_, whose operations take from it); idle buffers are kept
+  // up to this many bytes.
+  static constexpr size_t kScratchKeepBytes = size_t{64} << 20;
+  collective::ScratchPool scratch_;
   // How operations reach each GPU's memory (kernels and copies), made on first use.
   struct DeviceOps {
     std::unique_ptr<device::DeviceKernels> kernels;

@@ -170,8 +170,27 @@ class SessionRegistry::Share {
   uint64_t bytes_;
 };
 
-SessionRegistry::SessionRegistry(SessionLimits limits, device::Device* device)
-    : limits_(limits), device_(device), ledger_(std::make_shared<Ledger>(limits)) {}
+SessionRegistry::SessionRegistry(SessionLimits limits, device::Device* device,
+                                 transport::Endpoint* data_plane)
+    : limits_(limits),
+      device_(device),
+      data_plane_(data_plane),
+      ledger_(std::make_shared<Ledger>(limits)) {}
+
+absl::StatusOr<std::shared_ptr<transport::MemoryRegion>> SessionRegistry::RegisterWithDataPlane(
+    transport::ByteSpan bytes, transport::MemoryKind kind, std::shared_ptr<void> mapping) const {
+  if (data_plane_ == nullptr || bytes.empty()) return nullptr;
+  absl::StatusOr<std::unique_ptr<transport::MemoryRegion>> region =
+      data_plane_->RegisterMemory(bytes, kind);
+  if (absl::IsInvalidArgument(region.status())) return nullptr;  // staged through host memory
+  if (!region.ok()) {
+    return absl::Status(region.status().code(),
+                        absl::StrCat("could not register ", bytes.size(), " bytes of ",
+                                     transport::MemoryKindName(kind),
+                                     " memory with the data plane: ", region.status().message()));
+  }
+  return HoldWith(*std::move(region), std::move(mapping));
+}
 
 SessionRegistry::~SessionRegistry() = default;
 
@@ -301,7 +320,13 @@ absl::StatusOr<uint64_t> SessionRegistry::RegisterBuffer(uint64_t session_id, in
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<Share> share, Charge(session_id, MappedBytes(size)));
   // Map outside the lock: it is a system call and the memory is the client's.
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<SharedMemory> memory, SharedMemory::Map(fd, size));
-  return Add(session_id, Buffer{HoldWith(std::move(memory), std::move(share)), nullptr, nullptr});
+  std::shared_ptr<SharedMemory> host = HoldWith(std::move(memory), std::move(share));
+  BATON_ASSIGN_OR_RETURN(
+      std::shared_ptr<transport::MemoryRegion> registered,
+      RegisterWithDataPlane(
+          transport::ByteSpan(static_cast<std::byte*>(host->data()), host->size()),
+          transport::MemoryKind::kHost, host));
+  return Add(session_id, Buffer{std::move(host), nullptr, nullptr, std::move(registered)});
 }
 
 absl::StatusOr<uint64_t> SessionRegistry::RegisterDeviceBuffer(uint64_t session_id,
@@ -317,7 +342,13 @@ absl::StatusOr<uint64_t> SessionRegistry::RegisterDeviceBuffer(uint64_t session_
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<device::Mapping> mapping,
                          device_->Import(std::move(memory)));
   if (mapping->size() > claimed) BATON_RETURN_IF_ERROR(share->Grow(mapping->size() - claimed));
-  return Add(session_id, Buffer{nullptr, HoldWith(std::move(mapping), std::move(share)), nullptr});
+  std::shared_ptr<device::Mapping> device = HoldWith(std::move(mapping), std::move(share));
+  BATON_ASSIGN_OR_RETURN(
+      std::shared_ptr<transport::MemoryRegion> registered,
+      RegisterWithDataPlane(
+          transport::ByteSpan(static_cast<std::byte*>(device->data()), device->size()),
+          transport::MemoryKind::kDevice, device));
+  return Add(session_id, Buffer{nullptr, std::move(device), nullptr, std::move(registered)});
 }
 
 absl::StatusOr<uint64_t> SessionRegistry::RegisterEvents(uint64_t session_id,
@@ -334,7 +365,8 @@ absl::StatusOr<uint64_t> SessionRegistry::RegisterEvents(uint64_t session_id,
                            device_->OpenIpcEvent(std::move(handle)));
     events->push_back(std::move(event));
   }
-  return Add(session_id, Buffer{nullptr, nullptr, HoldWith(std::move(events), std::move(share))});
+  return Add(session_id,
+             Buffer{nullptr, nullptr, HoldWith(std::move(events), std::move(share)), nullptr});
 }
 
 absl::StatusOr<std::shared_ptr<EventSet>> SessionRegistry::Events(uint64_t session_id,
@@ -380,12 +412,23 @@ absl::StatusOr<BufferRegion> SessionRegistry::Resolve(uint64_t session_id, uint6
                                                    ") is outside buffer ", buffer_id, " of ", size,
                                                    " bytes"));
   }
+  // The registration holds the mapping: pinning it keeps both.
   if (found.host != nullptr) {
-    return BufferRegion{found.host, static_cast<std::byte*>(found.host->data()) + offset,
-                        transport::MemoryKind::kHost, -1, found.host};
+    return BufferRegion{found.registered ? std::shared_ptr<void>(found.registered)
+                                         : std::shared_ptr<void>(found.host),
+                        static_cast<std::byte*>(found.host->data()) + offset,
+                        found.registered.get(),
+                        transport::MemoryKind::kHost,
+                        -1,
+                        found.host};
   }
-  return BufferRegion{found.device, static_cast<std::byte*>(found.device->data()) + offset,
-                      transport::MemoryKind::kDevice, found.device->ordinal(), nullptr};
+  return BufferRegion{found.registered ? std::shared_ptr<void>(found.registered)
+                                       : std::shared_ptr<void>(found.device),
+                      static_cast<std::byte*>(found.device->data()) + offset,
+                      found.registered.get(),
+                      transport::MemoryKind::kDevice,
+                      found.device->ordinal(),
+                      nullptr};
 }
 
 MappedUsage SessionRegistry::SessionUsage(uint64_t session_id) const {

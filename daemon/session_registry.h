@@ -28,6 +28,7 @@
 #include "common/unix_socket.h"
 #include "device/device.h"
 #include "transport/memory.h"
+#include "transport/transport.h"
 
 namespace baton::daemon {
 
@@ -35,6 +36,9 @@ namespace baton::daemon {
 struct BufferRegion {
   std::shared_ptr<void> pin;
   std::byte* data = nullptr;
+  // The whole buffer's registration with the data plane (transport::Endpoint::RegisterMemory),
+  // valid while `pin` is held; null when the data plane does not move its kind (it is staged).
+  const transport::MemoryRegion* registered = nullptr;
   transport::MemoryKind memory = transport::MemoryKind::kHost;
   int device_ordinal = -1;             // device memory: the device that holds it
   std::shared_ptr<SharedMemory> host;  // host memory: the shared memory itself
@@ -67,9 +71,12 @@ struct MappedUsage {
 
 class SessionRegistry {
  public:
-  // `device` (may be null: no GPU here) maps the sessions' device memory and events; it must
-  // outlive the registry.
-  explicit SessionRegistry(SessionLimits limits = {}, device::Device* device = nullptr);
+  // `device` (may be null: no GPU here) maps the sessions' device memory and events.
+  // `data_plane` (may be null) is the endpoint every buffer is registered with when it is mapped
+  // (transport::Endpoint::RegisterMemory), and deregistered from before it is unmapped, so that
+  // a transport pays for pinning or mapping once per buffer. Both must outlive the registry.
+  explicit SessionRegistry(SessionLimits limits = {}, device::Device* device = nullptr,
+                           transport::Endpoint* data_plane = nullptr);
   ~SessionRegistry();
 
   struct Grant {
@@ -90,9 +97,10 @@ class SessionRegistry {
   absl::StatusOr<uid_t> UidOf(uint64_t session_id) const;
 
   // Maps `size` bytes of the memfd `fd` (the caller keeps and closes it) as a buffer of the
-  // session. InvalidArgument for memory that is not sealed or is too small; ResourceExhausted,
-  // naming the limit, when one more buffer or its bytes would pass a limit of SessionLimits (the
-  // memory is not mapped then).
+  // session, registered with the data plane. InvalidArgument for memory that is not sealed or is
+  // too small; ResourceExhausted, naming the limit, when one more buffer or its bytes would pass
+  // a limit of SessionLimits (the memory is not mapped then); the data plane's error when it
+  // cannot register memory it moves (the buffer is not kept then).
   absl::StatusOr<uint64_t> RegisterBuffer(uint64_t session_id, int fd, uint64_t size);
   // Maps device memory the session's process exported, as a buffer of the session (counted
   // against the same limits). FailedPrecondition when this daemon has no device; the device's
@@ -135,7 +143,14 @@ class SessionRegistry {
     std::shared_ptr<SharedMemory> host;       // host memory, or
     std::shared_ptr<device::Mapping> device;  // device memory, or
     std::shared_ptr<EventSet> events;         // an event set
+    // The memory's registration with the data plane, which holds the mapping (host or device)
+    // and is destroyed before it; null when not registered.
+    std::shared_ptr<transport::MemoryRegion> registered;
   };
+  // The registration of `bytes` of `kind` with the data plane, holding `mapping`: null when
+  // there is no data plane or it does not move the kind (InvalidArgument); its other errors.
+  absl::StatusOr<std::shared_ptr<transport::MemoryRegion>> RegisterWithDataPlane(
+      transport::ByteSpan bytes, transport::MemoryKind kind, std::shared_ptr<void> mapping) const;
   struct Session {
     baton::PeerCredentials peer;
     std::string client_name;
@@ -154,6 +169,7 @@ class SessionRegistry {
 
   const SessionLimits limits_;
   device::Device* const device_;
+  transport::Endpoint* const data_plane_;
   const std::shared_ptr<Ledger> ledger_;
   mutable absl::Mutex mu_;
   uint64_t next_session_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -58,6 +58,13 @@ class ForwardingEndpoint : public Endpoint {
                                              ArrivalCallback on_arrival) override {
     return inner_->PostRecvRegion(peer, tag, slice, deadline, std::move(on_arrival));
   }
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
+                                                               MemoryKind kind) override {
+    return inner_->RegisterMemory(bytes, kind);
+  }
+  bool MovesDirectly(const std::string& peer, MemoryKind kind) const override {
+    return inner_->MovesDirectly(peer, kind);
+  }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }
   void Restrict(uint64_t comm, std::span<const std::string> peers) override {

@@ -8,6 +8,31 @@
 #include "common/status_macros.h"
 
 namespace baton::transport {
+namespace {
+
+// A buffer registered with each endpoint of a RoutingEndpoint that moves its kind.
+class RoutedRegion final : public MemoryRegion {
+ public:
+  RoutedRegion(ByteSpan bytes, MemoryKind kind, std::vector<const Endpoint*> endpoints,
+               std::vector<std::unique_ptr<MemoryRegion>> registrations)
+      : MemoryRegion(bytes, kind),
+        endpoints_(std::move(endpoints)),
+        registrations_(std::move(registrations)) {}
+
+  const MemoryRegion* RegistrationWith(const Endpoint* endpoint) const override {
+    for (size_t i = 0; i < endpoints_.size(); ++i) {
+      if (endpoints_[i] == endpoint) return registrations_[i].get();
+    }
+    return nullptr;
+  }
+
+ private:
+  const std::vector<const Endpoint*> endpoints_;
+  // By endpoint; null where the endpoint does not move the kind.
+  const std::vector<std::unique_ptr<MemoryRegion>> registrations_;
+};
+
+}  // namespace
 
 RoutingEndpoint::RoutingEndpoint(std::vector<Endpoint*> endpoints)
     : endpoints_(std::move(endpoints)), names_(endpoints_.size()) {}
@@ -69,11 +94,21 @@ absl::Status RoutingEndpoint::Send(const std::string& peer, const Tag& tag, Cons
 
 absl::Status RoutingEndpoint::SendAll(const std::string& peer, std::span<const OutMessage> messages,
                                       absl::Time deadline) {
-  if (!routed_.load(std::memory_order_acquire)) {
-    return endpoints_.front()->SendAll(peer, messages, deadline);
-  }
   const Route route = RouteOf(peer);
-  return route.endpoint->SendAll(route.address, messages, deadline);
+  bool registered = false;
+  for (const OutMessage& message : messages) {
+    registered = registered || (message.region != nullptr &&
+                                message.region->RegistrationWith(route.endpoint) != message.region);
+  }
+  if (!registered) return route.endpoint->SendAll(route.address, messages, deadline);
+  // Regions registered here stand for their registration with the peer's endpoint.
+  std::vector<OutMessage> translated(messages.begin(), messages.end());
+  for (OutMessage& message : translated) {
+    if (message.region != nullptr) {
+      message.region = message.region->RegistrationWith(route.endpoint);
+    }
+  }
+  return route.endpoint->SendAll(route.address, translated, deadline);
 }
 
 std::unique_ptr<PostedRecv> RoutingEndpoint::PostRecv(const std::string& peer, const Tag& tag,
@@ -105,7 +140,8 @@ absl::StatusOr<absl::Duration> RoutingEndpoint::RoundTrip(const std::string& pee
 absl::Status RoutingEndpoint::SendRegion(const std::string& peer, const Tag& tag,
                                          const RegionSlice& slice, absl::Time deadline) {
   const Route route = RouteOf(peer);
-  return route.endpoint->SendRegion(route.address, tag, slice, deadline);
+  BATON_ASSIGN_OR_RETURN(const RegionSlice routed, SliceFor(route.endpoint, peer, slice));
+  return route.endpoint->SendRegion(route.address, tag, routed, deadline);
 }
 
 std::unique_ptr<PostedRecv> RoutingEndpoint::PostRecvRegion(const std::string& peer, const Tag& tag,
@@ -113,7 +149,52 @@ std::unique_ptr<PostedRecv> RoutingEndpoint::PostRecvRegion(const std::string& p
                                                             absl::Time deadline,
                                                             ArrivalCallback on_arrival) {
   const Route route = RouteOf(peer);
-  return route.endpoint->PostRecvRegion(route.address, tag, slice, deadline, std::move(on_arrival));
+  absl::StatusOr<RegionSlice> routed = SliceFor(route.endpoint, peer, slice);
+  if (!routed.ok()) return FailedRecv(routed.status());
+  return route.endpoint->PostRecvRegion(route.address, tag, *routed, deadline,
+                                        std::move(on_arrival));
+}
+
+absl::StatusOr<std::unique_ptr<MemoryRegion>> RoutingEndpoint::RegisterMemory(ByteSpan bytes,
+                                                                              MemoryKind kind) {
+  if (endpoints_.size() == 1) return endpoints_.front()->RegisterMemory(bytes, kind);
+  std::vector<const Endpoint*> endpoints(endpoints_.begin(), endpoints_.end());
+  std::vector<std::unique_ptr<MemoryRegion>> registrations(endpoints_.size());
+  bool any = false;
+  for (size_t i = 0; i < endpoints_.size(); ++i) {
+    absl::StatusOr<std::unique_ptr<MemoryRegion>> registered =
+        endpoints_[i]->RegisterMemory(bytes, kind);
+    if (registered.ok()) {
+      registrations[i] = *std::move(registered);
+      any = true;
+    } else if (registered.status().code() != absl::StatusCode::kInvalidArgument) {
+      return registered.status();  // it moves the kind, and failed to register it
+    }
+  }
+  if (!any) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no transport of this daemon moves ", MemoryKindName(kind), " memory"));
+  }
+  return std::make_unique<RoutedRegion>(bytes, kind, std::move(endpoints),
+                                        std::move(registrations));
+}
+
+bool RoutingEndpoint::MovesDirectly(const std::string& peer, MemoryKind kind) const {
+  const Route route = RouteOf(peer);
+  return route.endpoint->MovesDirectly(route.address, kind);
+}
+
+absl::StatusOr<RegionSlice> RoutingEndpoint::SliceFor(const Endpoint* endpoint,
+                                                      const std::string& peer,
+                                                      const RegionSlice& slice) {
+  if (slice.region == nullptr) return slice;  // the endpoint says what is wrong with it
+  const MemoryRegion* registration = slice.region->RegistrationWith(endpoint);
+  if (registration == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the transport that carries peer ", peer, " cannot move ",
+                     MemoryKindName(slice.region->kind()), " memory"));
+  }
+  return RegionSlice{registration, slice.offset, slice.length};
 }
 
 void RoutingEndpoint::Abort(uint64_t comm, const absl::Status& reason) {

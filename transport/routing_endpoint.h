@@ -58,6 +58,15 @@ class RoutingEndpoint final : public Endpoint {
   std::unique_ptr<PostedRecv> PostRecvRegion(const std::string& peer, const Tag& tag,
                                              const RegionSlice& slice, absl::Time deadline,
                                              ArrivalCallback on_arrival) override;
+  // Registers the memory with every endpoint that moves its kind, and returns one region that
+  // stands for all of those registrations: a send or receive naming it goes to the peer's
+  // endpoint with that endpoint's registration (InvalidArgument when the peer's transport
+  // cannot move the kind). InvalidArgument when no endpoint moves the kind; the first endpoint's
+  // error when one that does fails.
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
+                                                               MemoryKind kind) override;
+  // As the peer's endpoint answers for its address there.
+  bool MovesDirectly(const std::string& peer, MemoryKind kind) const override;
   // On every endpoint.
   void Abort(uint64_t comm, const absl::Status& reason) override;
   void Forget(uint64_t comm) override;
@@ -75,6 +84,10 @@ class RoutingEndpoint final : public Endpoint {
   };
   // The route of `peer`: the primary by the same name unless AddRoute said otherwise.
   Route RouteOf(const std::string& peer) const ABSL_LOCKS_EXCLUDED(mu_);
+  // `slice` as `endpoint` must be given it: its region's registration there. InvalidArgument
+  // (naming `peer`) when the memory is not registered with that endpoint.
+  static absl::StatusOr<RegionSlice> SliceFor(const Endpoint* endpoint, const std::string& peer,
+                                              const RegionSlice& slice);
 
   const std::vector<Endpoint*> endpoints_;
   // False until the first AddRoute: until then every call goes to the primary without a lookup.

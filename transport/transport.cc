@@ -132,6 +132,19 @@ std::unique_ptr<PostedRecv> Endpoint::PostRecvRegion(const std::string& peer, co
   return PostRecv(peer, tag, *bytes, deadline, std::move(on_arrival));
 }
 
+absl::StatusOr<std::unique_ptr<MemoryRegion>> Endpoint::RegisterMemory(ByteSpan bytes,
+                                                                       MemoryKind kind) {
+  if (kind != MemoryKind::kHost) {
+    return absl::InvalidArgumentError(absl::StrCat("the endpoint at ", address(), " cannot move ",
+                                                   MemoryKindName(kind), " memory"));
+  }
+  return HostMemoryRegion(bytes);
+}
+
+bool Endpoint::MovesDirectly(const std::string& /*peer*/, MemoryKind kind) const {
+  return kind == MemoryKind::kHost;
+}
+
 const TransportAddress* PeerInfo::Find(std::string_view name) const {
   for (const TransportAddress& transport : transports) {
     if (transport.transport == name) return &transport;

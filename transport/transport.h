@@ -41,10 +41,17 @@ struct Tag {
 // Renders a tag for error messages: "comm 0123abcd op 7 step 2 part 0".
 std::string TagToString(const Tag& tag);
 
+class MemoryRegion;
+class Endpoint;
+
 // One message of Endpoint::SendAll.
 struct OutMessage {
   Tag tag;
   ConstByteSpan data;
+  // The registered region (Endpoint::RegisterMemory) that holds `data`, if it lies in one: what a
+  // transport that moves registered memory only (verbs) needs to send it without a copy. Null
+  // for memory that is not registered, which such a transport copies (small messages).
+  const MemoryRegion* region = nullptr;
 };
 
 // InvalidArgument unless `messages` (to `peer`) all belong to one communicator, as SendAll needs.
@@ -96,6 +103,12 @@ class MemoryRegion {
 
   ByteSpan bytes() const { return bytes_; }
   MemoryKind kind() const { return kind_; }
+
+  // This memory's registration with `endpoint`: the region itself, unless it stands for several
+  // registrations of the same bytes (RoutingEndpoint registers a buffer with each of its
+  // transports' endpoints and sends through the one that carries the peer); null when the
+  // memory is not registered there (that endpoint cannot move its kind).
+  virtual const MemoryRegion* RegistrationWith(const Endpoint* /*endpoint*/) const { return this; }
 
   // The `length` bytes at `offset`; InvalidArgument naming both and the region's size unless
   // they lie inside the region.
@@ -229,6 +242,22 @@ class Endpoint {
   virtual std::unique_ptr<PostedRecv> PostRecvRegion(const std::string& peer, const Tag& tag,
                                                      const RegionSlice& slice, absl::Time deadline,
                                                      ArrivalCallback on_arrival);
+
+  // Registers `bytes` of memory `kind` for this endpoint's sends and receives (SendRegion,
+  // PostRecvRegion, OutMessage::region), once per buffer: a transport that must pin or map memory
+  // before it moves it (verbs, CUDA IPC) does so here and not per message. The daemon registers
+  // every buffer its data plane moves when it maps or allocates it, and destroys the region
+  // (deregisters) before it unmaps or frees it; no send or receive naming it may be in progress
+  // then. InvalidArgument for a kind this endpoint cannot move. This default registers host
+  // memory as it is (HostMemoryRegion), for transports that move host memory directly.
+  virtual absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
+                                                                       MemoryKind kind);
+
+  // Whether sends and receives with `peer` may name memory of `kind` (registered with this
+  // endpoint) directly: the question the operation runner asks before it stages device memory
+  // through host memory. True for device memory only where the transport moves it itself
+  // (GPUDirect RDMA, CUDA IPC). This default: host memory only.
+  virtual bool MovesDirectly(const std::string& peer, MemoryKind kind) const;
 
   // Fails every pending and future Send and Recv on communicator `comm` with `reason` (which must
   // not be OK), and drops its unexpected messages, until Forget(comm).

@@ -19,8 +19,10 @@
 #include "collective/layout.h"
 #include "collective/op_spec.h"
 #include "collective/reduce.h"
+#include "collective/registered_memory.h"
 #include "collective/registry.h"
 #include "tests/collective/collective_test_support.h"
+#include "tests/testing/registered_only_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
 
 namespace baton::collective {
@@ -81,14 +83,38 @@ std::vector<absl::Status> RunSchedules(const Placement& placement, Algorithm alg
     threads.emplace_back([&, d] {
       Layout layout = base;
       layout.self = static_cast<int>(d);
+      // As in the daemon: the ranks' buffers and the scratch are registered with the data plane,
+      // and every byte the schedule moves must name its registration.
+      baton::test::RegisteredOnlyEndpoint registered_only(endpoints[d].get());
+      ScratchPool scratch(&registered_only, size_t{1} << 20);
+      std::vector<std::unique_ptr<transport::MemoryRegion>> registrations;
+      auto registration = [&](const std::shared_ptr<Bytes>& buffer) {
+        if (buffer == nullptr || buffer->empty())
+          return static_cast<transport::MemoryRegion*>(nullptr);
+        for (const auto& made : registrations) {
+          if (made->bytes().data() == buffer->data()) return made.get();
+        }
+        auto made = registered_only.RegisterMemory(*buffer, transport::MemoryKind::kHost);
+        EXPECT_TRUE(made.ok()) << made.status();
+        registrations.push_back(std::move(made).value());
+        return registrations.back().get();
+      };
       std::vector<LocalPart> parts;
       for (int rank : layout.local_ranks()) {
         RankState& r = ranks[rank];
         parts.push_back({&r.spec, r.send ? r.send->data() + r.send_offset : nullptr,
-                         r.recv ? r.recv->data() : nullptr});
+                         r.recv ? r.recv->data() : nullptr, registration(r.send),
+                         registration(r.recv)});
       }
+      RegionTable table;
+      for (const LocalPart& part : parts) {
+        table.Add(part.send_region);
+        table.Add(part.recv_region);
+      }
+      RegisteredEndpoint endpoint(&registered_only, &table, &scratch);
       Schedule schedule;
-      schedule.ctx.endpoint = endpoints[d].get();
+      schedule.ctx.endpoint = &endpoint;
+      schedule.ctx.scratch = &scratch;
       schedule.ctx.comm = 9;
       schedule.ctx.seq = 1;
       schedule.ctx.deadline = absl::Now() + absl::Seconds(20);
@@ -98,6 +124,9 @@ std::vector<absl::Status> RunSchedules(const Placement& placement, Algorithm alg
       schedule.algorithm = algorithm;
       schedule.parts = parts;
       statuses[d] = implementation->run(schedule);
+      EXPECT_EQ(registered_only.raw_bytes(), 0u)
+          << "daemon " << d << " moved bytes that name no registered region";
+      EXPECT_EQ(endpoint.unregistered_bytes(), 0u);
     });
   }
   for (std::thread& t : threads) t.join();

@@ -15,6 +15,9 @@
 
 #include "common/shared_memory.h"
 #include "device/host_fake.h"
+#include "tests/testing/registered_only_endpoint.h"
+#include "transport/forwarding_endpoint.h"
+#include "transport/inmemory/inmemory_transport.h"
 
 namespace baton::daemon {
 namespace {
@@ -223,6 +226,80 @@ TEST_F(SessionRegistryTest, DeviceBuffersAndEventSetsCountToo) {
   ASSERT_TRUE(registry.ReleaseBuffer(session, *set).ok());
   ASSERT_TRUE(registry.ReleaseBuffer(session, *id).ok());
   EXPECT_EQ(registry.TotalUsage().buffers, 0);
+  EXPECT_EQ(registry.TotalUsage().bytes, 0u);
+}
+
+// Every buffer is registered with the data plane when it is mapped and deregistered only once
+// nothing uses it; device memory is registered where the data plane moves it; a registration
+// that fails refuses the buffer and charges nothing.
+TEST_F(SessionRegistryTest, BuffersAreRegisteredWithTheDataPlaneWhileMapped) {
+  auto fabric = transport::NewInMemoryFabric();
+  std::unique_ptr<transport::Endpoint> inner = *fabric->CreateEndpoint("a");
+  test::RegisteredOnlyEndpoint data_plane(inner.get());
+  std::unique_ptr<device::HostFakeDevice> device = device::NewHostFakeDevice();
+  {
+    SessionRegistry registry({}, device.get(), &data_plane);
+    const uint64_t session = Open(registry, 1000);
+    absl::StatusOr<uint64_t> id = Register(registry, session, 2 * kPage);
+    ASSERT_TRUE(id.ok()) << id.status();
+    EXPECT_EQ(data_plane.live_regions(), 1u);
+    absl::StatusOr<BufferRegion> region = registry.Resolve(session, *id, kPage, 16);
+    ASSERT_TRUE(region.ok()) << region.status();
+    ASSERT_NE(region->registered, nullptr);
+    EXPECT_EQ(region->registered->bytes().size(), 2 * kPage);
+    EXPECT_EQ(region->registered->bytes().data() + kPage, region->data);
+    ASSERT_TRUE(registry.ReleaseBuffer(session, *id).ok());
+    EXPECT_EQ(data_plane.live_regions(), 1u);  // an operation still uses it
+    region->pin.reset();
+    region->host.reset();
+    EXPECT_EQ(data_plane.live_regions(), 0u);
+
+    // Device memory this data plane cannot move: mapped, not registered (it is staged).
+    absl::StatusOr<std::unique_ptr<device::Allocation>> memory = device->Allocate(64 << 10, 0);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    absl::StatusOr<device::ExportedMemory> exported = device->Export((*memory)->data(), 64 << 10);
+    ASSERT_TRUE(exported.ok()) << exported.status();
+    id = registry.RegisterDeviceBuffer(session, *std::move(exported));
+    ASSERT_TRUE(id.ok()) << id.status();
+    region = registry.Resolve(session, *id, 0, 64 << 10);
+    ASSERT_TRUE(region.ok()) << region.status();
+    EXPECT_EQ(region->registered, nullptr);
+    EXPECT_EQ(data_plane.live_regions(), 0u);
+  }
+  // A data plane that moves device memory registers it.
+  test::RegisteredOnlyEndpoint direct(inner.get(), /*moves_device=*/true);
+  {
+    SessionRegistry registry({}, device.get(), &direct);
+    const uint64_t session = Open(registry, 1000);
+    absl::StatusOr<std::unique_ptr<device::Allocation>> memory = device->Allocate(64 << 10, 0);
+    ASSERT_TRUE(memory.ok()) << memory.status();
+    absl::StatusOr<device::ExportedMemory> exported = device->Export((*memory)->data(), 64 << 10);
+    ASSERT_TRUE(exported.ok()) << exported.status();
+    absl::StatusOr<uint64_t> id = registry.RegisterDeviceBuffer(session, *std::move(exported));
+    ASSERT_TRUE(id.ok()) << id.status();
+    absl::StatusOr<BufferRegion> region = registry.Resolve(session, *id, 0, 64 << 10);
+    ASSERT_TRUE(region.ok()) << region.status();
+    ASSERT_NE(region->registered, nullptr);
+    EXPECT_EQ(region->registered->kind(), transport::MemoryKind::kDevice);
+    EXPECT_EQ(direct.live_regions(), 1u);
+  }
+  EXPECT_EQ(direct.live_regions(), 0u);
+
+  // A data plane that cannot register (out of pinnable memory, say): the buffer is refused.
+  class Refusing final : public transport::ForwardingEndpoint {
+   public:
+    using ForwardingEndpoint::ForwardingEndpoint;
+    absl::StatusOr<std::unique_ptr<transport::MemoryRegion>> RegisterMemory(
+        transport::ByteSpan, transport::MemoryKind) override {
+      return absl::ResourceExhaustedError("no more pinnable memory");
+    }
+  } refusing(inner.get());
+  SessionRegistry registry({}, nullptr, &refusing);
+  const uint64_t session = Open(registry, 1000);
+  const absl::Status refused = Register(registry, session, kPage).status();
+  EXPECT_TRUE(absl::IsResourceExhausted(refused)) << refused;
+  EXPECT_NE(refused.message().find("could not register"), std::string::npos) << refused;
+  EXPECT_EQ(registry.SessionUsage(session).buffers, 0);
   EXPECT_EQ(registry.TotalUsage().bytes, 0u);
 }
 

@@ -148,6 +148,13 @@ TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
         samples[absl::StrCat("baton_peer_up{local_node=\"node-0\",peer_node=\"node-", peer, "\"}")],
         1);
   }
+  // Every byte the operations moved was in memory registered with the data plane: the rank's
+  // buffer, mapped and registered once, and the daemon's scratch.
+  for (const auto& [name, value] : samples) {
+    if (name.starts_with("baton_data_unregistered_bytes_total")) {
+      EXPECT_EQ(value, 0) << name;
+    }
+  }
   EXPECT_EQ(samples["baton_ranks{local_node=\"node-0\"}"], 1);
   EXPECT_EQ(samples["baton_submission_channels{local_node=\"node-0\"}"], 1);
   EXPECT_EQ(samples["baton_communicators{local_node=\"node-0\"}"], 1);

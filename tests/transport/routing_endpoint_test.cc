@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/registered_only_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
 #include "transport/transport.h"
 
@@ -112,6 +113,95 @@ TEST_F(RoutingEndpointTest, RejectsARouteToAnUnknownEndpointOrAChangedRoute) {
   ASSERT_TRUE(router_->AddRoute("b", a_fast_.get(), "b-fast").ok());
   EXPECT_TRUE(router_->AddRoute("b", a_fast_.get(), "b-fast").ok());
   EXPECT_EQ(router_->AddRoute("b", a_primary_.get(), "b").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A buffer registered with the router is registered with each endpoint that moves its kind, and a
+// send or receive naming it reaches the peer's endpoint with that endpoint's own registration.
+TEST(RoutingEndpointRegistrationTest, EachPeersEndpointGetsItsOwnRegistration) {
+  std::unique_ptr<InMemoryFabric> primary_fabric = NewInMemoryFabric();
+  std::unique_ptr<InMemoryFabric> fast_fabric = NewInMemoryFabric();
+  std::unique_ptr<Endpoint> a_primary = *primary_fabric->CreateEndpoint("a");
+  std::unique_ptr<Endpoint> c_primary = *primary_fabric->CreateEndpoint("c");
+  std::unique_ptr<Endpoint> a_fast = *fast_fabric->CreateEndpoint("a-fast");
+  std::unique_ptr<Endpoint> b_fast = *fast_fabric->CreateEndpoint("b-fast");
+  test::RegisteredOnlyEndpoint primary(a_primary.get());
+  test::RegisteredOnlyEndpoint fast(a_fast.get(), /*moves_device=*/true);
+  RoutingEndpoint router({&primary, &fast});
+  ASSERT_TRUE(router.AddRoute("b", &fast, "b-fast").ok());
+
+  std::vector<std::byte> host = Bytes("host bytes");
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> region =
+      router.RegisterMemory(host, MemoryKind::kHost);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ(primary.live_regions(), 1u);
+  EXPECT_EQ(fast.live_regions(), 1u);
+  const RegionSlice slice{region->get(), 5, 5};
+  ASSERT_TRUE(router.SendRegion("b", Tag{.seq = 1}, slice, Deadline()).ok());
+  ASSERT_TRUE(router.SendRegion("c", Tag{.seq = 1}, slice, Deadline()).ok());
+  std::vector<std::byte> received(5);
+  ASSERT_TRUE(b_fast->Recv("a-fast", Tag{.seq = 1}, received, Deadline()).ok());
+  EXPECT_EQ(received, Bytes("bytes"));
+  ASSERT_TRUE(c_primary->Recv("a", Tag{.seq = 1}, received, Deadline()).ok());
+  EXPECT_EQ(received, Bytes("bytes"));
+  // Both went as registered memory (the test endpoints refuse regions not theirs).
+  EXPECT_EQ(primary.raw_bytes(), 0u);
+  EXPECT_EQ(fast.raw_bytes(), 0u);
+  EXPECT_EQ(primary.region_bytes(), 5u);
+  EXPECT_EQ(fast.region_bytes(), 5u);
+
+  // A receive into the region, from the routed peer.
+  ASSERT_TRUE(b_fast->Send("a-fast", Tag{.seq = 2}, Bytes("HOST!"), Deadline()).ok());
+  ASSERT_TRUE(
+      router.PostRecvRegion("b", Tag{.seq = 2}, RegionSlice{region->get(), 0, 5}, Deadline(), {})
+          ->Wait()
+          .ok());
+  EXPECT_EQ(host, Bytes("HOST!bytes"));
+
+  // Deregistered from both when the region goes.
+  region->reset();
+  EXPECT_EQ(primary.live_regions(), 0u);
+  EXPECT_EQ(fast.live_regions(), 0u);
+}
+
+// Memory only some transports move: registered where it can be, moved directly only to peers
+// whose transport moves it, and refused (not copied) to the others.
+TEST(RoutingEndpointRegistrationTest, AKindOnlyOneTransportMovesGoesToItsPeersOnly) {
+  std::unique_ptr<InMemoryFabric> primary_fabric = NewInMemoryFabric();
+  std::unique_ptr<InMemoryFabric> fast_fabric = NewInMemoryFabric();
+  std::unique_ptr<Endpoint> a_primary = *primary_fabric->CreateEndpoint("a");
+  std::unique_ptr<Endpoint> a_fast = *fast_fabric->CreateEndpoint("a-fast");
+  test::RegisteredOnlyEndpoint primary(a_primary.get());
+  test::RegisteredOnlyEndpoint fast(a_fast.get(), /*moves_device=*/true);
+  RoutingEndpoint router({&primary, &fast});
+  ASSERT_TRUE(router.AddRoute("b", &fast, "b-fast").ok());
+
+  EXPECT_TRUE(router.MovesDirectly("b", MemoryKind::kDevice));
+  EXPECT_FALSE(router.MovesDirectly("c", MemoryKind::kDevice));
+  EXPECT_TRUE(router.MovesDirectly("c", MemoryKind::kHost));
+
+  std::vector<std::byte> device = Bytes("device");
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> region =
+      router.RegisterMemory(device, MemoryKind::kDevice);
+  ASSERT_TRUE(region.ok()) << region.status();
+  EXPECT_EQ(primary.live_regions(), 0u);
+  EXPECT_EQ(fast.live_regions(), 1u);
+  const absl::Status refused =
+      router.SendRegion("c", Tag{.seq = 1}, RegionSlice{region->get(), 0, 6}, Deadline());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("cannot move device memory"));
+  EXPECT_EQ(
+      router.PostRecvRegion("c", Tag{.seq = 1}, RegionSlice{region->get(), 0, 6}, Deadline(), {})
+          ->Wait()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+
+  // No transport moves it at all: refused with what is missing.
+  RoutingEndpoint host_only({&primary});
+  absl::StatusOr<std::unique_ptr<MemoryRegion>> none =
+      RoutingEndpoint({&primary, &primary}).RegisterMemory(device, MemoryKind::kDevice);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(host_only.RegisterMemory(device, MemoryKind::kDevice).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
