@@ -30,7 +30,7 @@
 #include "device/device.h"
 #include "device/operation_device.h"
 #include "topology/graph.h"
-#include "transport/handshake.h"
+#include "transport/auth/handshake.h"
 #include "transport/transport.h"
 
 namespace baton::daemon {
