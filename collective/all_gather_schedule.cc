@@ -10,7 +10,7 @@ namespace baton::collective {
 absl::Status AllGatherSchedule(const Schedule& s) {
   const OpSpec& spec = *s.spec;
   const Layout& layout = *s.layout;
-  const Kernels& kernels = *s.ctx.kernels;
+  const device::Kernels& kernels = *s.ctx.kernels;
   const std::vector<int>& local = layout.local_ranks();
   const size_t block_bytes = spec.count * s.element_bytes();
   const size_t total_bytes = block_bytes * static_cast<size_t>(layout.world_size);

@@ -11,7 +11,7 @@ namespace baton::collective {
 absl::Status AllToAllSchedule(const Schedule& s) {
   const OpSpec& spec = *s.spec;
   const Layout& layout = *s.layout;
-  const Kernels& kernels = *s.ctx.kernels;
+  const device::Kernels& kernels = *s.ctx.kernels;
   const size_t block = spec.count * s.element_bytes();  // bytes from one rank to one rank
   if (block == 0) return absl::OkStatus();
   // Straight between the ranks' buffers where no send overlaps a receive buffer: nothing is

@@ -10,7 +10,7 @@ namespace baton::collective {
 absl::Status AllToAllVSchedule(const Schedule& s) {
   const Layout& layout = *s.layout;
   const OpContext& ctx = s.ctx;
-  const Kernels& kernels = *ctx.kernels;
+  const device::Kernels& kernels = *ctx.kernels;
   const size_t element = s.element_bytes();
   const std::vector<int>& local = layout.local_ranks();
   const size_t here = s.parts.size();

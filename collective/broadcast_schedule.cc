@@ -7,7 +7,7 @@ namespace baton::collective {
 absl::Status BroadcastSchedule(const Schedule& s) {
   const OpSpec& spec = *s.spec;
   const Layout& layout = *s.layout;
-  const Kernels& kernels = *s.ctx.kernels;
+  const device::Kernels& kernels = *s.ctx.kernels;
   const size_t bytes = spec.count * s.element_bytes();
   if (bytes == 0) return absl::OkStatus();
   const auto [root_daemon, root_local] = layout.Locate(spec.root);

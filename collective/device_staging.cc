@@ -22,12 +22,6 @@ bool RunsOnDevice(Collective collective) {
 
 namespace {
 
-// `bytes` of host memory to stage through: the device's staging memory, else the heap's.
-absl::StatusOr<StagingMemory> HostMemory(const DeviceAccess& device, size_t bytes) {
-  if (device.staging_memory) return device.staging_memory(bytes);
-  return StagingMemory(new std::byte[bytes], [](std::byte* data) { delete[] data; });
-}
-
 // Whether an all_reduce's local inputs can be reduced on the device into the first rank's
 // output first: every input is that output (in place) or apart from it, and every other output
 // is apart from it.
@@ -52,7 +46,8 @@ bool ReducesOnDeviceFirst(std::span<const LocalPart> parts) {
 // ranks), its result copied back as it becomes final (collective/staged_input.h), and from there
 // to every other local output on the device. PCIe carries about 2 x bytes instead of 2 x bytes
 // per local rank.
-absl::Status RunAllReduceStaged(std::span<const LocalPart> parts, const DeviceAccess& device,
+absl::Status RunAllReduceStaged(std::span<const LocalPart> parts,
+                                const device::OperationDevice& device,
                                 transport::Endpoint* endpoint, size_t chunk_bytes,
                                 absl::Time deadline, const StagedRun& run) {
   const LocalPart& first = parts.front();
@@ -63,17 +58,20 @@ absl::Status RunAllReduceStaged(std::span<const LocalPart> parts, const DeviceAc
     std::vector<const void*> sources;
     sources.reserve(parts.size());
     for (const LocalPart& part : parts) sources.push_back(part.send);
-    device.kernels->ReduceMany(spec.type, spec.op, first.recv, sources, spec.count);
-    BATON_RETURN_IF_ERROR(device.kernels_error());
+    device.kernels().ReduceMany(spec.type, spec.op, first.recv, sources, spec.count);
+    BATON_RETURN_IF_ERROR(device.kernels().last_error());
     input = first.recv;
   }
-  BATON_ASSIGN_OR_RETURN(StagingMemory host, HostMemory(device, bytes));
+  BATON_ASSIGN_OR_RETURN(device::PinnedBuffer host, device.StagingMemory(bytes));
   {
     // Both are destroyed (their copying stopped) before `host` is freed.
-    StagedInput staged_in(host.get(), input, bytes, chunk_bytes, device.copy, deadline);
-    StagedOutput staged_out(host.get(), first.recv, bytes, chunk_bytes, device.copy);
+    const auto copy = [&device](void* dst, const void* src, size_t bytes) {
+      return device.Copy(dst, src, bytes);
+    };
+    StagedInput staged_in(host.get(), input, bytes, chunk_bytes, copy, deadline);
+    StagedOutput staged_out(host.get(), first.recv, bytes, chunk_bytes, copy);
     StagingEndpoint staging_endpoint(endpoint, &staged_in, &staged_out);
-    StagingKernels staging_kernels(&HostKernels(), &staged_in, &staged_out);
+    StagingKernels staging_kernels(&device::HostKernels(), &staged_in, &staged_out);
     const LocalPart one{first.spec, host.get(), host.get()};
     BATON_RETURN_IF_ERROR(
         run(std::span<const LocalPart>(&one, 1), &staging_endpoint, &staging_kernels));
@@ -82,21 +80,21 @@ absl::Status RunAllReduceStaged(std::span<const LocalPart> parts, const DeviceAc
     BATON_RETURN_IF_ERROR(staged_out.Finish());
   }
   for (size_t i = 1; i < parts.size(); ++i) {
-    device.kernels->Copy(parts[i].recv, first.recv, bytes);
+    device.kernels().Copy(parts[i].recv, first.recv, bytes);
   }
-  return device.kernels_error();
+  return device.kernels().last_error();
 }
 
 }  // namespace
 
 absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
-                       const DeviceAccess& device, transport::Endpoint* endpoint,
+                       const device::OperationDevice& device, transport::Endpoint* endpoint,
                        size_t chunk_bytes, absl::Time deadline, const StagedRun& run) {
   if (ReducesOnDeviceFirst(parts)) {
     return RunAllReduceStaged(parts, device, endpoint, chunk_bytes, deadline, run);
   }
   const std::vector<int>& local = layout.local_ranks();
-  std::vector<StagingMemory> memory;
+  std::vector<device::PinnedBuffer> memory;
   std::vector<LocalPart> staged(parts.begin(), parts.end());
   for (size_t i = 0; i < parts.size(); ++i) {
     const LocalPart& part = parts[i];
@@ -107,36 +105,36 @@ absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
     staged[i].send = nullptr;
     staged[i].recv = nullptr;
     if (recv_bytes > 0 && part.recv != nullptr) {
-      BATON_ASSIGN_OR_RETURN(StagingMemory recv, HostMemory(device, recv_bytes));
+      BATON_ASSIGN_OR_RETURN(device::PinnedBuffer recv, device.StagingMemory(recv_bytes));
       memory.push_back(std::move(recv));
       staged[i].recv = memory.back().get();
     }
     // The output is copied back whole, but all_to_all_v writes only its blocks: the bytes between
     // them must go back as they were.
     const bool keep_gaps = staged[i].recv != nullptr && spec.collective == Collective::kAllToAllV;
-    if (keep_gaps) BATON_RETURN_IF_ERROR(device.copy(staged[i].recv, part.recv, recv_bytes));
+    if (keep_gaps) BATON_RETURN_IF_ERROR(device.Copy(staged[i].recv, part.recv, recv_bytes));
     if (send_bytes == 0 || part.send == nullptr) continue;
     const bool inside_recv = staged[i].recv != nullptr && part.send >= part.recv &&
                              part.send - part.recv <= static_cast<ptrdiff_t>(recv_bytes) &&
                              send_bytes <= recv_bytes - static_cast<size_t>(part.send - part.recv);
     if (inside_recv) {
       // In place: the input is part of the output buffer, which is copied whole.
-      if (!keep_gaps) BATON_RETURN_IF_ERROR(device.copy(staged[i].recv, part.recv, recv_bytes));
+      if (!keep_gaps) BATON_RETURN_IF_ERROR(device.Copy(staged[i].recv, part.recv, recv_bytes));
       staged[i].send = staged[i].recv + (part.send - part.recv);
     } else {
-      BATON_ASSIGN_OR_RETURN(StagingMemory send, HostMemory(device, send_bytes));
+      BATON_ASSIGN_OR_RETURN(device::PinnedBuffer send, device.StagingMemory(send_bytes));
       memory.push_back(std::move(send));
-      BATON_RETURN_IF_ERROR(device.copy(memory.back().get(), part.send, send_bytes));
+      BATON_RETURN_IF_ERROR(device.Copy(memory.back().get(), part.send, send_bytes));
       staged[i].send = memory.back().get();
     }
   }
-  BATON_RETURN_IF_ERROR(run(staged, endpoint, &HostKernels()));
+  BATON_RETURN_IF_ERROR(run(staged, endpoint, &device::HostKernels()));
   for (size_t i = 0; i < parts.size(); ++i) {
     if (staged[i].recv == nullptr) continue;
     const OpSpec& spec = *parts[i].spec;
     const size_t recv_bytes =
         spec.RecvElements(layout.world_size, local[i]) * DataTypeSize(spec.type);
-    BATON_RETURN_IF_ERROR(device.copy(parts[i].recv, staged[i].recv, recv_bytes));
+    BATON_RETURN_IF_ERROR(device.Copy(parts[i].recv, staged[i].recv, recv_bytes));
   }
   return absl::OkStatus();
 }

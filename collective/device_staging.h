@@ -1,8 +1,8 @@
 #pragma once
 
-// How an operation on device memory runs (OperationRunner::Run with a DeviceAccess): on the
-// device itself, with the device's kernels, when every rank of the communicator is on this
-// daemon and the collective's schedule needs no memory of its own (all_reduce, broadcast,
+// How an operation on device memory runs (OperationRunner::Run with a device::OperationDevice):
+// on the device itself, with the device's kernels, when every rank of the communicator is on
+// this daemon and the collective's schedule needs no memory of its own (all_reduce, broadcast,
 // all_gather, barrier: one pass of the device's ReduceMany over every local input, then copies);
 // otherwise staged through host memory: each local rank's input copied to the host, the host
 // schedule run there (the network transports move host memory), and the outputs copied back.
@@ -12,40 +12,26 @@
 
 #include <cstddef>
 #include <functional>
-#include <memory>
 #include <span>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "collective/kernels.h"
 #include "collective/layout.h"
 #include "collective/schedule.h"
+#include "device/kernels.h"
+#include "device/operation_device.h"
 #include "transport/transport.h"
 
 namespace baton::collective {
-
-// Host memory for staging; its deleter returns it to where it came from.
-using StagingMemory = std::unique_ptr<std::byte[], std::function<void(std::byte*)>>;
-
-struct DeviceAccess {
-  // The element-wise kernels of the device that holds the parts' memory.
-  const Kernels* kernels = nullptr;
-  // Copies `bytes` between host and device memory (either direction), done when it returns.
-  std::function<absl::Status(void* dst, const void* src, size_t bytes)> copy;
-  // The kernels' first error (they return nothing themselves); checked after every operation.
-  std::function<absl::Status()> kernels_error;
-  // At least `bytes` of host memory to stage through (pinned, from a pool: device/pinned_pool.h);
-  // if empty, plain heap memory.
-  std::function<absl::StatusOr<StagingMemory>(size_t bytes)> staging_memory;
-};
 
 // Whether `collective` runs on the device directly when every rank is on one daemon.
 bool RunsOnDevice(Collective collective);
 
 // What RunStaged runs: the schedule on `parts` (host memory), with the endpoint and kernels it
 // must use (they wait for input still being staged).
-using StagedRun = std::function<absl::Status(
-    std::span<const LocalPart> parts, transport::Endpoint* endpoint, const Kernels* kernels)>;
+using StagedRun =
+    std::function<absl::Status(std::span<const LocalPart> parts, transport::Endpoint* endpoint,
+                               const device::Kernels* kernels)>;
 
 // Runs `run` on host copies of `parts` (device memory of `layout`'s local ranks) over
 // `endpoint`: inputs (OpSpec::SendElements) copied to the host first, outputs (RecvElements)
@@ -56,10 +42,10 @@ using StagedRun = std::function<absl::Status(
 // copied to the host in chunks of `chunk_bytes` (collective/staged_input.h: each send, receive
 // and kernel call waits for the chunks it touches, the first ones waited for copied first), and
 // copied back as receives complete its chunks (the rest after the schedule); the result goes to
-// every output. Waits end at `deadline`. Errors: the copies', the device
-// kernels', or `run`'s.
+// every output. Host copies are `device`'s staging memory. Waits end at `deadline`. Errors: the
+// copies', the device kernels' (kernels().last_error()), or `run`'s.
 absl::Status RunStaged(std::span<const LocalPart> parts, const Layout& layout,
-                       const DeviceAccess& device, transport::Endpoint* endpoint,
+                       const device::OperationDevice& device, transport::Endpoint* endpoint,
                        size_t chunk_bytes, absl::Time deadline, const StagedRun& run);
 
 }  // namespace baton::collective

@@ -8,8 +8,9 @@
 // two buffers must not overlap (an in-place caller copies its input aside first).
 //
 // Traffic: with B = count * element size and C = ChunkCount(count, ChunkElements(
-// ctx.chunk_bytes, type)), every participant transmits B + kFrameHeaderBytes * C bytes to each
-// of the other size-1 participants: (size-1) * (B + 40 * C) in all.
+// ctx.chunk_bytes, type)) and h the transport's per-message overhead (LinkStats, transport.h;
+// 40 bytes on TCP), every participant transmits B + h * C bytes to each of the other size-1
+// participants: (size-1) * (B + h * C) in all.
 //
 // Tags: step s (1 <= s < size) carries the block from participant i to participant i+s (mod
 // size), part = chunk.

@@ -6,8 +6,8 @@
 // participant that entered the barrier, so none returns before all have called it.
 //
 // Traffic: every participant transmits ceil(log2 size) messages of no payload, one to each of
-// its peers r + 2^k: ceil(log2 size) * kFrameHeaderBytes bytes. Nothing for a single
-// participant.
+// its peers r + 2^k: ceil(log2 size) times the transport's per-message overhead (LinkStats,
+// transport.h; 40 bytes on TCP). Nothing for a single participant.
 //
 // Tags: step k = round, part 0.
 

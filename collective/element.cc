@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "collective/half.h"
+#include "device/half.h"
 
 namespace baton::collective {
 namespace {
@@ -35,20 +35,20 @@ void SetElement(DataType type, void* base, size_t i, double v) {
     case DataType::kUint64:
       return Set<uint64_t>(base, i, v);
     case DataType::kFloat16:
-      static_cast<uint16_t*>(base)[i] = FloatToHalf(f);
+      static_cast<uint16_t*>(base)[i] = device::FloatToHalf(f);
       return;
     case DataType::kBfloat16:
-      static_cast<uint16_t*>(base)[i] = FloatToBfloat16(f);
+      static_cast<uint16_t*>(base)[i] = device::FloatToBfloat16(f);
       return;
     case DataType::kFloat32:
       return Set<float>(base, i, v);
     case DataType::kFloat64:
       return Set<double>(base, i, v);
     case DataType::kFp8E4M3:
-      static_cast<uint8_t*>(base)[i] = FloatToFp8E4M3(f);
+      static_cast<uint8_t*>(base)[i] = device::FloatToFp8E4M3(f);
       return;
     case DataType::kFp8E5M2:
-      static_cast<uint8_t*>(base)[i] = FloatToFp8E5M2(f);
+      static_cast<uint8_t*>(base)[i] = device::FloatToFp8E5M2(f);
       return;
   }
 }
@@ -68,17 +68,17 @@ double GetElement(DataType type, const void* base, size_t i) {
     case DataType::kUint64:
       return Get<uint64_t>(base, i);
     case DataType::kFloat16:
-      return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+      return device::HalfToFloat(static_cast<const uint16_t*>(base)[i]);
     case DataType::kBfloat16:
-      return Bfloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
+      return device::Bfloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
     case DataType::kFloat32:
       return Get<float>(base, i);
     case DataType::kFloat64:
       return Get<double>(base, i);
     case DataType::kFp8E4M3:
-      return Fp8E4M3ToFloat(static_cast<const uint8_t*>(base)[i]);
+      return device::Fp8E4M3ToFloat(static_cast<const uint8_t*>(base)[i]);
     case DataType::kFp8E5M2:
-      return Fp8E5M2ToFloat(static_cast<const uint8_t*>(base)[i]);
+      return device::Fp8E5M2ToFloat(static_cast<const uint8_t*>(base)[i]);
   }
   return 0;
 }

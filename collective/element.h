@@ -2,7 +2,7 @@
 
 // Reading and writing one element of a buffer of any DataType as a double: for tools and tests
 // that fill and check buffers (baton bench, integration tests), not for hot paths. Narrow floats
-// convert as collective/half.h does (round to nearest even); integers convert with C++ casts.
+// convert as device/half.h does (round to nearest even); integers convert with C++ casts.
 
 #include <cstddef>
 

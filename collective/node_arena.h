@@ -35,7 +35,7 @@
 // before it is used (collective/node_arena_layout.h). The daemon's view is ArenaOwner
 // (collective/arena_owner.h), which reads no size from the arena at all.
 //
-// The data path is the element-wise kernels (collective/kernels.h) and memcpy on host memory;
+// The data path is the element-wise kernels (device/kernels.h) and memcpy on host memory;
 // for device memory the same rounds would run with the device's kernels reading peers' mapped
 // slots in the rank's stream (docs/node-arena.md).
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "collective/kernels.h"
 #include "collective/op_stats.h"
+#include "device/kernels.h"
 #include "transport/transport.h"
 
 namespace baton::collective {
@@ -56,8 +56,8 @@ struct OpContext {
   absl::Time deadline = absl::InfiniteFuture();
   size_t chunk_bytes = size_t{1} << 20;  // largest message the pipeline sends at once
   OpStats* stats = nullptr;              // if set, reduction time is added to stats->reduce
-  // The element-wise kernels for the operation's buffers (collective/kernels.h); never null.
-  const Kernels* kernels = &HostKernels();
+  // The element-wise kernels for the operation's buffers (device/kernels.h); never null.
+  const device::Kernels* kernels = &device::HostKernels();
   // Where the algorithm takes its scratch from (TakeScratch, collective/registered_memory.h):
   // memory registered with the data plane once and reused; null: plain memory.
   ScratchPool* scratch = nullptr;

@@ -22,6 +22,28 @@ constexpr uint32_t kSignatureStep = 0xFFFFFFFFu;
 // every slab's steps (Schedule::SlabContext).
 constexpr uint32_t kMeasurementStep = 0xFFFE0000u;
 
+// `inner`, counting the bytes its copies moved (OpStats::staged_bytes).
+class CountingDevice final : public device::OperationDevice {
+ public:
+  explicit CountingDevice(const device::OperationDevice& inner) : inner_(inner) {}
+
+  const device::DeviceKernels& kernels() const override { return inner_.kernels(); }
+  absl::Status Copy(void* dst, const void* src, size_t bytes) const override {
+    absl::Status copied = inner_.Copy(dst, src, bytes);
+    if (copied.ok()) copied_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    return copied;
+  }
+  absl::StatusOr<device::PinnedBuffer> StagingMemory(size_t bytes) const override {
+    return inner_.StagingMemory(bytes);
+  }
+
+  uint64_t copied_bytes() const { return copied_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  const device::OperationDevice& inner_;
+  mutable std::atomic<uint64_t> copied_bytes_{0};
+};
+
 }  // namespace
 
 // One operation's signature exchange with the check neighbours (see StartPeerCheck).
@@ -71,7 +93,8 @@ OperationRunner::OperationRunner(Layout layout, uint64_t comm, transport::Endpoi
 
 absl::StatusOr<std::string> OperationRunner::Run(uint64_t seq, std::span<const LocalPart> parts,
                                                  OpStats& stats, std::string& algorithm_name,
-                                                 absl::Time deadline, const DeviceAccess* device) {
+                                                 absl::Time deadline,
+                                                 const device::OperationDevice* device) {
   deadline = std::min(deadline, absl::Now() + options_.op_timeout);
   const bool across = layout_.daemon_count() > 1;
   // Before anything that could end this operation early here, so that every daemon exchanges.
@@ -108,34 +131,29 @@ absl::StatusOr<std::string> OperationRunner::RunOn(uint64_t seq, std::span<const
                                                    absl::Time deadline,
                                                    transport::Endpoint* endpoint, OpStats& stats,
                                                    std::string& algorithm_name,
-                                                   const DeviceAccess* device) {
+                                                   const device::OperationDevice* device) {
   if (device == nullptr) {
-    return RunSchedule(seq, parts, deadline, endpoint, stats, algorithm_name, &HostKernels());
+    return RunSchedule(seq, parts, deadline, endpoint, stats, algorithm_name,
+                       &device::HostKernels());
   }
   absl::StatusOr<std::string> result;
   if (layout_.daemon_count() == 1 && RunsOnDevice(parts.front().spec->collective)) {
-    result = RunSchedule(seq, parts, deadline, endpoint, stats, algorithm_name, device->kernels);
+    result = RunSchedule(seq, parts, deadline, endpoint, stats, algorithm_name, &device->kernels());
   } else {
     bool ran = false;
-    // Every copy between device and host memory goes through `copy`, some of them on the staging
+    // Every copy between device and host memory goes through Copy, some of them on the staging
     // threads, which have stopped when RunStaged returns.
-    std::atomic<uint64_t> staged_bytes{0};
-    DeviceAccess counted = *device;
-    counted.copy = [&staged_bytes, &copy = device->copy](void* dst, const void* src, size_t bytes) {
-      absl::Status copied = copy(dst, src, bytes);
-      if (copied.ok()) staged_bytes.fetch_add(bytes, std::memory_order_relaxed);
-      return copied;
-    };
+    CountingDevice counted(*device);
     absl::Status staged =
         RunStaged(parts, layout_, counted, endpoint, options_.chunk_bytes, deadline,
                   [&](std::span<const LocalPart> host_parts, transport::Endpoint* staging_endpoint,
-                      const Kernels* kernels) {
+                      const device::Kernels* kernels) {
                     ran = true;
                     result = RunSchedule(seq, host_parts, deadline, staging_endpoint, stats,
                                          algorithm_name, kernels);
                     return result.status();
                   });
-    stats.staged_bytes += staged_bytes.load(std::memory_order_relaxed);
+    stats.staged_bytes += counted.copied_bytes();
     // A copy's failure (before or after the schedule) is the operation's.
     if (!staged.ok() && (!ran || result.ok())) {
       result = absl::Status(
@@ -145,7 +163,7 @@ absl::StatusOr<std::string> OperationRunner::RunOn(uint64_t seq, std::span<const
     }
   }
   // The kernels return nothing: a device error surfaces here.
-  if (absl::Status kernels = device->kernels_error(); result.ok() && !kernels.ok()) {
+  if (absl::Status kernels = device->kernels().last_error(); result.ok() && !kernels.ok()) {
     result = absl::Status(kernels.code(),
                           absl::StrCat("operation ", seq, " ", parts.front().spec->Describe(),
                                        " failed on node ", node_name(), ": ", kernels.message()));
@@ -156,7 +174,7 @@ absl::StatusOr<std::string> OperationRunner::RunOn(uint64_t seq, std::span<const
 absl::StatusOr<std::string> OperationRunner::RunSchedule(
     uint64_t seq, std::span<const LocalPart> parts, absl::Time deadline,
     transport::Endpoint* endpoint, OpStats& stats, std::string& algorithm_name,
-    const Kernels* kernels) {
+    const device::Kernels* kernels) {
   const OpSpec& spec = *parts.front().spec;
   const bool across = layout_.daemon_count() > 1;
   // Sends and receives of the ranks' buffers and of the scratch name their registrations.

@@ -24,6 +24,7 @@
 #include "collective/registered_memory.h"
 #include "collective/schedule.h"
 #include "collective/tuner.h"
+#include "device/operation_device.h"
 #include "transport/transport.h"
 
 namespace baton::collective {
@@ -69,11 +70,11 @@ class OperationRunner {
   // that a failure reports it too. FailedPrecondition when ranks called different operations.
   // The operation fails at `deadline` (the earliest of its ranks' call deadlines) or after
   // options.op_timeout, whichever comes first. With `device`, the parts' buffers are device
-  // memory that the device's kernels reach (collective/device_staging.h says where it runs).
+  // memory of that GPU (collective/device_staging.h says where it runs).
   absl::StatusOr<std::string> Run(uint64_t seq, std::span<const LocalPart> parts, OpStats& stats,
                                   std::string& algorithm_name,
                                   absl::Time deadline = absl::InfiniteFuture(),
-                                  const DeviceAccess* device = nullptr);
+                                  const device::OperationDevice* device = nullptr);
 
   // The tuner's prediction for `collective` on `bytes` across the daemons, cheapest first; empty
   // with a single daemon.
@@ -84,12 +85,12 @@ class OperationRunner {
   absl::StatusOr<std::string> RunSchedule(uint64_t seq, std::span<const LocalPart> parts,
                                           absl::Time deadline, transport::Endpoint* endpoint,
                                           OpStats& stats, std::string& algorithm_name,
-                                          const Kernels* kernels);
+                                          const device::Kernels* kernels);
   // Run's work once the local parts agree: on the device, staged, or on the host.
   absl::StatusOr<std::string> RunOn(uint64_t seq, std::span<const LocalPart> parts,
                                     absl::Time deadline, transport::Endpoint* endpoint,
                                     OpStats& stats, std::string& algorithm_name,
-                                    const DeviceAccess* device);
+                                    const device::OperationDevice* device);
   Algorithm ChooseAlgorithm(const OpSpec& spec);
   // Every kMeasurementExchangeEvery-th operation, before it runs, the daemons sum the all_reduce
   // times each measured since the last exchange and add them to the table every choice reads.

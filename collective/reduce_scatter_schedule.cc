@@ -13,7 +13,7 @@ namespace baton::collective {
 absl::Status ReduceScatterSchedule(const Schedule& s) {
   const OpSpec& spec = *s.spec;
   const Layout& layout = *s.layout;
-  const Kernels& kernels = *s.ctx.kernels;
+  const device::Kernels& kernels = *s.ctx.kernels;
   const size_t element = s.element_bytes();
   const size_t block = spec.count;  // elements each rank receives
   if (block == 0) return absl::OkStatus();

@@ -12,7 +12,7 @@ namespace baton::collective {
 absl::Status ReduceSchedule(const Schedule& s) {
   const OpSpec& spec = *s.spec;
   const Layout& layout = *s.layout;
-  const Kernels& kernels = *s.ctx.kernels;
+  const device::Kernels& kernels = *s.ctx.kernels;
   const size_t element = s.element_bytes();
   const size_t count = spec.count;
   const auto [root_daemon, root_local] = layout.Locate(spec.root);

@@ -5,11 +5,12 @@
 // same count, type, op and sequence number.
 //
 // Traffic: with S_j = SegmentOf(count, size, j), e the element size, c = ChunkElements(
-// ctx.chunk_bytes, type) and cost(S) = |S|*e + kFrameHeaderBytes * ChunkCount(|S|, c) (payload
-// plus 40 bytes of framing per message), participant r transmits
+// ctx.chunk_bytes, type), h the transport's per-message overhead (LinkStats, transport.h; 40
+// bytes on TCP) and cost(S) = |S|*e + h * ChunkCount(|S|, c) (payload plus h per message),
+// participant r transmits
 //   sum over j != r+1 of cost(S_j)  +  sum over j != r+2 of cost(S_j)      (indices mod size)
 // all to ring.next: about 2(size-1)/size * D bytes of payload for D = count*e, exactly that plus
-// 80(size-1) * ChunkCount(count/size, c) when size divides count.
+// 2h(size-1) * ChunkCount(count/size, c) when size divides count.
 //
 // Tags: steps 0 .. size-2 (reduce-scatter) and size-1 .. 2*size-3 (all-gather), part = chunk.
 

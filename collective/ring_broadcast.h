@@ -8,9 +8,10 @@
 // other participant's `data` is overwritten with it.
 //
 // Traffic: with D = count * element size and C = ChunkCount(count, ChainChunkElements(
-// ctx.chunk_bytes, count, type)), every participant except the root's predecessor (rank root-1 mod
-// size) transmits D + kFrameHeaderBytes * C bytes to ring.next; the root's predecessor transmits
-// nothing. In all (size-1) * D bytes of payload.
+// ctx.chunk_bytes, count, type)) and h the transport's per-message overhead (LinkStats,
+// transport.h; 40 bytes on TCP), every participant except the root's predecessor (rank root-1 mod
+// size) transmits D + h * C bytes to ring.next; the root's predecessor transmits nothing. In all
+// (size-1) * D bytes of payload.
 //
 // Tags: step 0, part = chunk.
 

@@ -9,8 +9,9 @@
 // into a one-chunk scratch buffer). The result is combined in chain order, root+1 first.
 //
 // Traffic: with D = count * element size and C = ChunkCount(count, ChainChunkElements(
-// ctx.chunk_bytes, count, type)), every participant except the root transmits D + kFrameHeaderBytes
-// * C bytes to ring.next; the root transmits nothing. In all (size-1) * D bytes of payload.
+// ctx.chunk_bytes, count, type)) and h the transport's per-message overhead (LinkStats,
+// transport.h; 40 bytes on TCP), every participant except the root transmits D + h * C bytes to
+// ring.next; the root transmits nothing. In all (size-1) * D bytes of payload.
 //
 // Tags: step 0, part = chunk.
 

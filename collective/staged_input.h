@@ -29,14 +29,15 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "collective/kernels.h"
+#include "collective/data_type.h"
+#include "device/kernels.h"
 #include "transport/forwarding_endpoint.h"
 
 namespace baton::collective {
 
 class StagedInput {
  public:
-  // Copies device memory to the host, done when it returns (DeviceAccess::copy).
+  // Copies device memory to the host, done when it returns (device::OperationDevice::Copy).
   using CopyFn = std::function<absl::Status(void* dst, const void* src, size_t bytes)>;
 
   // Starts copying `bytes` at `device` into `host` in chunks of `chunk_bytes`. A copy that fails
@@ -179,13 +180,13 @@ class StagingEndpoint final : public transport::ForwardingEndpoint {
   StagedOutput* const output_;
 };
 
-// Kernels that wait for the staged input before reading or writing it, run `inner`'s, and tell
-// the staged output (if any) what they wrote (to be copied back at Finish: a reduction's result
-// may be partial). The kernels return nothing, so a failed wait is kept (the first one) and the
-// call skipped; error() is checked after the schedule, before its result is trusted.
-class StagingKernels final : public Kernels {
+// device::Kernels that wait for the staged input before reading or writing it, run `inner`'s, and
+// tell the staged output (if any) what they wrote (to be copied back at Finish: a reduction's
+// result may be partial). The kernels return nothing, so a failed wait is kept (the first one) and
+// the call skipped; error() is checked after the schedule, before its result is trusted.
+class StagingKernels final : public device::Kernels {
  public:
-  StagingKernels(const Kernels* inner, StagedInput* input, StagedOutput* output = nullptr)
+  StagingKernels(const device::Kernels* inner, StagedInput* input, StagedOutput* output = nullptr)
       : inner_(inner), input_(input), output_(output) {}
 
   transport::MemoryKind memory() const override { return inner_->memory(); }
@@ -210,7 +211,7 @@ class StagingKernels final : public Kernels {
     if (output_ != nullptr) output_->Written(data, bytes, /*now=*/false);
   }
 
-  const Kernels* const inner_;
+  const device::Kernels* const inner_;
   StagedInput* const input_;
   StagedOutput* const output_;
   mutable absl::Mutex mu_;

@@ -13,9 +13,10 @@
 // follows the trees (different per half); for floating point that is not rank order.
 //
 // Traffic: with H_t = |half t| * element size, C_t = ChunkCount(|half t|, ChunkElements(
-// ctx.chunk_bytes, type)), and links_t(r) = (r is not tree t's root) + (number of r's children
-// in tree t), participant r transmits
-//   sum over t in {0, 1} of links_t(r) * (H_t + kFrameHeaderBytes * C_t)
+// ctx.chunk_bytes, type)), links_t(r) = (r is not tree t's root) + (number of r's children in
+// tree t) and h the transport's per-message overhead (LinkStats, transport.h; 40 bytes on TCP),
+// participant r transmits
+//   sum over t in {0, 1} of links_t(r) * (H_t + h * C_t)
 // (each half once up to its parent and once down to each child). Every tree has size-1 edges, so
 // in all 2(size-1) * D bytes of payload for D = count * element size, the same as the ring:
 // 2(size-1)/size * D per participant on average.

@@ -2,7 +2,7 @@
 
 // AES-256-GCM (libcrypto): authenticated encryption of the data plane's sealed connections, and
 // GMAC (AES-GCM over associated data alone) of its authenticated ones
-// (transport/record_cipher.h builds its numbered records on it).
+// (transport/auth/record_cipher.h builds its numbered records on it).
 
 #include <array>
 #include <cstddef>

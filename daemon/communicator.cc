@@ -376,7 +376,7 @@ absl::Status Communicator::RunPointToPointStaged(int rank, const OpRequest& requ
   const collective::OpSpec& spec = request.spec;
   auto staged = std::make_unique_for_overwrite<std::byte[]>(bytes);
   if (spec.collective == collective::Collective::kSend) {
-    BATON_RETURN_IF_ERROR(request.device->copy(staged.get(), request.send, bytes));
+    BATON_RETURN_IF_ERROR(request.device->Copy(staged.get(), request.send, bytes));
     staged_bytes += bytes;
     return point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(staged.get(), bytes),
                                 until, collective::DataTypeSize(spec.type));
@@ -384,7 +384,7 @@ absl::Status Communicator::RunPointToPointStaged(int rank, const OpRequest& requ
   BATON_RETURN_IF_ERROR(point_to_point_.Recv(spec.peer, rank,
                                              transport::ByteSpan(staged.get(), bytes), until,
                                              collective::DataTypeSize(spec.type)));
-  BATON_RETURN_IF_ERROR(request.device->copy(request.recv, staged.get(), bytes));
+  BATON_RETURN_IF_ERROR(request.device->Copy(request.recv, staged.get(), bytes));
   staged_bytes += bytes;
   return absl::OkStatus();
 }

@@ -36,6 +36,7 @@
 #include "common/shared_memory.h"
 #include "daemon/comm_proof.h"
 #include "daemon/plan.h"
+#include "device/operation_device.h"
 #include "transport/transport.h"
 
 namespace baton::daemon {
@@ -53,7 +54,7 @@ struct OpRequest {
   const transport::MemoryRegion* send_region = nullptr;
   const transport::MemoryRegion* recv_region = nullptr;
   std::vector<std::shared_ptr<void>> pins;
-  const collective::DeviceAccess* device = nullptr;
+  const device::OperationDevice* device = nullptr;
   // spec.node_part: local rank 0's part of a collective whose local phase the node arena ran; it
   // stands for every local rank (its buffer holds the node's part, in place), and the other
   // local ranks do not submit the operation.

@@ -1,6 +1,6 @@
 #pragma once
 
-// The keys of this daemon's data connections (transport/handshake.h), handed out over mutual
+// The keys of this daemon's data connections (transport/auth/handshake.h), handed out over mutual
 // TLS. This daemon derives the key a peer must prove from a secret of its own and the peer's data
 // address, and gives it (DataKey RPC) only to the daemon certified as the node that holds that
 // address; to connect to a peer it fetches the key that peer issued, once, and again if the peer
@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "transport/handshake.h"
+#include "transport/auth/handshake.h"
 
 namespace baton::daemon {
 

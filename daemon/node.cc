@@ -92,6 +92,9 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
               static_cast<int>(config.max_ranks_per_uid), static_cast<int>(config.max_ranks)},
           device_.get(), endpoint_),
       scratch_(endpoint_, kScratchKeepBytes),
+      operation_devices_(device_ == nullptr ? nullptr
+                                            : std::make_unique<device::OperationDevices>(
+                                                  device_.get(), kStagingKeepBytes)),
       peers_(credentials),
       directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
                  config.peer_linger),
@@ -540,7 +543,7 @@ absl::StatusOr<OpRequest> Node::RequestOf(const CollectiveCall& call, int world)
     spec.send_memory = spec.recv_memory;
   }
   if (device_ordinal >= 0) {
-    BATON_ASSIGN_OR_RETURN(request.device, DeviceAccessFor(device_ordinal));
+    BATON_ASSIGN_OR_RETURN(request.device, OperationDeviceFor(device_ordinal));
   }
   if (call.stream) {
     BATON_ASSIGN_OR_RETURN(std::shared_ptr<EventSet> events,
@@ -580,36 +583,11 @@ absl::Status Node::WaitForEvent(device::Event& event, absl::Time deadline, int r
   }
 }
 
-absl::StatusOr<const collective::DeviceAccess*> Node::DeviceAccessFor(int ordinal) {
-  if (device_ == nullptr) {
+absl::StatusOr<const device::OperationDevice*> Node::OperationDeviceFor(int ordinal) {
+  if (operation_devices_ == nullptr) {
     return absl::FailedPreconditionError("this node's batond has no GPU device");
   }
-  absl::MutexLock lock(&device_ops_mu_);
-  std::unique_ptr<DeviceOps>& ops = device_ops_[ordinal];
-  if (ops == nullptr) {
-    absl::StatusOr<std::unique_ptr<device::DeviceKernels>> kernels = device_->NewKernels(ordinal);
-    if (!kernels.ok()) {
-      device_ops_.erase(ordinal);
-      return kernels.status();
-    }
-    ops = std::make_unique<DeviceOps>();
-    ops->kernels = std::move(*kernels);
-    ops->access.kernels = ops->kernels.get();
-    ops->access.kernels_error = [kernels = ops->kernels.get()] { return kernels->last_error(); };
-    ops->access.copy = [device = device_.get()](void* dst, const void* src, size_t bytes) {
-      BATON_RETURN_IF_ERROR(device->CopyAsync(dst, src, bytes, nullptr));
-      return device->Synchronize(nullptr);
-    };
-    if (staging_pool_ == nullptr) {
-      staging_pool_ = std::make_unique<device::PinnedPool>(device_.get(), kStagingKeepBytes);
-    }
-    ops->access.staging_memory =
-        [pool = staging_pool_.get()](size_t bytes) -> absl::StatusOr<collective::StagingMemory> {
-      BATON_ASSIGN_OR_RETURN(device::PinnedBuffer buffer, pool->Take(bytes));
-      return collective::StagingMemory(buffer.release(), buffer.get_deleter());
-    };
-  }
-  return &ops->access;
+  return operation_devices_->For(ordinal);
 }
 
 absl::Status Node::OpenChannel(uint64_t session_id, uint64_t comm_tag, int rank,

@@ -28,9 +28,9 @@
 #include "daemon/session_registry.h"
 #include "daemon/stall_watch.h"
 #include "device/device.h"
-#include "device/pinned_pool.h"
+#include "device/operation_device.h"
 #include "topology/graph.h"
-#include "transport/handshake.h"
+#include "transport/auth/handshake.h"
 #include "transport/transport.h"
 
 namespace baton::daemon {
@@ -226,18 +226,14 @@ class Node {
   // up to this many bytes.
   static constexpr size_t kScratchKeepBytes = size_t{64} << 20;
   collective::ScratchPool scratch_;
-  // How operations reach each GPU's memory (kernels and copies), made on first use.
-  struct DeviceOps {
-    std::unique_ptr<device::DeviceKernels> kernels;
-    collective::DeviceAccess access;
-  };
-  absl::Mutex device_ops_mu_;
-  absl::flat_hash_map<int, std::unique_ptr<DeviceOps>> device_ops_ ABSL_GUARDED_BY(device_ops_mu_);
   // Pinned host memory that staged operations copy through, kept for reuse up to this many bytes
   // (registering costs about a copy of the bytes; every device of the node shares it).
   static constexpr size_t kStagingKeepBytes = size_t{1} << 30;
-  std::unique_ptr<device::PinnedPool> staging_pool_ ABSL_GUARDED_BY(device_ops_mu_);
-  absl::StatusOr<const collective::DeviceAccess*> DeviceAccessFor(int ordinal);
+  // How operations reach each GPU's memory (kernels, copies, staging memory), made on first use;
+  // null without a device.
+  const std::unique_ptr<device::OperationDevices> operation_devices_;
+  // The OperationDevice of GPU `ordinal`; FailedPrecondition without a device.
+  absl::StatusOr<const device::OperationDevice*> OperationDeviceFor(int ordinal);
   // The operation `call` asks for on a communicator of `world` ranks, with its buffers resolved
   // and pinned; InvalidArgument (or the session's error) for a call that cannot run.
   absl::StatusOr<OpRequest> RequestOf(const CollectiveCall& call, int world);

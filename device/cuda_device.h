@@ -34,7 +34,7 @@
 //     memory registered through the same Device (InvalidArgument otherwise).
 //   - Streams are cudaStream_t. nullptr is the legacy default stream of the calling thread's
 //     current device (as in CUDA); another stream's calls run on the stream's own device.
-//   - NewKernels: collective::NewDeviceKernels (collective/cuda/device_kernels.h).
+//   - NewKernels: cuda::NewCudaKernels (device/cuda/kernels.h).
 //
 // Current device: every call makes the device it works on current for itself and restores the
 // calling thread's device and context before it returns, because libbaton runs inside the

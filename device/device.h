@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "collective/kernels.h"
+#include "device/kernels.h"
 
 namespace baton::device {
 
@@ -130,14 +130,6 @@ class HostRegistration {
   virtual ~HostRegistration() = default;
 };
 
-// The element-wise kernels on device memory. collective::Kernels calls return nothing, so a
-// failure (a CUDA error) is kept: last_error() returns the first one, and later calls do
-// nothing. Callers check it before they trust or publish results.
-class DeviceKernels : public collective::Kernels {
- public:
-  virtual absl::Status last_error() const = 0;
-};
-
 // One process's view of the node's GPUs.
 class Device {
  public:
@@ -194,7 +186,7 @@ class Device {
   // `stream`.
   virtual absl::Status CopyAsync(void* dst, const void* src, size_t bytes, StreamHandle stream) = 0;
 
-  // The element-wise kernels (collective/kernels.h) for memory device `ordinal` can reach,
+  // The element-wise kernels (device/kernels.h) for memory device `ordinal` can reach,
   // with a stream of their own; each call returns once its work is done. FailedPrecondition
   // when they cannot run here.
   virtual absl::StatusOr<std::unique_ptr<DeviceKernels>> NewKernels(int ordinal) = 0;

@@ -64,22 +64,22 @@ constexpr absl::Duration kWaitSlice = absl::Milliseconds(1);
 
 class FakeKernels final : public DeviceKernels {
  public:
-  transport::MemoryKind memory() const override { return transport::MemoryKind::kDevice; }
-  void ReduceInto(collective::DataType type, collective::ReduceOp op, void* dst, const void* src,
+  MemoryKind memory() const override { return MemoryKind::kDevice; }
+  void ReduceInto(DataType type, ReduceOp op, void* dst, const void* src,
                   size_t count) const override {
-    collective::HostKernels().ReduceInto(type, op, dst, src, count);
+    HostKernels().ReduceInto(type, op, dst, src, count);
   }
-  void ReduceMany(collective::DataType type, collective::ReduceOp op, void* dst,
-                  std::span<const void* const> srcs, size_t count) const override {
-    collective::HostKernels().ReduceMany(type, op, dst, srcs, count);
+  void ReduceMany(DataType type, ReduceOp op, void* dst, std::span<const void* const> srcs,
+                  size_t count) const override {
+    HostKernels().ReduceMany(type, op, dst, srcs, count);
   }
-  void Divide(collective::DataType type, void* data, size_t count, int divisor) const override {
-    collective::HostKernels().Divide(type, data, count, divisor);
+  void Divide(DataType type, void* data, size_t count, int divisor) const override {
+    HostKernels().Divide(type, data, count, divisor);
   }
   void Copy(void* dst, const void* src, size_t bytes) const override {
-    collective::HostKernels().Copy(dst, src, bytes);
+    HostKernels().Copy(dst, src, bytes);
   }
-  void Zero(void* dst, size_t bytes) const override { collective::HostKernels().Zero(dst, bytes); }
+  void Zero(void* dst, size_t bytes) const override { HostKernels().Zero(dst, bytes); }
   absl::Status last_error() const override { return absl::OkStatus(); }
 };
 

@@ -23,7 +23,8 @@
 //     (process-shared) futex in 1 ms slices, so a plain store from another process, with no
 //     wake, releases it within about a millisecond. RegisterHost refuses a range that overlaps
 //     one already registered (AlreadyExists, as cuMemHostRegister does).
-//   - The kernels are the host functions (collective::HostKernels()), run at once on the caller's
+//   - The kernels are the host functions (device::HostKernels(), device/kernels.h), run at once on
+//   the caller's
 //     thread.
 //
 // Streams that are destroyed with work still queued (a wait that was never satisfied, and all

@@ -34,7 +34,7 @@ def proc_state(pid):
 
 
 def hello(address):
-    # transport/frame.h: magic "BTNF", version 2, type 2 (hello), flags 0 or 2 (asks for a sealed
+    # transport/tcp/frame.h: magic "BTNF", version 2, type 2 (hello), flags 0 or 2 (asks for a sealed
     # connection), zero tag, length.
     payload = os.urandom(16) + address.encode()
     flags = random.choice((0, 2))

@@ -1,20 +1,14 @@
 #pragma once
 
-// Where a buffer lives. Operations name the kind of each buffer; transports register memory of
-// the kinds they can move (Transport::RegisterMemory), and reduction kernels exist per kind.
+// Where a buffer lives, as the transport API names it: the device layer's kinds
+// (device/memory_kind.h). Transports register memory of the kinds they can move
+// (Transport::RegisterMemory).
 
-#include "absl/strings/string_view.h"
+#include "device/memory_kind.h"
 
 namespace baton::transport {
 
-enum class MemoryKind {
-  kHost,    // ordinary (or shared) host memory
-  kDevice,  // GPU memory (CUDA)
-};
-
-// "host", "device".
-inline absl::string_view MemoryKindName(MemoryKind kind) {
-  return kind == MemoryKind::kDevice ? "device" : "host";
-}
+using device::MemoryKind;
+using device::MemoryKindName;
 
 }  // namespace baton::transport

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "collective/kernels.h"
 #include "collective/node_arena.h"
 #include "collective/node_arena_layout.h"
 #include "common/status_macros.h"
+#include "device/kernels.h"
 
 namespace baton::collective {
 
@@ -78,7 +78,7 @@ absl::Status NodeArena::AllReduceChunk(const Signature& signature, const void* s
   uint64_t n = 0;
   BATON_RETURN_IF_ERROR(OneRound(signature, send, bytes, deadline, n, waited));
   std::vector<const void*> sources(static_cast<size_t>(ranks_));
-  const Kernels& kernels = HostKernels();
+  const device::Kernels& kernels = device::HostKernels();
   if (bytes <= kWholeReduceBytes || ranks_ == 1) {
     for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n);
     if (bytes > 0) kernels.ReduceMany(type, op, recv, sources, count);
@@ -157,8 +157,8 @@ absl::Status NodeArena::Reduce(const void* send, void* recv, size_t count, DataT
   if (rank_ == root && count > 0) {
     std::vector<const void*> sources(static_cast<size_t>(ranks_));
     for (int r = 0; r < ranks_; ++r) sources[r] = input(r, n);
-    HostKernels().ReduceMany(type, op, recv, sources, count);
-    if (op == ReduceOp::kAvg) HostKernels().Divide(type, recv, count, ranks_);
+    device::HostKernels().ReduceMany(type, op, recv, sources, count);
+    if (op == ReduceOp::kAvg) device::HostKernels().Divide(type, recv, count, ranks_);
   }
   tally.Done(bytes);
   return absl::OkStatus();
@@ -191,8 +191,8 @@ absl::Status NodeArena::ReduceScatter(const void* send, void* recv, size_t count
         sources[r] = input(static_cast<int>(r), n) + static_cast<size_t>(rank_) * part_bytes;
       }
       void* out = static_cast<std::byte*>(recv) + done * element;
-      HostKernels().ReduceMany(type, op, out, sources, part);
-      if (op == ReduceOp::kAvg) HostKernels().Divide(type, out, part, ranks_);
+      device::HostKernels().ReduceMany(type, op, out, sources, part);
+      if (op == ReduceOp::kAvg) device::HostKernels().Divide(type, out, part, ranks_);
     }
     done += part;
   } while (done < count);

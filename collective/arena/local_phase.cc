@@ -9,10 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "collective/arena/internal.h"
-#include "collective/kernels.h"
 #include "collective/node_arena.h"
 #include "collective/node_arena_layout.h"
 #include "common/status_macros.h"
+#include "device/kernels.h"
 
 namespace baton::collective {
 
@@ -65,8 +65,8 @@ absl::Status NodeArena::ReduceInputs(uint64_t op, std::byte* buffer, size_t coun
   if (count == 0) return absl::OkStatus();
   std::vector<const void*> sources(static_cast<size_t>(ranks_));
   for (int r = 0; r < ranks_; ++r) sources[r] = input(r, op);
-  HostKernels().ReduceMany(type, reduce == ReduceOp::kAvg ? ReduceOp::kSum : reduce, buffer,
-                           sources, count);
+  device::HostKernels().ReduceMany(type, reduce == ReduceOp::kAvg ? ReduceOp::kSum : reduce, buffer,
+                                   sources, count);
   return absl::OkStatus();
 }
 

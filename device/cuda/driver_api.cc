@@ -12,7 +12,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "collective/cuda/cuda_status.h"
 #include "common/status_macros.h"
 
 namespace baton::device::cuda {
@@ -97,12 +96,6 @@ absl::Status CuStatus(CUresult result, absl::string_view what, const char* file,
                    name != nullptr ? name : absl::StrCat("CUresult ", static_cast<int>(result)),
                    ": ", description != nullptr ? description : "unknown error", " [",
                    base != nullptr ? base + 1 : file, ":", line, "]"));
-}
-
-absl::Status CudartStatus(cudaError_t error, absl::string_view what, const char* file, int line) {
-  if (error == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();
-  return collective::CudaStatus(error, what, file, line);
 }
 
 std::string Address(uint64_t address) { return absl::StrCat("0x", absl::Hex(address)); }

@@ -2,8 +2,9 @@
 
 // The CUDA driver API as the CUDA device (device/cuda_device.h) calls it: a table of entry points
 // looked up once per process with cudaGetDriverEntryPointByVersion, so nothing links libcuda, and
-// the macros that turn driver and runtime failures into an absl::Status with the call and its
-// location. Internal to target baton_device_cuda; built iff BATON_HAVE_CUDA.
+// the macro that turns a driver failure into an absl::Status with the call and its location
+// (runtime failures: device/cuda/cuda_status.h). Internal to target baton_device_cuda; built iff
+// BATON_HAVE_CUDA.
 //
 // <cuda.h> and <cudaTypedefs.h> provide types only: every driver function is called through a
 // pointer of the table.
@@ -13,7 +14,6 @@
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <string>
@@ -72,11 +72,6 @@ const DriverApi& Cu();
 // device or support -> FailedPrecondition, else Internal). OK for CUDA_SUCCESS.
 absl::Status CuStatus(CUresult result, absl::string_view what, const char* file, int line);
 
-// A runtime error as a Status (collective/cuda/cuda_status.h), clearing the calling thread's
-// "last error" first: libbaton runs in the user's process, whose own checks (PyTorch's after
-// every kernel launch) must not see Baton's failures. OK for cudaSuccess.
-absl::Status CudartStatus(cudaError_t error, absl::string_view what, const char* file, int line);
-
 // "0x<hex>", for error messages.
 std::string Address(uint64_t address);
 std::string Address(const void* pointer);
@@ -101,12 +96,3 @@ inline void* DescriptorAsHandle(int fd) {
 #define BATON_CU(function, ...)                                                      \
   ::baton::device::cuda::CuStatus(::baton::device::cuda::Cu().function(__VA_ARGS__), \
                                   "cu" #function, __FILE__, __LINE__)
-
-// Evaluates a CUDA runtime call; returns its error as a Status from the enclosing function.
-#define BATON_CUDART_RETURN_IF_ERROR(call)                                                        \
-  do {                                                                                            \
-    const cudaError_t baton_cudart_error_ = (call);                                               \
-    if (baton_cudart_error_ != cudaSuccess) {                                                     \
-      return ::baton::device::cuda::CudartStatus(baton_cudart_error_, #call, __FILE__, __LINE__); \
-    }                                                                                             \
-  } while (0)

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "device/cuda/cuda_status.h"
 #include "device/cuda/driver_api.h"
 #include "device/cuda/scoped_device.h"
 

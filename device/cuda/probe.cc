@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "device/cuda/cuda_status.h"
 #include "device/cuda/driver_api.h"
 #include "device/cuda/vmm.h"
 
@@ -59,7 +60,7 @@ absl::StatusOr<Gpu> ProbeGpu(int ordinal) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<Gpu>> ProbeGpus() {
+absl::StatusOr<int> CountGpus() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error != cudaSuccess) {
@@ -74,6 +75,11 @@ absl::StatusOr<std::vector<Gpu>> ProbeGpus() {
   if (count <= 0) {
     return absl::FailedPreconditionError("no CUDA GPU on this node (cudaGetDeviceCount: 0)");
   }
+  return count;
+}
+
+absl::StatusOr<std::vector<Gpu>> ProbeGpus() {
+  BATON_ASSIGN_OR_RETURN(const int count, CountGpus());
   BATON_RETURN_IF_ERROR(LoadedDriver().status());
   std::vector<Gpu> gpus(count);
   for (int ordinal = 0; ordinal < count; ++ordinal) {

@@ -22,6 +22,12 @@ struct Gpu {
   std::vector<int> accessors;  // this GPU and the peers that can access its memory
 };
 
+// The number of GPUs this process sees (cudaGetDeviceCount), at least 1; FailedPrecondition
+// without a driver or GPU: "no CUDA driver or GPU on this node (cudaGetDeviceCount: ...)", or
+// "no CUDA GPU on this node (cudaGetDeviceCount: 0)". The one probe of whether CUDA can run here
+// (the device's and the kernels').
+absl::StatusOr<int> CountGpus();
+
 // Every GPU this process sees, by ordinal, with the peers that can access each one's memory.
 // Loads the driver's entry points (driver_api.h) once the runtime has found a driver.
 // FailedPrecondition saying why the GPUs cannot be used: no driver or GPU ("no CUDA driver or GPU

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "common/status_macros.h"
+#include "device/cuda/cuda_status.h"
 #include "device/cuda/driver_api.h"
 
 namespace baton::device::cuda {
@@ -21,6 +22,9 @@ ScopedDevice::~ScopedDevice() {
 }
 
 absl::Status ScopedDevice::Enter(int ordinal) {
+  // The driver table is loaded once per process; the kernels (kernels.h) may be made without a
+  // CudaDevice, whose probe loads it otherwise.
+  BATON_RETURN_IF_ERROR(LoadedDriver().status());
   BATON_RETURN_IF_ERROR(BATON_CU(CtxGetCurrent, &previous_context_));
   BATON_CUDART_RETURN_IF_ERROR(cudaGetDevice(&previous_device_));
   // Always set: it also makes the primary context current where another context was, and

@@ -1,7 +1,8 @@
 #pragma once
 
 // The calling thread's current CUDA device, set for the length of one call of the CUDA device
-// (device/cuda_device.h) and restored afterwards. Internal to target baton_device_cuda.
+// (device/cuda_device.h) or its kernels (kernels.h) and restored afterwards. Internal to target
+// baton_device_cuda.
 
 #include <cuda.h>
 
@@ -23,7 +24,8 @@ class ScopedDevice {
   // are not reported (and leave no "last error").
   ~ScopedDevice();
 
-  // Makes `ordinal` current. After a failure the destructor restores nothing.
+  // Makes `ordinal` current (loading the driver's entry points, driver_api.h, on first use).
+  // After a failure the destructor restores nothing.
   absl::Status Enter(int ordinal);
 
   // Enters the calling thread's current device: a context for calls that need one, where any

@@ -27,7 +27,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/aead.h"
-#include "transport/crc32c.h"
+#include "transport/tcp/crc32c.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 

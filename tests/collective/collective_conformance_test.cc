@@ -35,7 +35,7 @@
 #include "collective/segments.h"
 #include "collective/tree_all_reduce.h"
 #include "tests/collective/collective_test_support.h"
-#include "transport/frame.h"
+#include "transport/tcp/frame.h"
 
 namespace baton::collective {
 namespace {

@@ -27,9 +27,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collective/data_type.h"
-#include "collective/half.h"
 #include "collective/op_context.h"
-#include "collective/reduce.h"
+#include "device/half.h"
+#include "device/reduce.h"
 #include "transport/forwarding_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
 #include "transport/transport.h"
@@ -153,13 +153,13 @@ inline void StoreFloat(DataType type, double value, std::byte* out) {
   const auto f = static_cast<float>(value);
   switch (type) {
     case DataType::kFloat16:
-      return put(FloatToHalf(f));
+      return put(device::FloatToHalf(f));
     case DataType::kBfloat16:
-      return put(FloatToBfloat16(f));
+      return put(device::FloatToBfloat16(f));
     case DataType::kFp8E4M3:
-      return put(FloatToFp8E4M3(f));
+      return put(device::FloatToFp8E4M3(f));
     case DataType::kFp8E5M2:
-      return put(FloatToFp8E5M2(f));
+      return put(device::FloatToFp8E5M2(f));
     case DataType::kFloat32:
       return put(f);
     default:
@@ -225,7 +225,7 @@ inline std::vector<std::byte> SerialReference(const std::vector<std::vector<std:
                                               size_t count, DataType type, ReduceOp op) {
   std::vector<std::byte> result = inputs[0];
   for (size_t r = 1; r < inputs.size(); ++r) {
-    ReduceInto(type, op, result.data(), inputs[r].data(), count);
+    device::ReduceInto(type, op, result.data(), inputs[r].data(), count);
   }
   return result;
 }

@@ -12,28 +12,54 @@
 #include <numeric>
 #include <vector>
 
-#include "collective/kernels.h"
+#include "device/kernels.h"
+#include "device/operation_device.h"
 
 namespace baton::collective {
 namespace {
 
-struct CountingAccess {
-  std::atomic<size_t> copied_bytes{0};
-  std::atomic<int> copies{0};
-  bool fail_copies = false;
-  DeviceAccess access;
-
-  CountingAccess() {
-    access.kernels = &HostKernels();
-    access.copy = [this](void* dst, const void* src, size_t bytes) {
-      if (fail_copies) return absl::UnavailableError("the copy engine is gone");
-      std::memcpy(dst, src, bytes);
-      copied_bytes += bytes;
-      ++copies;
-      return absl::OkStatus();
-    };
-    access.kernels_error = [] { return absl::OkStatus(); };
+// The host kernels as a device's: they never fail.
+class HostAsDeviceKernels final : public device::DeviceKernels {
+ public:
+  device::MemoryKind memory() const override { return device::MemoryKind::kDevice; }
+  void ReduceInto(DataType type, ReduceOp op, void* dst, const void* src,
+                  size_t count) const override {
+    device::HostKernels().ReduceInto(type, op, dst, src, count);
   }
+  void ReduceMany(DataType type, ReduceOp op, void* dst, std::span<const void* const> srcs,
+                  size_t count) const override {
+    device::HostKernels().ReduceMany(type, op, dst, srcs, count);
+  }
+  void Divide(DataType type, void* data, size_t count, int divisor) const override {
+    device::HostKernels().Divide(type, data, count, divisor);
+  }
+  void Copy(void* dst, const void* src, size_t bytes) const override {
+    device::HostKernels().Copy(dst, src, bytes);
+  }
+  void Zero(void* dst, size_t bytes) const override { device::HostKernels().Zero(dst, bytes); }
+  absl::Status last_error() const override { return absl::OkStatus(); }
+};
+
+class CountingDevice final : public device::OperationDevice {
+ public:
+  mutable std::atomic<size_t> copied_bytes{0};
+  mutable std::atomic<int> copies{0};
+  bool fail_copies = false;
+
+  const device::DeviceKernels& kernels() const override { return kernels_; }
+  absl::Status Copy(void* dst, const void* src, size_t bytes) const override {
+    if (fail_copies) return absl::UnavailableError("the copy engine is gone");
+    std::memcpy(dst, src, bytes);
+    copied_bytes += bytes;
+    ++copies;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<device::PinnedBuffer> StagingMemory(size_t bytes) const override {
+    return device::PinnedBuffer(new std::byte[bytes], [](std::byte* data) { delete[] data; });
+  }
+
+ private:
+  HostAsDeviceKernels kernels_;
 };
 
 Layout TwoDaemons(int local_ranks) {
@@ -54,7 +80,8 @@ constexpr float kOthers = 1000;  // what the other daemon adds to every element
 
 // The schedule across daemons on the staged parts: adds kOthers to the first part's output,
 // reading and writing it through `kernels` (the input may still be arriving).
-absl::Status AddOthers(std::span<const LocalPart> staged, const Kernels& kernels, int& parts_seen) {
+absl::Status AddOthers(std::span<const LocalPart> staged, const device::Kernels& kernels,
+                       int& parts_seen) {
   parts_seen = static_cast<int>(staged.size());
   const LocalPart& first = staged.front();
   const size_t count = first.spec->count;
@@ -81,16 +108,17 @@ TEST(DeviceStagingTest, AllReduceStagesOneBufferAfterReducingOnTheDevice) {
   // Rank 2 in place.
   parts[2].send = parts[2].recv;
   recv[2] = send[2];
-  CountingAccess device;
+  CountingDevice gpu;
   int parts_seen = 0;
   const Layout layout = TwoDaemons(kLocal);
-  ASSERT_TRUE(
-      RunStaged(parts, layout, device.access, nullptr, 256, absl::InfiniteFuture(),
-                [&](std::span<const LocalPart> staged, transport::Endpoint*,
-                    const Kernels* kernels) { return AddOthers(staged, *kernels, parts_seen); })
-          .ok());
+  ASSERT_TRUE(RunStaged(parts, layout, gpu, nullptr, 256, absl::InfiniteFuture(),
+                        [&](std::span<const LocalPart> staged, transport::Endpoint*,
+                            const device::Kernels* kernels) {
+                          return AddOthers(staged, *kernels, parts_seen);
+                        })
+                  .ok());
   EXPECT_EQ(parts_seen, 1) << "one buffer crosses daemons, not one per local rank";
-  EXPECT_EQ(device.copied_bytes, 2 * kCount * sizeof(float)) << "one copy each way";
+  EXPECT_EQ(gpu.copied_bytes, 2 * kCount * sizeof(float)) << "one copy each way";
   for (int r = 0; r < kLocal; ++r) {
     for (size_t i = 0; i < kCount; ++i) {
       float sum = kOthers;
@@ -113,14 +141,15 @@ TEST(DeviceStagingTest, AnInputOverlappingTheFirstOutputIsStagedPerRank) {
       {&spec, reinterpret_cast<const std::byte*>(first.data() + kCount / 2),
        reinterpret_cast<std::byte*>(other_recv.data())},
   };
-  CountingAccess device;
+  CountingDevice gpu;
   int parts_seen = 0;
-  ASSERT_TRUE(RunStaged(parts, TwoDaemons(2), device.access, nullptr, 256, absl::InfiniteFuture(),
-                        [&](std::span<const LocalPart> s, transport::Endpoint*, const Kernels*) {
-                          parts_seen = static_cast<int>(s.size());
-                          return absl::OkStatus();
-                        })
-                  .ok());
+  ASSERT_TRUE(
+      RunStaged(parts, TwoDaemons(2), gpu, nullptr, 256, absl::InfiniteFuture(),
+                [&](std::span<const LocalPart> s, transport::Endpoint*, const device::Kernels*) {
+                  parts_seen = static_cast<int>(s.size());
+                  return absl::OkStatus();
+                })
+          .ok());
   EXPECT_EQ(parts_seen, 2) << "the general staging, every rank's buffers";
 }
 
@@ -132,15 +161,15 @@ TEST(DeviceStagingTest, AFailedCopyFailsTheOperation) {
       {&spec, reinterpret_cast<const std::byte*>(a.data()), reinterpret_cast<std::byte*>(a.data())},
       {&spec, reinterpret_cast<const std::byte*>(b.data()), reinterpret_cast<std::byte*>(b.data())},
   };
-  CountingAccess device;
-  device.fail_copies = true;
+  CountingDevice gpu;
+  gpu.fail_copies = true;
   // all_reduce: the schedule starts at once; what it reads of the input never arrives.
-  const absl::Status status =
-      RunStaged(parts, TwoDaemons(2), device.access, nullptr, 256, absl::InfiniteFuture(),
-                [&](std::span<const LocalPart> s, transport::Endpoint*, const Kernels* kernels) {
-                  kernels->Copy(seen.data(), s.front().send, 16 * sizeof(float));
-                  return absl::OkStatus();
-                });
+  const absl::Status status = RunStaged(
+      parts, TwoDaemons(2), gpu, nullptr, 256, absl::InfiniteFuture(),
+      [&](std::span<const LocalPart> s, transport::Endpoint*, const device::Kernels* kernels) {
+        kernels->Copy(seen.data(), s.front().send, 16 * sizeof(float));
+        return absl::OkStatus();
+      });
   EXPECT_TRUE(absl::IsUnavailable(status)) << status;
   EXPECT_NE(status.message().find("staging"), std::string::npos) << status;
   EXPECT_EQ(seen, std::vector<float>(16, 0)) << "the copy was skipped";
@@ -149,8 +178,8 @@ TEST(DeviceStagingTest, AFailedCopyFailsTheOperation) {
   spec.count = 8;
   bool ran = false;
   const absl::Status gathered =
-      RunStaged(parts, TwoDaemons(2), device.access, nullptr, 256, absl::InfiniteFuture(),
-                [&](std::span<const LocalPart>, transport::Endpoint*, const Kernels*) {
+      RunStaged(parts, TwoDaemons(2), gpu, nullptr, 256, absl::InfiniteFuture(),
+                [&](std::span<const LocalPart>, transport::Endpoint*, const device::Kernels*) {
                   ran = true;
                   return absl::OkStatus();
                 });
@@ -172,17 +201,18 @@ TEST(DeviceStagingTest, AllToAllVKeepsTheBytesBetweenItsReceiveBlocks) {
   std::vector<LocalPart> parts = {{&spec, reinterpret_cast<const std::byte*>(send.data()),
                                    reinterpret_cast<std::byte*>(recv.data())}};
   Layout layout = TwoDaemons(1);
-  CountingAccess device;
-  ASSERT_TRUE(RunStaged(parts, layout, device.access, nullptr, 256, absl::InfiniteFuture(),
-                        [&](std::span<const LocalPart> s, transport::Endpoint*, const Kernels*) {
-                          auto* out = reinterpret_cast<float*>(s.front().recv);
-                          out[0] = 10;
-                          out[1] = 11;
-                          out[4] = 12;
-                          out[5] = 13;
-                          return absl::OkStatus();
-                        })
-                  .ok());
+  CountingDevice gpu;
+  ASSERT_TRUE(
+      RunStaged(parts, layout, gpu, nullptr, 256, absl::InfiniteFuture(),
+                [&](std::span<const LocalPart> s, transport::Endpoint*, const device::Kernels*) {
+                  auto* out = reinterpret_cast<float*>(s.front().recv);
+                  out[0] = 10;
+                  out[1] = 11;
+                  out[4] = 12;
+                  out[5] = 13;
+                  return absl::OkStatus();
+                })
+          .ok());
   EXPECT_EQ(recv, (std::vector<float>{10, 11, 7, 7, 12, 13, 7, 7}));
 }
 

@@ -1,4 +1,4 @@
-#include "collective/kernels.h"
+#include "device/kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -37,33 +37,33 @@ namespace {
 
 using test::Group;
 
-class CountingKernels final : public Kernels {
+class CountingKernels final : public device::Kernels {
  public:
   // With `sum_as_max`, every kSum reduction is done as kMax.
   explicit CountingKernels(bool sum_as_max = false) : sum_as_max_(sum_as_max) {}
 
-  transport::MemoryKind memory() const override { return HostKernels().memory(); }
+  transport::MemoryKind memory() const override { return device::HostKernels().memory(); }
   void ReduceInto(DataType type, ReduceOp op, void* dst, const void* src,
                   size_t count) const override {
     reduce_into.fetch_add(1, std::memory_order_relaxed);
-    HostKernels().ReduceInto(type, Op(op), dst, src, count);
+    device::HostKernels().ReduceInto(type, Op(op), dst, src, count);
   }
   void ReduceMany(DataType type, ReduceOp op, void* dst, std::span<const void* const> srcs,
                   size_t count) const override {
     reduce_many.fetch_add(1, std::memory_order_relaxed);
-    HostKernels().ReduceMany(type, Op(op), dst, srcs, count);
+    device::HostKernels().ReduceMany(type, Op(op), dst, srcs, count);
   }
   void Divide(DataType type, void* data, size_t count, int divisor) const override {
     divide.fetch_add(1, std::memory_order_relaxed);
-    HostKernels().Divide(type, data, count, divisor);
+    device::HostKernels().Divide(type, data, count, divisor);
   }
   void Copy(void* dst, const void* src, size_t bytes) const override {
     copy.fetch_add(1, std::memory_order_relaxed);
-    HostKernels().Copy(dst, src, bytes);
+    device::HostKernels().Copy(dst, src, bytes);
   }
   void Zero(void* dst, size_t bytes) const override {
     zero.fetch_add(1, std::memory_order_relaxed);
-    HostKernels().Zero(dst, bytes);
+    device::HostKernels().Zero(dst, bytes);
   }
 
   int64_t reductions() const { return reduce_into.load() + reduce_many.load(); }
@@ -274,8 +274,8 @@ TEST(KernelsTest, DirectAllToAllCopiesItsOwnBlockThroughTheKernels) {
 
 // The default is the host's kernels.
 TEST(KernelsTest, TheContextDefaultsToHostKernels) {
-  EXPECT_EQ(OpContext{}.kernels, &HostKernels());
-  EXPECT_EQ(HostKernels().memory(), transport::MemoryKind::kHost);
+  EXPECT_EQ(OpContext{}.kernels, &device::HostKernels());
+  EXPECT_EQ(device::HostKernels().memory(), transport::MemoryKind::kHost);
 }
 
 }  // namespace

@@ -29,7 +29,6 @@
 #include "absl/time/time.h"
 #include "collective/algorithm.h"
 #include "collective/device_staging.h"
-#include "collective/kernels.h"
 #include "collective/layout.h"
 #include "collective/op_spec.h"
 #include "collective/op_stats.h"
@@ -37,6 +36,8 @@
 #include "collective/tuner.h"
 #include "device/device.h"
 #include "device/host_fake.h"
+#include "device/kernels.h"
+#include "device/operation_device.h"
 #include "transport/inmemory/inmemory_transport.h"
 #include "transport/transport.h"
 
@@ -172,7 +173,7 @@ std::vector<float> AsFloats(const void* data, size_t count) {
 absl::StatusOr<std::string> RunParts(OperationRunner& runner, uint64_t seq,
                                      std::span<const LocalPart> parts,
                                      absl::Time deadline = absl::InfiniteFuture(),
-                                     const DeviceAccess* device = nullptr) {
+                                     const device::OperationDevice* device = nullptr) {
   OpStats stats;
   std::string algorithm;
   absl::StatusOr<std::string> ran = runner.Run(seq, parts, stats, algorithm, deadline, device);
@@ -438,10 +439,10 @@ TEST(OperationRunnerTest, NoExchangeWithoutLearning) {
 
 // ---- Device memory (the host fake's) ----
 
-// Forwards to the device's kernels and counts the reductions.
-class CountingKernels final : public Kernels {
+// Forwards to the device's kernels and counts the reductions; its error can be forced.
+class CountingKernels final : public device::DeviceKernels {
  public:
-  explicit CountingKernels(const Kernels& inner) : inner_(inner) {}
+  explicit CountingKernels(const device::DeviceKernels& inner) : inner_(inner) {}
 
   transport::MemoryKind memory() const override { return inner_.memory(); }
   void ReduceInto(DataType type, ReduceOp op, void* dst, const void* src,
@@ -461,51 +462,56 @@ class CountingKernels final : public Kernels {
     inner_.Copy(dst, src, bytes);
   }
   void Zero(void* dst, size_t bytes) const override { inner_.Zero(dst, bytes); }
+  absl::Status last_error() const override {
+    if (!error_.ok()) return error_;
+    return inner_.last_error();
+  }
 
   int reductions() const { return reductions_.load(); }
+  void Fail(absl::Status error) { error_ = std::move(error); }
 
  private:
-  const Kernels& inner_;
+  const device::DeviceKernels& inner_;
   mutable std::atomic<int> reductions_{0};
+  absl::Status error_;
 };
 
-// A daemon's access to the fake device, built as the daemon builds it (daemon/node.cc): the
-// device's kernels (counted), its copies (counted; they stage host <-> device), its kernel error.
-class FakeDeviceAccess {
+// A daemon's view of the fake device, built as batond's (device::OperationDevices): the device's
+// kernels (counted), its copies (counted; they stage host <-> device), staging memory from the
+// heap; the kernels' and the copies' errors can be forced.
+class FakeOperationDevice final : public device::OperationDevice {
  public:
-  explicit FakeDeviceAccess(device::HostFakeDevice& device) : device_(device) {
+  explicit FakeOperationDevice(device::HostFakeDevice& device) : device_(device) {
     absl::StatusOr<std::unique_ptr<device::DeviceKernels>> kernels = device.NewKernels(0);
     EXPECT_TRUE(kernels.ok()) << kernels.status();
     kernels_ = std::move(kernels).value();
     counting_ = std::make_unique<CountingKernels>(*kernels_);
-    access_.kernels = counting_.get();
-    access_.kernels_error = [this]() -> absl::Status {
-      if (!kernels_error_.ok()) return kernels_error_;
-      return kernels_->last_error();
-    };
-    access_.copy = [this](void* dst, const void* src, size_t bytes) -> absl::Status {
-      if (!copy_error_.ok()) return copy_error_;
-      ++copies_;
-      if (absl::Status status = device_.CopyAsync(dst, src, bytes, nullptr); !status.ok()) {
-        return status;
-      }
-      return device_.Synchronize(nullptr);
-    };
   }
 
-  const DeviceAccess* access() const { return &access_; }
+  const device::DeviceKernels& kernels() const override { return *counting_; }
+  absl::Status Copy(void* dst, const void* src, size_t bytes) const override {
+    if (!copy_error_.ok()) return copy_error_;
+    ++copies_;
+    if (absl::Status status = device_.CopyAsync(dst, src, bytes, nullptr); !status.ok()) {
+      return status;
+    }
+    return device_.Synchronize(nullptr);
+  }
+  absl::StatusOr<device::PinnedBuffer> StagingMemory(size_t bytes) const override {
+    return device::PinnedBuffer(new std::byte[bytes], [](std::byte* data) { delete[] data; });
+  }
+
+  const device::OperationDevice* access() const { return this; }
   int copies() const { return copies_.load(); }
   int reductions() const { return counting_->reductions(); }
-  void FailKernels(absl::Status error) { kernels_error_ = std::move(error); }
+  void FailKernels(absl::Status error) { counting_->Fail(std::move(error)); }
   void FailCopies(absl::Status error) { copy_error_ = std::move(error); }
 
  private:
   device::HostFakeDevice& device_;
   std::unique_ptr<device::DeviceKernels> kernels_;
   std::unique_ptr<CountingKernels> counting_;
-  DeviceAccess access_;
-  std::atomic<int> copies_{0};
-  absl::Status kernels_error_;
+  mutable std::atomic<int> copies_{0};
   absl::Status copy_error_;
 };
 
@@ -562,7 +568,7 @@ class DeviceBuffers {
 // kernels, with no copy between host and device.
 TEST(OperationRunnerDeviceTest, OneDaemonRunsOnTheDevice) {
   std::unique_ptr<device::HostFakeDevice> fake = device::NewHostFakeDevice();
-  FakeDeviceAccess access(*fake);
+  FakeOperationDevice access(*fake);
   Daemons daemons(1, 3);
   const OpSpec spec = AllReduce(2000);
   DeviceBuffers buffers(*fake, spec, daemons.runner(0).layout());
@@ -583,7 +589,7 @@ TEST(OperationRunnerDeviceTest, OneDaemonRunsOnTheDevice) {
 TEST(OperationRunnerDeviceTest, OneDaemonStagesWhatCannotRunOnTheDevice) {
   ASSERT_FALSE(RunsOnDevice(Collective::kReduceScatter));
   std::unique_ptr<device::HostFakeDevice> fake = device::NewHostFakeDevice();
-  FakeDeviceAccess access(*fake);
+  FakeOperationDevice access(*fake);
   Daemons daemons(1, 2);
   OpSpec spec = AllReduce(500);
   spec.collective = Collective::kReduceScatter;
@@ -605,11 +611,11 @@ TEST(OperationRunnerDeviceTest, AcrossDaemonsStagesThroughHostMemory) {
   constexpr int kLocal = 2;
   std::unique_ptr<device::HostFakeDevice> fake = device::NewHostFakeDevice();
   const OpSpec spec = AllReduce(5000);  // more than one 4 KiB chunk: copies overlap the schedule
-  std::vector<std::unique_ptr<FakeDeviceAccess>> access;
+  std::vector<std::unique_ptr<FakeOperationDevice>> access;
   std::vector<std::unique_ptr<DeviceBuffers>> buffers;
   Daemons daemons(kDaemons, kLocal);
   for (int d = 0; d < kDaemons; ++d) {
-    access.push_back(std::make_unique<FakeDeviceAccess>(*fake));
+    access.push_back(std::make_unique<FakeOperationDevice>(*fake));
     buffers.push_back(std::make_unique<DeviceBuffers>(*fake, spec, daemons.runner(d).layout()));
   }
   const auto results = daemons.Run([&](int d) {
@@ -633,7 +639,7 @@ TEST(OperationRunnerDeviceTest, AcrossDaemonsStagesThroughHostMemory) {
 // The device's kernels return nothing: an error they kept fails the operation, naming the node.
 TEST(OperationRunnerDeviceTest, AKernelErrorFailsTheOperation) {
   std::unique_ptr<device::HostFakeDevice> fake = device::NewHostFakeDevice();
-  FakeDeviceAccess access(*fake);
+  FakeOperationDevice access(*fake);
   access.FailKernels(absl::InternalError("the device fell off the bus"));
   Daemons daemons(1, 2);
   const OpSpec spec = AllReduce(100);
@@ -651,7 +657,7 @@ TEST(OperationRunnerDeviceTest, AKernelErrorFailsTheOperation) {
 // A staging copy that fails fails the operation with the copy's code, saying it was staging.
 TEST(OperationRunnerDeviceTest, AFailedStagingCopyFailsTheOperation) {
   std::unique_ptr<device::HostFakeDevice> fake = device::NewHostFakeDevice();
-  FakeDeviceAccess access(*fake);
+  FakeOperationDevice access(*fake);
   access.FailCopies(absl::UnavailableError("the copy engine is gone"));
   Daemons daemons(1, 2);
   OpSpec spec = AllReduce(100);

@@ -15,7 +15,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "collective/data_type.h"
-#include "collective/reduce.h"
+#include "device/reduce.h"
 #include "tests/collective/collective_test_support.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
@@ -206,7 +206,7 @@ TEST(RingAllReduceTest, AvgReducesAsSumForTheCallerToDivide) {
   for (int r = 0; r < 3; ++r) {
     ASSERT_TRUE(statuses[r].ok()) << statuses[r];
     EXPECT_EQ(FromBytes<float>(buffers[r]), (std::vector<float>{6, 12, -6}));
-    DivideInPlace(DataType::kFloat32, buffers[r].data(), 3, 3);
+    device::DivideInPlace(DataType::kFloat32, buffers[r].data(), 3, 3);
     EXPECT_EQ(FromBytes<float>(buffers[r]), (std::vector<float>{2, 4, -2}));
   }
 }

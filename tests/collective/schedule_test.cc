@@ -18,9 +18,9 @@
 #include "absl/strings/str_join.h"
 #include "collective/layout.h"
 #include "collective/op_spec.h"
-#include "collective/reduce.h"
 #include "collective/registered_memory.h"
 #include "collective/registry.h"
+#include "device/reduce.h"
 #include "tests/collective/collective_test_support.h"
 #include "tests/testing/registered_only_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
@@ -243,7 +243,7 @@ void Check(const Case& c, const Placement& p, size_t chunk_bytes) {
     Bytes result = test::SerialReference(all, all[0].size() / element, c.type,
                                          c.op == ReduceOp::kAvg ? ReduceOp::kSum : c.op);
     if (c.op == ReduceOp::kAvg)
-      DivideInPlace(c.type, result.data(), result.size() / element, world);
+      device::DivideInPlace(c.type, result.data(), result.size() / element, world);
     return result;
   };
   const size_t block = c.count * element;

@@ -320,7 +320,7 @@ TEST(StagingKernelsTest, KernelsWaitAndKeepTheFirstError) {
   copier.fail_all = true;
   StagedInput input(host.data(), device.data(), kBytes, kChunk, copier.Fn(device.data()),
                     absl::Now() + absl::Seconds(30));
-  StagingKernels kernels(&HostKernels(), &input);
+  StagingKernels kernels(&device::HostKernels(), &input);
   std::vector<std::byte> out(kChunk, std::byte{1});
   kernels.Copy(out.data(), host.data() + 3 * kChunk, kChunk);  // waits, sees the failure: skipped
   EXPECT_EQ(out, std::vector<std::byte>(kChunk, std::byte{1}));

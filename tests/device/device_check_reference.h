@@ -9,7 +9,7 @@
 // same bits: floating-point values are n * 2^-f with |n| small enough that sums stay within the
 // type's exact-integer range, products are of +-2^k, and for avg with a world size that is not a
 // power of two the sum is a multiple of the world size. Integer sums and products wrap (two's
-// complement, as collective/reduce.h specifies); integer avg inputs do not overflow and the
+// complement, as device/reduce.h specifies); integer avg inputs do not overflow and the
 // quotient truncates. Data-moving collectives move arbitrary bits (NaN patterns included).
 //
 // Everything here is a pure function of its arguments; world sizes from 1 to kMaxRanks.

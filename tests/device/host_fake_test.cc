@@ -913,7 +913,7 @@ TEST(HostFakeTest, KernelsAreTheHostKernelsOnDeviceMemory) {
   EXPECT_EQ(device->NewKernels(1).status().code(), absl::StatusCode::kInvalidArgument);
   absl::StatusOr<std::unique_ptr<DeviceKernels>> kernels = device->NewKernels(0);
   ASSERT_TRUE(kernels.ok()) << kernels.status();
-  EXPECT_EQ((*kernels)->memory(), transport::MemoryKind::kDevice);
+  EXPECT_EQ((*kernels)->memory(), MemoryKind::kDevice);
   absl::StatusOr<std::unique_ptr<Allocation>> allocation = device->Allocate(kPage, 0);
   ASSERT_TRUE(allocation.ok()) << allocation.status();
   auto* values = static_cast<float*>((*allocation)->data());  // [0, 4): dst, [4, 8), [8, 12)
@@ -922,15 +922,13 @@ TEST(HostFakeTest, KernelsAreTheHostKernelsOnDeviceMemory) {
     values[4 + i] = 10.0f * static_cast<float>(i);
     values[8 + i] = 0.5f;
   }
-  (*kernels)->ReduceInto(collective::DataType::kFloat32, collective::ReduceOp::kSum, values,
-                         values + 4, 4);
+  (*kernels)->ReduceInto(DataType::kFloat32, ReduceOp::kSum, values, values + 4, 4);
   EXPECT_EQ(values[3], 34.0f);
   const void* sources[] = {values, values + 4, values + 8};
-  (*kernels)->ReduceMany(collective::DataType::kFloat32, collective::ReduceOp::kMax, values,
-                         sources, 4);
+  (*kernels)->ReduceMany(DataType::kFloat32, ReduceOp::kMax, values, sources, 4);
   EXPECT_EQ(values[0], 1.0f);
   EXPECT_EQ(values[2], 23.0f);
-  (*kernels)->Divide(collective::DataType::kFloat32, values, 4, 2);
+  (*kernels)->Divide(DataType::kFloat32, values, 4, 2);
   EXPECT_EQ(values[2], 11.5f);
   (*kernels)->Copy(values + 8, values, 4 * sizeof(float));
   EXPECT_EQ(values[10], 11.5f);

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <span>
 
-#include "transport/frame.h"
-#include "transport/handshake.h"
+#include "transport/auth/handshake.h"
+#include "transport/tcp/frame.h"
 
 namespace {
 

@@ -23,8 +23,8 @@
 #include "grpcpp/grpcpp.h"
 #include "tests/integration/test_cluster.h"
 #include "tests/testing/peer_stub.h"
-#include "transport/frame.h"
-#include "transport/record_cipher.h"
+#include "transport/auth/record_cipher.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/handshake_io.h"
 #include "transport/tcp/socket.h"
 

@@ -1,4 +1,4 @@
-#include "transport/frame.h"
+#include "transport/tcp/frame.h"
 
 #include <array>
 #include <cstddef>

@@ -1,7 +1,7 @@
 #pragma once
 
 // A peer under a TCP transport test's control: raw loopback sockets that speak the frame protocol
-// (transport/frame.h) and the handshake (transport/tcp/handshake_io.h) by hand, to play a
+// (transport/tcp/frame.h) and the handshake (transport/tcp/handshake_io.h) by hand, to play a
 // misbehaving, slow or corrupting peer. The endpoints they talk to have no handshake keys. Also
 // what the TCP tests share otherwise: stats, deadlines, payload patterns, and one message down
 // each receive path between two endpoints.
@@ -28,7 +28,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "transport/frame.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/handshake_io.h"
 #include "transport/tcp/socket.h"
 #include "transport/transport.h"

@@ -13,7 +13,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "transport/frame.h"
+#include "transport/tcp/frame.h"
 
 namespace baton::transport {
 namespace {

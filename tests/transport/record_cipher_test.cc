@@ -1,10 +1,10 @@
 // The numbered records of a sealed or authenticated connection's direction
-// (transport/record_cipher.h): they open only in the order they were sealed, under the same
+// (transport/auth/record_cipher.h): they open only in the order they were sealed, under the same
 // secret, with the same associated data, and the key changes every records_per_key records on
 // both ends without a message. Records in the clear (Payload::kClear) leave their payload as it
 // is, and fail for any change to it just as sealed ones do.
 
-#include "transport/record_cipher.h"
+#include "transport/auth/record_cipher.h"
 
 #include <cstddef>
 #include <optional>

@@ -16,8 +16,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/transport/raw_tcp_peer.h"
-#include "transport/crc32c.h"
-#include "transport/frame.h"
+#include "transport/tcp/crc32c.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace baton::transport {

@@ -20,9 +20,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/transport/raw_tcp_peer.h"
-#include "transport/frame.h"
-#include "transport/handshake.h"
-#include "transport/record_cipher.h"
+#include "transport/auth/handshake.h"
+#include "transport/auth/record_cipher.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/handshake_io.h"
 #include "transport/tcp/tcp_transport.h"
 

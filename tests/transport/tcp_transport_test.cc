@@ -29,7 +29,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/transport/raw_tcp_peer.h"
-#include "transport/frame.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/handshake_io.h"
 #include "transport/tcp/socket.h"
 

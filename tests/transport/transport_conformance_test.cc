@@ -19,8 +19,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "transport/forwarding_endpoint.h"
-#include "transport/frame.h"
 #include "transport/inmemory/inmemory_transport.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
 

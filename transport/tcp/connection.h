@@ -22,8 +22,8 @@ inline absl::Status ShutDownError() { return absl::UnavailableError("endpoint sh
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/spin.h"
-#include "transport/frame.h"
-#include "transport/record_cipher.h"
+#include "transport/auth/record_cipher.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/socket.h"
 #include "transport/transport.h"
 

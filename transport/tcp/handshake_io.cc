@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/socket.h"
 
 namespace baton::transport::tcp {

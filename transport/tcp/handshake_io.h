@@ -1,6 +1,6 @@
 #pragma once
 
-// The handshake (transport/handshake.h) spoken over a connected socket, each side's part.
+// The handshake (transport/auth/handshake.h) spoken over a connected socket, each side's part.
 // Internal to transport/tcp/.
 
 #include <optional>
@@ -9,8 +9,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "transport/handshake.h"
-#include "transport/record_cipher.h"
+#include "transport/auth/handshake.h"
+#include "transport/auth/record_cipher.h"
 
 namespace baton::transport::tcp {
 

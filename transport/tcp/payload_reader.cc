@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "transport/crc32c.h"
 #include "transport/tcp/connection.h"
+#include "transport/tcp/crc32c.h"
 
 namespace baton::transport::tcp {
 namespace {

@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/aead.h"
-#include "transport/frame.h"
-#include "transport/record_cipher.h"
+#include "transport/auth/record_cipher.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/socket.h"
 #include "transport/transport.h"
 

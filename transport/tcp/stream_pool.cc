@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "transport/crc32c.h"
+#include "transport/tcp/crc32c.h"
 #include "transport/tcp/handshake_io.h"
 #include "transport/tcp/tcp_endpoint.h"
 

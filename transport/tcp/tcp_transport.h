@@ -2,7 +2,7 @@
 
 // The TCP transport between daemons. Each endpoint listens on one port. Whichever of two endpoints
 // sends first connects to the other and introduces itself with its listen address in a keyed
-// handshake (transport/handshake.h), so that every message received on the connection is
+// handshake (transport/auth/handshake.h), so that every message received on the connection is
 // attributed to the sender's endpoint address, and only if it proved that address's key; from then
 // on frames flow both ways on that connection.
 
@@ -12,7 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "transport/handshake.h"
+#include "transport/auth/handshake.h"
 #include "transport/transport.h"
 
 namespace baton::transport {
@@ -46,7 +46,7 @@ struct TcpOptions {
   // NCCL's sockets per thread do. Smaller messages keep to the one connection both sides prefer,
   // where acknowledgements ride on the answers. 1 .. 16.
   int streams_per_peer = 1;
-  // The keys of the handshake every connection opens with (transport/handshake.h); not owned,
+  // The keys of the handshake every connection opens with (transport/auth/handshake.h); not owned,
   // must outlive the endpoint. Null: kNoHandshakeKey, which authenticates nobody.
   HandshakeKeys* handshake_keys = nullptr;
   // How long an accepted connection may take to complete the handshake before it is closed, and

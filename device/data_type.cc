@@ -1,11 +1,11 @@
-#include "collective/data_type.h"
+#include "device/data_type.h"
 
 #include <array>
 #include <utility>
 
 #include "absl/strings/string_view.h"
 
-namespace baton::collective {
+namespace baton::device {
 namespace {
 
 struct DataTypeInfo {
@@ -83,4 +83,4 @@ std::optional<ReduceOp> ParseReduceOp(absl::string_view name) {
   return std::nullopt;
 }
 
-}  // namespace baton::collective
+}  // namespace baton::device

@@ -27,7 +27,7 @@
 #include <bit>
 #include <cstdint>
 
-namespace baton::collective {
+namespace baton::device {
 namespace half_internal {
 
 constexpr float Pow2(int exponent) {  // for -126 <= exponent <= 127
@@ -163,4 +163,4 @@ inline constexpr std::array<float, 256> kFp8E5M2Values = [] {
   return values;
 }();
 
-}  // namespace baton::collective
+}  // namespace baton::device

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "collective/cuda/device_kernels.h"
-#include "collective/data_type.h"
+#include "device/cuda/kernels.h"
+#include "device/data_type.h"
 
-namespace baton::collective {
+namespace baton::device::cuda {
 namespace {
 
 constexpr int kSkipped = 77;
@@ -91,7 +91,7 @@ int Run(size_t bytes, int reps) {
       !Check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate")) {
     return 1;
   }
-  absl::StatusOr<std::unique_ptr<DeviceKernels>> kernels = NewDeviceKernels(0, stream);
+  absl::StatusOr<std::unique_ptr<CudaKernels>> kernels = NewCudaKernels(0, stream);
   if (!kernels.ok()) {
     std::fprintf(stderr, "cuda_kernels_bench: %s\n", kernels.status().ToString().c_str());
     return 1;
@@ -150,7 +150,7 @@ int Run(size_t bytes, int reps) {
 }
 
 }  // namespace
-}  // namespace baton::collective
+}  // namespace baton::device::cuda
 
 int main(int argc, char** argv) {
   size_t mib = 512;
@@ -170,5 +170,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cuda_kernels_bench: --mib and --reps must be positive\n");
     return 2;
   }
-  return baton::collective::Run(mib << 20, reps);
+  return baton::device::cuda::Run(mib << 20, reps);
 }

@@ -1,24 +1,27 @@
 #pragma once
 
 // The element-wise work of an operation, per memory kind: reduce, copy, zero, divide. Algorithms
-// and schedules call them through their operation context (OpContext::kernels), never the host
-// functions of reduce.h directly, so that buffers in another kind of memory (GPU) need one more
-// Kernels implementation, not a copy of each algorithm.
+// and schedules (collective/) call them through their operation context
+// (collective::OpContext::kernels), never the host functions of device/reduce.h directly, so that
+// buffers in another kind of memory (GPU) need one more Kernels implementation, not a copy of
+// each algorithm. Implementations: HostKernels() below; the device's (Device::NewKernels:
+// device/cuda/kernels.h for CUDA, the host fake's for tests).
 
 #include <cstddef>
 #include <span>
 
-#include "collective/data_type.h"
-#include "transport/memory.h"
+#include "absl/status/status.h"
+#include "device/data_type.h"
+#include "device/memory_kind.h"
 
-namespace baton::collective {
+namespace baton::device {
 
 class Kernels {
  public:
   virtual ~Kernels() = default;
 
   // The memory the kernels read and write.
-  virtual transport::MemoryKind memory() const = 0;
+  virtual MemoryKind memory() const = 0;
   // dst[i] = op(dst[i], src[i]) for i < count (reduce.h ReduceInto).
   virtual void ReduceInto(DataType type, ReduceOp op, void* dst, const void* src,
                           size_t count) const = 0;
@@ -36,4 +39,12 @@ class Kernels {
 // The kernels of host memory (reduce.h, memmove, memset). Thread-safe; lives forever.
 const Kernels& HostKernels();
 
-}  // namespace baton::collective
+// The element-wise kernels on device memory. Kernels calls return nothing, so a failure (a CUDA
+// error) is kept: last_error() returns the first one, and later calls do nothing. Callers check
+// it before they trust or publish results.
+class DeviceKernels : public Kernels {
+ public:
+  virtual absl::Status last_error() const = 0;
+};
+
+}  // namespace baton::device

@@ -1,11 +1,11 @@
 #pragma once
 
-// The CUDA launchers behind DeviceKernels (device_kernels.h): plain functions over device
+// The CUDA launchers behind CudaKernels (kernels.h): plain functions over device
 // pointers that enqueue one kernel on `stream` and return the launch's error, without waiting.
-// Only device_kernels.cc calls them; they are split from it so that nvcc compiles the kernels
+// Only kernels.cc calls them; they are split from it so that nvcc compiles the kernels
 // alone (reduce_kernels.cu) and absl stays on the host compiler's side.
 //
-// The element semantics are collective/reduce.h's, bit for bit: integers wrap around; float16,
+// The element semantics are device/reduce.h's, bit for bit: integers wrap around; float16,
 // bfloat16 and fp8 are widened to float32, combined there in source order and rounded once on
 // the store (fp8 e4m3 saturates to +/-448, e5m2 and the 16-bit formats overflow to infinity);
 // min and max propagate NaN; a NaN result is stored as the format's canonical NaN (reduce.h's
@@ -13,11 +13,11 @@
 
 #include <cstddef>
 
-#include "collective/data_type.h"
+#include "device/data_type.h"
 
 struct CUstream_st;  // cudaStream_t is CUstream_st*
 
-namespace baton::collective::cuda_internal {
+namespace baton::device::cuda::internal {
 
 // The most sources one ReduceMany pass takes (they travel in the kernel's parameters).
 inline constexpr int kMaxReduceSources = 128;
@@ -36,4 +36,4 @@ LaunchError LaunchReduce(DataType type, ReduceOp op, void* dst, const void* cons
 LaunchError LaunchDivide(DataType type, void* data, size_t count, int divisor, int max_blocks,
                          CUstream_st* stream);
 
-}  // namespace baton::collective::cuda_internal
+}  // namespace baton::device::cuda::internal

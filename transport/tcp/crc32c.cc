@@ -1,4 +1,4 @@
-#include "transport/crc32c.h"
+#include "transport/tcp/crc32c.h"
 
 #include <array>
 #include <cstring>

@@ -1,9 +1,9 @@
 #pragma once
 
 // CRC32C (Castagnoli: reflected polynomial 0x82F63B78, initial value and final xor 0xFFFFFFFF),
-// the checksum of data frames that carry one (frame.h, kFrameFlagChecksum). It detects the
-// corruption a network or a NIC may cause and TCP's 16-bit checksum misses; it is not a MAC, so it
-// proves nothing against someone who rewrites a frame on purpose.
+// the checksum of the TCP transport's data frames that carry one (frame.h, kFrameFlagChecksum). It
+// detects the corruption a network or a NIC may cause and TCP's 16-bit checksum misses; it is not a
+// MAC, so it proves nothing against someone who rewrites a frame on purpose.
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "transport/record_cipher.h"
+#include "transport/auth/record_cipher.h"
 
 #include <algorithm>
 #include <array>

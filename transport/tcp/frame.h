@@ -1,8 +1,8 @@
 #pragma once
 
-// The binary frame that daemon-to-daemon transports put around every message (TCP today; the same
-// header is meant for later stream transports). A frame is a fixed-size header followed by the
-// payload. Every integer is little-endian on the wire, whatever the host's byte order:
+// The binary frame that the TCP transport puts around every message between daemons (a stream
+// transport's framing; part of target baton_transport_tcp). A frame is a fixed-size header followed
+// by the payload. Every integer is little-endian on the wire, whatever the host's byte order:
 //
 //   offset size field
 //        0    4 magic          kFrameMagic: the bytes "BTNF"
@@ -20,7 +20,7 @@
 //
 // kFrameHeaderBytes (40) is the framing overhead of every message: a message of n payload bytes
 // costs n + kFrameHeaderBytes bytes on the wire, and that is what LinkStats' tx_bytes/rx_bytes
-// count per message, for every transport (also the in-memory one, so tests can compare them).
+// count per message (LinkStats, transport/transport.h).
 //
 // A data frame with kFrameFlagChecksum set is followed, after its payload, by a trailer of
 // kFrameChecksumBytes: the CRC32C (crc32c.h) of the payload, little-endian. payload_bytes does not
@@ -33,7 +33,8 @@
 // then has kFrameFlagSealed set (and never the checksum flag), and its payload goes on the wire as
 // sealed records, SealedRecords(payload_bytes) of them, each of at most kSealedRecordBytes of the
 // payload encrypted with AES-256-GCM and followed by its 16-byte tag (record_cipher.h numbers
-// them per direction; the frame's 40-byte header is every record's associated data). A frame
+// them per direction, transport/auth/record_cipher.h; the frame's 40-byte header is every
+// record's associated data). A frame
 // with no payload still has one record, empty, whose tag authenticates the header. So a sealed
 // frame costs 16 bytes per started 256 KiB more on the wire (not counted in LinkStats either),
 // its payload is secret, and a byte changed, dropped, replayed or moved on the way fails the
@@ -45,13 +46,13 @@
 // sealed flag), and its payload goes on the wire as records exactly as a sealed frame's, the same
 // number of them, in the same numbering, except that each record's payload bytes are in the
 // clear: its tag is AES-256-GCM's over no plaintext, with the frame's header and then the
-// record's payload as associated data (GMAC; record_cipher.h, Payload::kClear). So a byte changed,
-// dropped, replayed or moved on the way fails the record it lands in just as on a sealed
+// record's payload as associated data (GMAC; auth/record_cipher.h, Payload::kClear). So a byte
+// changed, dropped, replayed or moved on the way fails the record it lands in just as on a sealed
 // connection, for the same 16 bytes per started 256 KiB, and the payload is not secret. On an
 // authenticated connection a frame that is not authenticated is an error, and the other way round.
 //
 // Every connection starts with a handshake of three frames, all with the tag all zero and none
-// counted in LinkStats (handshake.h has the proofs):
+// counted in LinkStats (transport/auth/handshake.h has the proofs and the payloads):
 //   hello      connecting -> accepting: a 16-byte nonce, then the connecting endpoint's address
 //              (what its address() returns, at most kMaxHelloAddressBytes), which the receiver
 //              attributes the connection's messages to;
@@ -75,7 +76,7 @@
 #include <span>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
+#include "transport/auth/handshake.h"
 #include "transport/transport.h"
 
 namespace baton::transport {
@@ -86,10 +87,8 @@ inline constexpr uint32_t kFrameMagic = 0x464E5442;  // "BTNF" read as a little-
 inline constexpr uint8_t kFrameVersion = 2;
 // Largest payload a single frame may carry; a header announcing more is treated as corrupt.
 inline constexpr uint64_t kMaxFramePayloadBytes = uint64_t{1} << 30;
-inline constexpr uint64_t kMaxHelloAddressBytes = 1024;
-inline constexpr uint64_t kHandshakeNonceBytes = 16;
-inline constexpr uint64_t kHandshakeProofBytes = 32;
-inline constexpr uint64_t kChallengePayloadBytes = kHandshakeNonceBytes + kHandshakeProofBytes;
+// The handshake frames' payloads are auth/handshake.h's: kMaxHelloAddressBytes,
+// kHandshakeNonceBytes, kHandshakeProofBytes, kChallengePayloadBytes.
 inline constexpr uint64_t kPingPayloadBytes = 8;
 // Flags of FrameHeader's flags field.
 inline constexpr uint16_t kFrameFlagChecksum = 0x0001;
@@ -105,15 +104,9 @@ constexpr uint64_t SealedRecords(uint64_t payload_bytes) {
   return payload_bytes == 0 ? 1 : (payload_bytes + kSealedRecordBytes - 1) / kSealedRecordBytes;
 }
 
-// How a connection's frames are protected, weakest first (the flags above): the handshake settles
-// on the strongest that either end asks for.
-enum class Protection : uint8_t {
-  kNone = 0,           // frames as they are (a data frame may carry a checksum)
-  kAuthenticated = 1,  // kFrameFlagAuthenticated: records with tags, payload in the clear
-  kSealed = 2,         // kFrameFlagSealed: records with tags, payload encrypted
-};
-// "none", "authenticated" or "sealed".
-absl::string_view ProtectionName(Protection protection);
+// A connection's Protection (auth/handshake.h) shows in its frames' flags: kNone, frames as they
+// are (a data frame may carry a checksum); kAuthenticated, kFrameFlagAuthenticated;
+// kSealed, kFrameFlagSealed.
 
 enum class FrameType : uint8_t {
   kData = 1,

@@ -25,9 +25,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
-#include "collective/cuda/device_kernels.h"
 #include "common/status_macros.h"
+#include "device/cuda/cuda_status.h"
 #include "device/cuda/driver_api.h"
+#include "device/cuda/kernels.h"
 #include "device/cuda/objects.h"
 #include "device/cuda/probe.h"
 #include "device/cuda/scoped_device.h"
@@ -59,34 +60,6 @@ static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes);
 static_assert(sizeof(cudaIpcEventHandle_t) == kIpcHandleBytes);
 static_assert(sizeof(CUuuid) == sizeof(ExportedMemory::device_uuid));
 static_assert(std::is_same_v<cudaStream_t, CUstream>);
-
-// collective::DeviceKernels (collective/cuda/device_kernels.h) as device::DeviceKernels.
-class CudaKernels final : public DeviceKernels {
- public:
-  explicit CudaKernels(std::unique_ptr<collective::DeviceKernels> kernels)
-      : kernels_(std::move(kernels)) {}
-
-  transport::MemoryKind memory() const override { return kernels_->memory(); }
-  void ReduceInto(collective::DataType type, collective::ReduceOp op, void* dst, const void* src,
-                  size_t count) const override {
-    kernels_->ReduceInto(type, op, dst, src, count);
-  }
-  void ReduceMany(collective::DataType type, collective::ReduceOp op, void* dst,
-                  std::span<const void* const> srcs, size_t count) const override {
-    kernels_->ReduceMany(type, op, dst, srcs, count);
-  }
-  void Divide(collective::DataType type, void* data, size_t count, int divisor) const override {
-    kernels_->Divide(type, data, count, divisor);
-  }
-  void Copy(void* dst, const void* src, size_t bytes) const override {
-    kernels_->Copy(dst, src, bytes);
-  }
-  void Zero(void* dst, size_t bytes) const override { kernels_->Zero(dst, bytes); }
-  absl::Status last_error() const override { return kernels_->last_error(); }
-
- private:
-  const std::unique_ptr<collective::DeviceKernels> kernels_;
-};
 
 // ---------------------------------------------------------------------------------------------
 // The device.
@@ -344,9 +317,8 @@ class CudaDevice final : public Device {
 
   absl::StatusOr<std::unique_ptr<DeviceKernels>> NewKernels(int ordinal) override {
     BATON_RETURN_IF_ERROR(CheckOrdinal(ordinal));
-    BATON_ASSIGN_OR_RETURN(std::unique_ptr<collective::DeviceKernels> kernels,
-                           collective::NewDeviceKernels(ordinal));
-    return std::make_unique<CudaKernels>(std::move(kernels));
+    BATON_ASSIGN_OR_RETURN(std::unique_ptr<DeviceKernels> kernels, cuda::NewCudaKernels(ordinal));
+    return kernels;
   }
 
  private:

@@ -1,22 +1,22 @@
-#include "collective/kernels.h"
+#include "device/kernels.h"
 
 #include <cstring>
 
-#include "collective/reduce.h"
+#include "device/reduce.h"
 
-namespace baton::collective {
+namespace baton::device {
 namespace {
 
 class HostKernelsImpl final : public Kernels {
  public:
-  transport::MemoryKind memory() const override { return transport::MemoryKind::kHost; }
+  MemoryKind memory() const override { return MemoryKind::kHost; }
   void ReduceInto(DataType type, ReduceOp op, void* dst, const void* src,
                   size_t count) const override {
-    collective::ReduceInto(type, op, dst, src, count);
+    device::ReduceInto(type, op, dst, src, count);
   }
   void ReduceMany(DataType type, ReduceOp op, void* dst, std::span<const void* const> srcs,
                   size_t count) const override {
-    collective::ReduceMany(type, op, dst, srcs, count);
+    device::ReduceMany(type, op, dst, srcs, count);
   }
   void Divide(DataType type, void* data, size_t count, int divisor) const override {
     DivideInPlace(type, data, count, divisor);
@@ -36,4 +36,4 @@ const Kernels& HostKernels() {
   return kernels;
 }
 
-}  // namespace baton::collective
+}  // namespace baton::device

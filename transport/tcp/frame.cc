@@ -1,4 +1,4 @@
-#include "transport/frame.h"
+#include "transport/tcp/frame.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -34,18 +34,6 @@ constexpr size_t kPayloadBytesOffset = 32;
 static_assert(kPayloadBytesOffset + sizeof(uint64_t) == kFrameHeaderBytes);
 
 }  // namespace
-
-absl::string_view ProtectionName(Protection protection) {
-  switch (protection) {
-    case Protection::kNone:
-      return "none";
-    case Protection::kAuthenticated:
-      return "authenticated";
-    case Protection::kSealed:
-      return "sealed";
-  }
-  return "unknown";
-}
 
 void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out) {
   std::byte* p = out.data();

@@ -12,10 +12,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "collective/cuda/device_kernels.h"
-#include "collective/data_type.h"
-#include "collective/half.h"
-#include "collective/kernels.h"
+#include "device/cuda/kernels.h"
+#include "device/data_type.h"
+#include "device/half.h"
+#include "device/kernels.h"
 #include "tests/collective/collective_test_support.h"
 
 // The device kernels against the host kernels (HostKernels(), reduce.h), element by element:
@@ -31,8 +31,11 @@
 // Algorithms over device buffers (RingAllReduce with these kernels) need a transport that moves
 // device memory; none does yet, so only the kernels are tested here.
 
-namespace baton::collective {
+namespace baton::device::cuda {
 namespace {
+
+// The collective tests' exact inputs and sweep.
+namespace test = ::baton::collective::test;
 
 bool GpuRequired() {
   const char* value = std::getenv("BATON_REQUIRE_GPU");
@@ -40,8 +43,8 @@ bool GpuRequired() {
 }
 
 // The kernels on device 0, or why there are none.
-absl::StatusOr<std::unique_ptr<DeviceKernels>>& Device() {
-  static auto* kernels = new absl::StatusOr<std::unique_ptr<DeviceKernels>>(NewDeviceKernels(0));
+absl::StatusOr<std::unique_ptr<CudaKernels>>& Device() {
+  static auto* kernels = new absl::StatusOr<std::unique_ptr<CudaKernels>>(NewCudaKernels(0));
   return *kernels;
 }
 
@@ -53,7 +56,7 @@ absl::StatusOr<std::unique_ptr<DeviceKernels>>& Device() {
     }                                                                                 \
   } while (0)
 
-DeviceKernels& Gpu() { return **Device(); }
+CudaKernels& Gpu() { return **Device(); }
 
 // Device memory of `bytes` (plus `offset` bytes in front, to misalign), freed on destruction.
 class DeviceBuffer {
@@ -332,7 +335,7 @@ class CudaKernelsMemoryTest : public testing::Test {
 };
 
 TEST_F(CudaKernelsMemoryTest, NamesDeviceMemory) {
-  EXPECT_EQ(Gpu().memory(), transport::MemoryKind::kDevice);
+  EXPECT_EQ(Gpu().memory(), MemoryKind::kDevice);
   EXPECT_EQ(Gpu().device(), 0);
   EXPECT_NE(Gpu().stream(), nullptr);
 }
@@ -391,12 +394,12 @@ TEST_F(CudaKernelsMemoryTest, ZeroSetsOnlyItsRange) {
 // Its own kernels, so that the shared ones stay error-free: an error is kept, logged, and makes
 // later calls do nothing.
 TEST_F(CudaKernelsMemoryTest, ErrorsAreStickyAndStopLaterWork) {
-  auto kernels = NewDeviceKernels(0);
+  auto kernels = NewCudaKernels(0);
   ASSERT_TRUE(kernels.ok()) << kernels.status();
-  DeviceKernels& gpu = **kernels;
+  CudaKernels& gpu = **kernels;
   DeviceBuffer buffer(64);
   buffer.Upload(std::vector<std::byte>(64, std::byte{1}));
-  std::vector<const void*> too_many(DeviceKernels::kMaxSources + 1, buffer.data());
+  std::vector<const void*> too_many(CudaKernels::kMaxSources + 1, buffer.data());
   gpu.ReduceMany(DataType::kUint8, ReduceOp::kSum, buffer.data(), too_many, 64);
   EXPECT_EQ(gpu.last_error().code(), absl::StatusCode::kInvalidArgument) << gpu.last_error();
   gpu.Zero(buffer.data(), 64);  // skipped
@@ -408,13 +411,13 @@ TEST(CudaKernelsFactoryTest, FailsClearlyWithoutADevice) {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
   if (error == cudaSuccess && count > 0) {
-    auto beyond = NewDeviceKernels(count);
+    auto beyond = NewCudaKernels(count);
     EXPECT_EQ(beyond.status().code(), absl::StatusCode::kInvalidArgument) << beyond.status();
-    auto negative = NewDeviceKernels(-1);
+    auto negative = NewCudaKernels(-1);
     EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
     return;
   }
-  auto kernels = NewDeviceKernels(0);
+  auto kernels = NewCudaKernels(0);
   ASSERT_FALSE(kernels.ok());
   EXPECT_EQ(kernels.status().code(), absl::StatusCode::kFailedPrecondition) << kernels.status();
   EXPECT_NE(kernels.status().message().find("cudaGetDeviceCount"), absl::string_view::npos)
@@ -422,4 +425,4 @@ TEST(CudaKernelsFactoryTest, FailsClearlyWithoutADevice) {
 }
 
 }  // namespace
-}  // namespace baton::collective
+}  // namespace baton::device::cuda

@@ -1,7 +1,7 @@
 #pragma once
 
 // Element-wise reduction kernels on host memory. Half-precision and fp8 types are accumulated in
-// float32 inside one call and rounded (round-to-nearest-even) once when stored; collective/half.h
+// float32 inside one call and rounded (round-to-nearest-even) once when stored; device/half.h
 // documents the conversions (fp8 e4m3 saturates to +/-448, the other narrow types overflow to
 // infinity, NaN becomes the format's canonical NaN).
 //
@@ -12,9 +12,9 @@
 #include <cstddef>
 #include <span>
 
-#include "collective/data_type.h"
+#include "device/data_type.h"
 
-namespace baton::collective {
+namespace baton::device {
 
 // dst[i] = op(dst[i], src[i]) for i < count. kAvg reduces as kSum. dst and src may be equal but
 // must not otherwise overlap.
@@ -29,4 +29,4 @@ void ReduceMany(DataType type, ReduceOp op, void* dst, std::span<const void* con
 // divisor must be positive (it is the number of ranks).
 void DivideInPlace(DataType type, void* data, size_t count, int divisor);
 
-}  // namespace baton::collective
+}  // namespace baton::device

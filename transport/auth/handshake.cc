@@ -1,4 +1,4 @@
-#include "transport/handshake.h"
+#include "transport/auth/handshake.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,6 +7,18 @@
 #include "common/secure_random.h"
 
 namespace baton::transport {
+absl::string_view ProtectionName(Protection protection) {
+  switch (protection) {
+    case Protection::kNone:
+      return "none";
+    case Protection::kAuthenticated:
+      return "authenticated";
+    case Protection::kSealed:
+      return "sealed";
+  }
+  return "unknown";
+}
+
 namespace {
 
 // Fixed-size nonces first, then each address after its length: no two transcripts share a text.

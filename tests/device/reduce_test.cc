@@ -1,4 +1,4 @@
-#include "collective/reduce.h"
+#include "device/reduce.h"
 
 #include <gtest/gtest.h>
 
@@ -14,15 +14,15 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "collective/data_type.h"
-#include "collective/half.h"
+#include "device/data_type.h"
+#include "device/half.h"
 
 // The kernels are checked against references written independently of them: narrow floats are
 // decoded from the format's definition with ldexp, and rounded by searching the sorted list of
 // every representable value for the nearest one (ties to the even bit pattern). Nothing here
-// reuses the bit tricks of collective/half.h.
+// reuses the bit tricks of device/half.h.
 
-namespace baton::collective {
+namespace baton::device {
 namespace {
 
 // ---- DataType and ReduceOp names ----
@@ -748,4 +748,4 @@ TEST(ReduceTest, DivideFloatsRoundsOnce) {
 }
 
 }  // namespace
-}  // namespace baton::collective
+}  // namespace baton::device

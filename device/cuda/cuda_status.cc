@@ -1,8 +1,8 @@
-#include "collective/cuda/cuda_status.h"
+#include "device/cuda/cuda_status.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace baton::collective {
+namespace baton::device::cuda {
 
 absl::StatusCode CudaErrorToCode(cudaError_t error) {
   switch (error) {
@@ -30,11 +30,12 @@ absl::StatusCode CudaErrorToCode(cudaError_t error) {
   }
 }
 
-absl::Status CudaStatus(cudaError_t error, absl::string_view what, const char* file, int line) {
+absl::Status CudartStatus(cudaError_t error, absl::string_view what, const char* file, int line) {
   if (error == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();  // see the header
   return absl::Status(CudaErrorToCode(error),
                       absl::StrCat(what, " failed: ", cudaGetErrorName(error), ": ",
                                    cudaGetErrorString(error), " [", file, ":", line, "]"));
 }
 
-}  // namespace baton::collective
+}  // namespace baton::device::cuda

@@ -1,11 +1,11 @@
-#include "collective/reduce.h"
+#include "device/reduce.h"
 
 #include <algorithm>
 #include <cassert>
 #include <cstdint>
 #include <type_traits>
 
-#include "collective/half.h"
+#include "device/half.h"
 
 // The kernels are plain loops over __restrict pointers so that the compiler vectorises them
 // (this file is built with -O3; see CMakeLists.txt), for each instruction set (BATON_SIMD_CLONES).
@@ -26,7 +26,7 @@
 #define BATON_SIMD_CLONES
 #endif
 
-namespace baton::collective {
+namespace baton::device {
 namespace {
 
 // How elements are stored and in which type they are combined. Narrow floats are combined in
@@ -295,4 +295,4 @@ void DivideInPlace(DataType type, void* data, size_t count, int divisor) {
   WithTypeAndOp<DivideFn>(type, ReduceOp::kSum, data, count, divisor);
 }
 
-}  // namespace baton::collective
+}  // namespace baton::device

@@ -1,22 +1,25 @@
 #pragma once
 
-// The keyed handshake that opens every stream connection between two endpoints (frame.h has its
-// three frames). The connecting endpoint names its address; both then prove, with HMAC-SHA256
-// over both nonces and both addresses, that they hold the key the two share for that address.
-// Where the key comes from is the HandshakeKeys' business: batond's acceptor derives it from a
-// secret of its own, and hands it to the daemon at that address only over mutual TLS
-// (daemon/data_keys.h), so a connection is believed to come from an address only if the daemon
-// certified for it opened it, and the connecting side knows it reached the daemon it asked for
-// the key. Without HandshakeKeys both sides use kNoHandshakeKey: the handshake then only checks
-// that the other end speaks the protocol (development and tests).
+// The keyed handshake that opens every connection between two endpoints, whatever carries it:
+// three messages, hello, challenge and proof (TCP sends them as frames, transport/tcp/frame.h).
+// Transport-neutral (target baton_transport_auth), so that every transport can link it alone. The
+// connecting endpoint names its address; both then prove, with HMAC-SHA256 over both nonces and
+// both addresses, that they hold the key the two share for that address. Where the key comes from
+// is the HandshakeKeys' business: batond's acceptor derives it from a secret of its own, and hands
+// it to the daemon at that address only over mutual TLS (daemon/data_keys.h), so a connection is
+// believed to come from an address only if the daemon certified for it opened it, and the
+// connecting side knows it reached the daemon it asked for the key. Without HandshakeKeys both
+// sides use kNoHandshakeKey: the handshake then only checks that the other end speaks the protocol
+// (development and tests).
 //
-// The handshake also settles whether the connection is sealed or authenticated (frame.h,
-// Protection): if so, each direction seals its frames with a RecordCipher (record_cipher.h) whose
-// secret DeriveSessionSecrets derives from the key and the transcript, so that every connection
-// and direction (and each protection) has its own.
+// The handshake also settles whether the connection is sealed or authenticated (Protection): if
+// so, each direction seals its messages with a RecordCipher (record_cipher.h) whose secret
+// DeriveSessionSecrets derives from the key and the transcript, so that every connection and
+// direction (and each protection) has its own.
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 
@@ -24,10 +27,26 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/hmac.h"
-#include "transport/frame.h"
-#include "transport/record_cipher.h"
+#include "transport/auth/record_cipher.h"
 
 namespace baton::transport {
+
+// The sizes of the handshake's messages' parts.
+inline constexpr uint64_t kMaxHelloAddressBytes = 1024;
+inline constexpr uint64_t kHandshakeNonceBytes = 16;
+inline constexpr uint64_t kHandshakeProofBytes = 32;
+inline constexpr uint64_t kChallengePayloadBytes = kHandshakeNonceBytes + kHandshakeProofBytes;
+
+// How a connection's messages are protected, weakest first: the handshake settles on the
+// strongest that either end asks for, and its proofs cover the choice, so nobody on the way can
+// weaken it.
+enum class Protection : uint8_t {
+  kNone = 0,           // messages as they are
+  kAuthenticated = 1,  // records with tags (record_cipher.h), payload in the clear
+  kSealed = 2,         // records with tags, payload encrypted
+};
+// "none", "authenticated" or "sealed".
+absl::string_view ProtectionName(Protection protection);
 
 inline constexpr size_t kHandshakeKeyBytes = 32;
 using HandshakeKey = std::array<std::byte, kHandshakeKeyBytes>;
@@ -50,7 +69,7 @@ class HandshakeKeys {
   virtual absl::StatusOr<HandshakeKey> ToAccept(const std::string& peer) = 0;
 };
 
-// A hello frame's payload.
+// A hello's payload: the connecting endpoint's nonce and address.
 struct Hello {
   HandshakeNonce nonce{};
   std::string address;
@@ -59,7 +78,7 @@ std::string EncodeHello(const Hello& hello);
 // DataLoss unless `payload` is a nonce and 1 to kMaxHelloAddressBytes of address.
 absl::StatusOr<Hello> DecodeHello(std::span<const std::byte> payload);
 
-// A challenge frame's payload: the acceptor's nonce and proof.
+// A challenge's payload: the acceptor's nonce and proof.
 struct Challenge {
   HandshakeNonce nonce{};
   HandshakeProof proof{};
@@ -67,7 +86,7 @@ struct Challenge {
 std::array<std::byte, kChallengePayloadBytes> EncodeChallenge(const Challenge& challenge);
 Challenge DecodeChallenge(std::span<const std::byte, kChallengePayloadBytes> payload);
 
-// What the two handshake frames after the hello prove: both nonces and both addresses, one
+// What the two handshake messages after the hello prove: both nonces and both addresses, one
 // direction each, so that no proof can be replayed for the other direction, another connection
 // or another pair of endpoints.
 // The proofs also cover whether the connection is sealed or authenticated, so that a proof for

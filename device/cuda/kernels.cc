@@ -1,4 +1,4 @@
-#include "collective/cuda/device_kernels.h"
+#include "device/cuda/kernels.h"
 
 #include <cuda_runtime_api.h>
 
@@ -9,15 +9,17 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "collective/cuda/cuda_status.h"
-#include "collective/cuda/reduce_kernels.h"
 #include "common/status_macros.h"
+#include "device/cuda/cuda_status.h"
+#include "device/cuda/probe.h"
+#include "device/cuda/reduce_kernels.h"
+#include "device/cuda/scoped_device.h"
 #include "spdlog/spdlog.h"
 
-namespace baton::collective {
+namespace baton::device::cuda {
 namespace {
 
-static_assert(DeviceKernels::kMaxSources == cuda_internal::kMaxReduceSources);
+static_assert(CudaKernels::kMaxSources == internal::kMaxReduceSources);
 
 // Overlapping copies go in pieces no longer than the distance between the ranges (each piece
 // then reads nothing that an earlier or the same piece wrote) while that takes at most this many
@@ -27,49 +29,24 @@ constexpr size_t kMaxOverlapPieces = 16;
 // Two CTAs of 512 threads per SM keep a reduction memory-bound (../shared/reference/gpu.md 3.2).
 constexpr int kBlocksPerSm = 2;
 
-// Makes `device` current for the calling thread and restores the thread's previous device, so
-// that a call does not change which device the caller's own CUDA calls go to.
-class ScopedDevice {
- public:
-  ScopedDevice() = default;
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  ~ScopedDevice() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
-  }
-
-  absl::Status Enter(int device) {
-    int current = -1;
-    BATON_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
-    if (current != device) {
-      BATON_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-      previous_ = current;
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  int previous_ = -1;
-};
-
-absl::Status LaunchStatus(cuda_internal::LaunchError error, absl::string_view what) {
-  return CudaStatus(static_cast<cudaError_t>(error), what, __FILE__, __LINE__);
+absl::Status LaunchStatus(internal::LaunchError error, absl::string_view what) {
+  return CudartStatus(static_cast<cudaError_t>(error), what, __FILE__, __LINE__);
 }
 
-class CudaKernels final : public DeviceKernels {
+class StreamKernels final : public CudaKernels {
  public:
-  CudaKernels(int device, cudaStream_t stream, bool owns_stream, int max_blocks)
+  StreamKernels(int device, cudaStream_t stream, bool owns_stream, int max_blocks)
       : device_(device), stream_(stream), owns_stream_(owns_stream), max_blocks_(max_blocks) {}
-  CudaKernels(const CudaKernels&) = delete;
-  CudaKernels& operator=(const CudaKernels&) = delete;
+  StreamKernels(const StreamKernels&) = delete;
+  StreamKernels& operator=(const StreamKernels&) = delete;
 
-  ~CudaKernels() override {
+  ~StreamKernels() override {
     if (!owns_stream_) return;
     ScopedDevice scoped;
     if (scoped.Enter(device_).ok()) cudaStreamDestroy(stream_);
   }
 
-  transport::MemoryKind memory() const override { return transport::MemoryKind::kDevice; }
+  MemoryKind memory() const override { return MemoryKind::kDevice; }
   int device() const override { return device_; }
   CUstream_st* stream() const override { return stream_; }
   absl::Status last_error() const override {
@@ -83,7 +60,7 @@ class CudaKernels final : public DeviceKernels {
     const void* srcs[] = {dst, src};  // dst[i] = op(dst[i], src[i]), as reduce.h folds
     Run("ReduceInto", [&] {
       return LaunchStatus(
-          cuda_internal::LaunchReduce(type, op, dst, srcs, 2, count, max_blocks_, stream_),
+          internal::LaunchReduce(type, op, dst, srcs, 2, count, max_blocks_, stream_),
           "reduce kernel launch");
     });
   }
@@ -98,8 +75,8 @@ class CudaKernels final : public DeviceKernels {
     }
     Run("ReduceMany", [&] {
       return LaunchStatus(
-          cuda_internal::LaunchReduce(type, op, dst, srcs.data(), static_cast<int>(srcs.size()),
-                                      count, max_blocks_, stream_),
+          internal::LaunchReduce(type, op, dst, srcs.data(), static_cast<int>(srcs.size()), count,
+                                 max_blocks_, stream_),
           "reduce kernel launch");
     });
   }
@@ -111,9 +88,8 @@ class CudaKernels final : public DeviceKernels {
       return;
     }
     Run("Divide", [&] {
-      return LaunchStatus(
-          cuda_internal::LaunchDivide(type, data, count, divisor, max_blocks_, stream_),
-          "divide kernel launch");
+      return LaunchStatus(internal::LaunchDivide(type, data, count, divisor, max_blocks_, stream_),
+                          "divide kernel launch");
     });
   }
 
@@ -125,7 +101,7 @@ class CudaKernels final : public DeviceKernels {
   void Zero(void* dst, size_t bytes) const override {
     if (bytes == 0) return;
     Run("Zero", [&]() -> absl::Status {
-      BATON_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, bytes, stream_));
+      BATON_CUDART_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, bytes, stream_));
       return absl::OkStatus();
     });
   }
@@ -139,12 +115,11 @@ class CudaKernels final : public DeviceKernels {
       ScopedDevice scoped;
       BATON_RETURN_IF_ERROR(scoped.Enter(device_));
       BATON_RETURN_IF_ERROR(enqueue());
-      BATON_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      BATON_CUDART_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
       return absl::OkStatus();
     }();
     if (!status.ok()) {
-      cudaGetLastError();  // clear a non-sticky error from the calling thread's CUDA state
-      Keep(Annotate(status, what));
+      Keep(Annotate(status, what));  // CudartStatus cleared the thread's last error
     }
   }
 
@@ -157,7 +132,7 @@ class CudaKernels final : public DeviceKernels {
     const uintptr_t distance =
         to_address > from_address ? to_address - from_address : from_address - to_address;
     if (distance >= bytes) {
-      BATON_CUDA_RETURN_IF_ERROR(
+      BATON_CUDART_RETURN_IF_ERROR(
           cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, stream_));
       return absl::OkStatus();
     }
@@ -166,23 +141,23 @@ class CudaKernels final : public DeviceKernels {
       for (size_t done = 0; done < bytes;) {
         const size_t piece = std::min<size_t>(distance, bytes - done);
         const size_t offset = to_address < from_address ? done : bytes - done - piece;
-        BATON_CUDA_RETURN_IF_ERROR(
+        BATON_CUDART_RETURN_IF_ERROR(
             cudaMemcpyAsync(to + offset, from + offset, piece, cudaMemcpyDeviceToDevice, stream_));
         done += piece;
       }
       return absl::OkStatus();
     }
     void* temporary = nullptr;
-    BATON_CUDA_RETURN_IF_ERROR(cudaMallocAsync(&temporary, bytes, stream_));
+    BATON_CUDART_RETURN_IF_ERROR(cudaMallocAsync(&temporary, bytes, stream_));
     const cudaError_t in =
         cudaMemcpyAsync(temporary, from, bytes, cudaMemcpyDeviceToDevice, stream_);
     const cudaError_t out =
         in == cudaSuccess ? cudaMemcpyAsync(to, temporary, bytes, cudaMemcpyDeviceToDevice, stream_)
                           : cudaSuccess;
     const cudaError_t freed = cudaFreeAsync(temporary, stream_);
-    BATON_CUDA_RETURN_IF_ERROR(in);
-    BATON_CUDA_RETURN_IF_ERROR(out);
-    BATON_CUDA_RETURN_IF_ERROR(freed);
+    BATON_CUDART_RETURN_IF_ERROR(in);
+    BATON_CUDART_RETURN_IF_ERROR(out);
+    BATON_CUDART_RETURN_IF_ERROR(freed);
     return absl::OkStatus();
   }
 
@@ -203,47 +178,38 @@ class CudaKernels final : public DeviceKernels {
 // Checks that the node has a CUDA driver and `device`, makes it current (restored on return)
 // and returns its grid cap.
 absl::StatusOr<int> PrepareDevice(int device, ScopedDevice& scoped) {
-  int count = 0;
-  const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) {
-    cudaGetLastError();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no usable CUDA device: cudaGetDeviceCount failed: ", cudaGetErrorName(error), ": ",
-        cudaGetErrorString(error),
-        error == cudaErrorInsufficientDriver
-            ? " (no NVIDIA driver, or one older than the CUDA runtime Baton was built with)"
-            : ""));
-  }
+  BATON_ASSIGN_OR_RETURN(const int count, CountGpus());
   if (device < 0 || device >= count) {
     return absl::InvalidArgumentError(
         absl::StrCat("CUDA device ", device, " does not exist: the node has ", count));
   }
   BATON_RETURN_IF_ERROR(scoped.Enter(device));
   int sms = 0;
-  BATON_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  BATON_CUDART_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   return std::max(1, sms) * kBlocksPerSm;
 }
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DeviceKernels>> NewDeviceKernels(int device) {
+absl::StatusOr<std::unique_ptr<CudaKernels>> NewCudaKernels(int device) {
   ScopedDevice scoped;
   BATON_ASSIGN_OR_RETURN(const int max_blocks, PrepareDevice(device, scoped));
   cudaStream_t stream = nullptr;
-  BATON_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  return std::make_unique<CudaKernels>(device, stream, /*owns_stream=*/true, max_blocks);
+  BATON_CUDART_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return std::make_unique<StreamKernels>(device, stream, /*owns_stream=*/true, max_blocks);
 }
 
-absl::StatusOr<std::unique_ptr<DeviceKernels>> NewDeviceKernels(int device, CUstream_st* stream) {
+absl::StatusOr<std::unique_ptr<CudaKernels>> NewCudaKernels(int device, CUstream_st* stream) {
   ScopedDevice scoped;
   BATON_ASSIGN_OR_RETURN(const int max_blocks, PrepareDevice(device, scoped));
   int stream_device = -1;
-  BATON_CUDA_RETURN_IF_ERROR(cudaStreamGetDevice(stream, &stream_device));
+  BATON_CUDART_RETURN_IF_ERROR(cudaStreamGetDevice(stream, &stream_device));
   if (stream_device != device) {
     return absl::InvalidArgumentError(
         absl::StrCat("the stream belongs to CUDA device ", stream_device, ", not ", device));
   }
-  return std::make_unique<CudaKernels>(device, stream, /*owns_stream=*/false, max_blocks);
+  return std::make_unique<StreamKernels>(device, stream, /*owns_stream=*/false, max_blocks);
 }
 
-}  // namespace baton::collective
+}  // namespace baton::device::cuda

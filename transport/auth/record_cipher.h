@@ -1,7 +1,7 @@
 #pragma once
 
-// One direction of a sealed connection (frame.h, kFrameFlagSealed) or an authenticated one
-// (kFrameFlagAuthenticated): its records, numbered from 0 in the order they are sealed, each
+// One direction of a sealed connection or an authenticated one (handshake.h, Protection): its
+// records, numbered from 0 in the order they are sealed, each
 // sealed with AES-256-GCM (common/aead.h) under a key and nonce that follow from the direction's
 // secret and the record's number alone:
 //   epoch e = number / records_per_key; key_e (32 bytes) and iv_e (12 bytes) are
@@ -23,6 +23,8 @@
 // Each side of a connection seals with one RecordCipher and opens with another, whose secrets
 // come from the handshake (handshake.h, DeriveSessionSecrets); a secret must never seal in two
 // RecordCiphers. Not thread-safe: a connection's sender (or reader) uses its cipher alone.
+// Transport-neutral (target baton_transport_auth): how records sit in a transport's messages is
+// the transport's (TCP: transport/tcp/frame.h).
 
 #include <array>
 #include <cstddef>

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "collective/cuda/reduce_kernels.h"
+#include "device/cuda/reduce_kernels.h"
 
 // One kernel template per (format, op), as in reduce.cc: a grid-stride loop over 16-byte vectors
 // when every pointer is 16-byte aligned, else over elements, and a scalar loop for the tail.
@@ -20,7 +20,7 @@
 // memory nobody writes during the kernel. Tuning (unrolling, CTAs per SM) is later work; the
 // contract here is parity with reduce.h.
 
-namespace baton::collective::cuda_internal {
+namespace baton::device::cuda::internal {
 namespace {
 
 constexpr int kThreads = 512;
@@ -310,4 +310,4 @@ LaunchError LaunchDivide(DataType type, void* data, size_t count, int divisor, i
   return WithType<DivideFn>(type, data, count, divisor, max_blocks, stream);
 }
 
-}  // namespace baton::collective::cuda_internal
+}  // namespace baton::device::cuda::internal
