@@ -102,10 +102,40 @@ absl::StatusOr<absl::Duration> RoutingEndpoint::RoundTrip(const std::string& pee
   return route.endpoint->RoundTrip(route.address, deadline);
 }
 
-absl::Status RoutingEndpoint::SendRegion(const std::string& peer, const Tag& tag,
-                                         const RegionSlice& slice, absl::Time deadline) {
+std::unique_ptr<PostedSend> RoutingEndpoint::PostSend(const std::string& peer, const Tag& tag,
+                                                      const RegionSlice& slice,
+                                                      absl::Time deadline) {
   const Route route = RouteOf(peer);
-  return route.endpoint->SendRegion(route.address, tag, slice, deadline);
+  return route.endpoint->PostSend(route.address, tag, slice, deadline);
+}
+
+std::unique_ptr<ExposedRegion> RoutingEndpoint::ExposeRegion(const std::string& peer,
+                                                             uint64_t comm,
+                                                             const RegionSlice& slice,
+                                                             absl::Time deadline) {
+  const Route route = RouteOf(peer);
+  return route.endpoint->ExposeRegion(route.address, comm, slice, deadline);
+}
+
+std::unique_ptr<PostedSend> RoutingEndpoint::PostWrite(const std::string& peer, uint64_t comm,
+                                                       const RegionSlice& source,
+                                                       const RemoteRegion& target,
+                                                       size_t target_offset,
+                                                       std::optional<uint32_t> notify,
+                                                       absl::Time deadline) {
+  const Route route = RouteOf(peer);
+  return route.endpoint->PostWrite(route.address, comm, source, target, target_offset, notify,
+                                   deadline);
+}
+
+absl::StatusOr<std::string> RoutingEndpoint::ConnectionData(const std::string& peer) {
+  const Route route = RouteOf(peer);
+  return route.endpoint->ConnectionData(route.address);
+}
+
+absl::Status RoutingEndpoint::Connect(const std::string& peer, std::string_view remote_data) {
+  const Route route = RouteOf(peer);
+  return route.endpoint->Connect(route.address, remote_data);
 }
 
 std::unique_ptr<PostedRecv> RoutingEndpoint::PostRecvRegion(const std::string& peer, const Tag& tag,
