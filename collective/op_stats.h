@@ -123,8 +123,7 @@ class TimingEndpoint final : public transport::ForwardingEndpoint {
                                                    absl::Time deadline) override {
     PhaseTimer timer(&stats_->transport);
     return std::make_unique<TimedSend>(
-        ForwardingEndpoint::PostWrite(peer, comm, source, target, target_offset, notify,
-                                      deadline),
+        ForwardingEndpoint::PostWrite(peer, comm, source, target, target_offset, notify, deadline),
         stats_);
   }
   std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,

@@ -271,8 +271,7 @@ std::unique_ptr<transport::PostedSend> StagingEndpoint::PostWrite(
   if (absl::Status ready = AwaitSlice(source); !ready.ok()) {
     return transport::CompletedSend(std::move(ready));
   }
-  return ForwardingEndpoint::PostWrite(peer, comm, source, target, target_offset, notify,
-                                       deadline);
+  return ForwardingEndpoint::PostWrite(peer, comm, source, target, target_offset, notify, deadline);
 }
 
 namespace {

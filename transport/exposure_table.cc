@@ -17,9 +17,10 @@ absl::Status WriteRefusedError(const std::string& peer, uint64_t comm, uint64_t 
     return absl::InvalidArgumentError(
         absl::StrCat(what, "the bytes do not lie inside the region it exposed"));
   }
-  return absl::PermissionDeniedError(absl::StrCat(
-      what, "it holds no region under that key for this endpoint and communicator (revoked, "
-            "complete already, or never exposed to it)"));
+  return absl::PermissionDeniedError(
+      absl::StrCat(what,
+                   "it holds no region under that key for this endpoint and communicator (revoked, "
+                   "complete already, or never exposed to it)"));
 }
 
 // The handle Expose returns; the table keeps the state, so that writes find it by key.
@@ -81,25 +82,25 @@ absl::StatusOr<ExposureTable::Write> ExposureTable::BeginWrite(const std::string
   // The same answer whether the key is unknown or another peer's or communicator's: a writer
   // learns nothing about keys it was not given.
   if (it == exposures_.end() || it->second->peer != peer || it->second->comm != comm) {
-    return RefuseLocked(
-        peer, absl::PermissionDeniedError(absl::StrCat(
-                  "no region is exposed to peer ", peer, " for comm ",
-                  absl::Hex(comm, absl::kZeroPad8), " under the key its write names")));
+    return RefuseLocked(peer,
+                        absl::PermissionDeniedError(absl::StrCat(
+                            "no region is exposed to peer ", peer, " for comm ",
+                            absl::Hex(comm, absl::kZeroPad8), " under the key its write names")));
   }
   Exposure& exposure = *it->second;
   if (absl::Now() >= exposure.deadline) {
-    EndLocked(exposure, absl::DeadlineExceededError(absl::StrCat(
-                            "no notifying write from peer ", peer, " into the region exposed to "
-                            "it by the deadline")));
+    EndLocked(exposure,
+              absl::DeadlineExceededError(absl::StrCat("no notifying write from peer ", peer,
+                                                       " into the region exposed to "
+                                                       "it by the deadline")));
     return RefuseLocked(peer, absl::PermissionDeniedError(absl::StrCat(
                                   "the region exposed to peer ", peer, " passed its deadline")));
   }
   const uint64_t size = exposure.bytes.size();
   if (offset > size || length > size - offset) {
     return RefuseLocked(peer, absl::InvalidArgumentError(absl::StrCat(
-                                  "a write of ", length, " bytes at offset ", offset,
-                                  " from peer ", peer, " leaves the region of ", size,
-                                  " bytes exposed to it")));
+                                  "a write of ", length, " bytes at offset ", offset, " from peer ",
+                                  peer, " leaves the region of ", size, " bytes exposed to it")));
   }
   ++exposure.writers;
   return Write(it->second, exposure.bytes.subspan(offset, length));
@@ -144,15 +145,13 @@ absl::StatusOr<WriteNotice> ExposureTable::Settle(Exposure& exposure, bool revok
   if (revoke) {
     EndLocked(exposure, absl::CancelledError("the exposed region was revoked"));
   } else {
-    auto ended = [&exposure]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return exposure.result.has_value();
-    };
+    auto ended = [&exposure]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return exposure.result.has_value(); };
     if (!mu_.AwaitWithDeadline(absl::Condition(&ended), exposure.deadline)) {
-      EndLocked(exposure, absl::DeadlineExceededError(
-                              absl::StrCat("no notifying write from peer ", exposure.peer,
-                                           " into the region exposed to it (comm ",
-                                           absl::Hex(exposure.comm, absl::kZeroPad8),
-                                           ") by the deadline")));
+      EndLocked(exposure, absl::DeadlineExceededError(absl::StrCat(
+                              "no notifying write from peer ", exposure.peer,
+                              " into the region exposed to it (comm ",
+                              absl::Hex(exposure.comm, absl::kZeroPad8), ") by the deadline")));
     }
   }
   // The memory is the caller's again only once nobody writes into it: a write in progress sees

@@ -84,9 +84,9 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
   header.sealed = (flags & kFrameFlagSealed) != 0;
   header.authenticated = (flags & kFrameFlagAuthenticated) != 0;
   const auto type = GetLittleEndian<uint8_t>(p + kTypeOffset);
-  // Only data and write frames carry a checksum: the handshake has its own proofs, and a ping's payload is
-  // an identifier that a corruption merely leaves unanswered. A sealed or authenticated frame's
-  // records are authenticated already.
+  // Only data and write frames carry a checksum: the handshake has its own proofs, and a ping's
+  // payload is an identifier that a corruption merely leaves unanswered. A sealed or authenticated
+  // frame's records are authenticated already.
   const bool checksummed = type == static_cast<uint8_t>(FrameType::kData) ||
                            type == static_cast<uint8_t>(FrameType::kWrite);
   if (header.checksum && (!checksummed || header.in_records())) {

@@ -73,8 +73,8 @@
 // checksummed, sealed or authenticated as a data frame is, so the descriptor is checked before
 // the receiver acts on it. The receiver answers each write with a write ack frame (the tag
 // {seq: the write's identifier}, kWriteAckPayloadBytes: the identifier again and whether it took
-// or refused the bytes) over any connection with the writer. Write frames count in LinkStats as one message of the bytes
-// written plus kWriteOverheadBytes; acks are not counted.
+// or refused the bytes) over any connection with the writer. Write frames count in LinkStats as one
+// message of the bytes written plus kWriteOverheadBytes; acks are not counted.
 //
 // A ping frame (tag all zero, kPingPayloadBytes of payload: an identifier the sender chose) asks
 // the receiving endpoint to answer with a pong frame carrying the same payload, over any

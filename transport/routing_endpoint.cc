@@ -109,20 +109,16 @@ std::unique_ptr<PostedSend> RoutingEndpoint::PostSend(const std::string& peer, c
   return route.endpoint->PostSend(route.address, tag, slice, deadline);
 }
 
-std::unique_ptr<ExposedRegion> RoutingEndpoint::ExposeRegion(const std::string& peer,
-                                                             uint64_t comm,
+std::unique_ptr<ExposedRegion> RoutingEndpoint::ExposeRegion(const std::string& peer, uint64_t comm,
                                                              const RegionSlice& slice,
                                                              absl::Time deadline) {
   const Route route = RouteOf(peer);
   return route.endpoint->ExposeRegion(route.address, comm, slice, deadline);
 }
 
-std::unique_ptr<PostedSend> RoutingEndpoint::PostWrite(const std::string& peer, uint64_t comm,
-                                                       const RegionSlice& source,
-                                                       const RemoteRegion& target,
-                                                       size_t target_offset,
-                                                       std::optional<uint32_t> notify,
-                                                       absl::Time deadline) {
+std::unique_ptr<PostedSend> RoutingEndpoint::PostWrite(
+    const std::string& peer, uint64_t comm, const RegionSlice& source, const RemoteRegion& target,
+    size_t target_offset, std::optional<uint32_t> notify, absl::Time deadline) {
   const Route route = RouteOf(peer);
   return route.endpoint->PostWrite(route.address, comm, source, target, target_offset, notify,
                                    deadline);

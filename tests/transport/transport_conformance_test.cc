@@ -902,9 +902,8 @@ TEST_P(TransportConformanceTest, PostedSendCompletesAndItsBufferIsReusableAfterW
   std::vector<std::byte> send_memory = Pattern(size_t{1} << 20, 9);
   const std::vector<std::byte> sent = send_memory;
   const std::unique_ptr<MemoryRegion> region = HostMemoryRegion(send_memory);
-  std::unique_ptr<PostedSend> send =
-      ep(0).PostSend(addr(1), Tag{.comm = 3, .seq = 1}, RegionSlice{region.get(), 0, sent.size()},
-                     Deadline());
+  std::unique_ptr<PostedSend> send = ep(0).PostSend(
+      addr(1), Tag{.comm = 3, .seq = 1}, RegionSlice{region.get(), 0, sent.size()}, Deadline());
   ASSERT_NE(send, nullptr);
   ASSERT_OK(send->Wait());
   EXPECT_TRUE(send->Test());
@@ -962,15 +961,15 @@ TEST_P(TransportConformanceTest, ExposedRegionTakesWritesAtOffsetsAndTheLastNoti
   ASSERT_TRUE(target.ok()) << target.status();
 
   constexpr size_t kPart = size_t{1} << 20;
-  std::unique_ptr<PostedSend> first = ep(0).PostWrite(
-      addr(1), kComm, RegionSlice{send_region.get(), 0, kPart}, *target, 0, std::nullopt,
-      Deadline());
-  std::unique_ptr<PostedSend> third = ep(0).PostWrite(
-      addr(1), kComm, RegionSlice{send_region.get(), 2 * kPart, kPart}, *target, 2 * kPart,
-      std::nullopt, Deadline());
-  std::unique_ptr<PostedSend> last = ep(0).PostWrite(
-      addr(1), kComm, RegionSlice{send_region.get(), kPart, kPart}, *target, kPart, 0xC0FFEEu,
-      Deadline());
+  std::unique_ptr<PostedSend> first =
+      ep(0).PostWrite(addr(1), kComm, RegionSlice{send_region.get(), 0, kPart}, *target, 0,
+                      std::nullopt, Deadline());
+  std::unique_ptr<PostedSend> third =
+      ep(0).PostWrite(addr(1), kComm, RegionSlice{send_region.get(), 2 * kPart, kPart}, *target,
+                      2 * kPart, std::nullopt, Deadline());
+  std::unique_ptr<PostedSend> last =
+      ep(0).PostWrite(addr(1), kComm, RegionSlice{send_region.get(), kPart, kPart}, *target, kPart,
+                      0xC0FFEEu, Deadline());
   ASSERT_OK(first->Wait());
   ASSERT_OK(third->Wait());
   ASSERT_OK(last->Wait());
@@ -987,11 +986,10 @@ TEST_P(TransportConformanceTest, ExposedRegionTakesWritesAtOffsetsAndTheLastNoti
   EXPECT_EQ(StatsFor(ep(1), addr(0)).Counter("refused_writes"), 0u);
 
   // One-shot: the notified region is revoked, so a write after it is refused.
-  const absl::Status again =
-      ep(0)
-          .PostWrite(addr(1), kComm, RegionSlice{send_region.get(), 0, 8}, *target, 0, 1u,
-                     Deadline())
-          ->Wait();
+  const absl::Status again = ep(0)
+                                 .PostWrite(addr(1), kComm, RegionSlice{send_region.get(), 0, 8},
+                                            *target, 0, 1u, Deadline())
+                                 ->Wait();
   EXPECT_EQ(again.code(), absl::StatusCode::kPermissionDenied) << again;
   EXPECT_THAT(again.message(), HasSubstr(addr(1)));
   EXPECT_EQ(recv_memory[kAt], send_memory[0]);
@@ -1010,8 +1008,7 @@ TEST_P(TransportConformanceTest, WriteToARevokedRegionIsRefused) {
   exposed.reset();  // revoked
   const absl::Status refused =
       ep(0)
-          .PostWrite(addr(1), 5, RegionSlice{send_region.get(), 0, 4096}, target, 0, 7u,
-                     Deadline())
+          .PostWrite(addr(1), 5, RegionSlice{send_region.get(), 0, 4096}, target, 0, 7u, Deadline())
           ->Wait();
   EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
   EXPECT_THAT(refused.message(), HasSubstr(addr(1)));
@@ -1034,19 +1031,18 @@ TEST_P(TransportConformanceTest, WriteOutOfBoundsIsRefusedAndTheRegionStaysOpen)
       ep(1).ExposeRegion(addr(0), 9, RegionSlice{recv_region.get(), 1000, 1000}, Deadline());
   // Past the end of the region as described: refused before anything is sent.
   EXPECT_EQ(ep(0)
-                .PostWrite(addr(1), 9, RegionSlice{send_region.get(), 0, 10},
-                           exposed->descriptor(), 995, std::nullopt, Deadline())
+                .PostWrite(addr(1), 9, RegionSlice{send_region.get(), 0, 10}, exposed->descriptor(),
+                           995, std::nullopt, Deadline())
                 ->Wait()
                 .code(),
             absl::StatusCode::kInvalidArgument);
   // A descriptor that claims more than was exposed: the receiver refuses, and writes nothing.
   RemoteRegion forged = exposed->descriptor();
   forged.length = 8192;
-  const absl::Status refused =
-      ep(0)
-          .PostWrite(addr(1), 9, RegionSlice{send_region.get(), 0, 2000}, forged, 500, 1u,
-                     Deadline())
-          ->Wait();
+  const absl::Status refused = ep(0)
+                                   .PostWrite(addr(1), 9, RegionSlice{send_region.get(), 0, 2000},
+                                              forged, 500, 1u, Deadline())
+                                   ->Wait();
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
   EXPECT_THAT(refused.message(), HasSubstr(addr(1)));
   EXPECT_TRUE(std::all_of(recv_memory.begin(), recv_memory.end(),
@@ -1061,8 +1057,8 @@ TEST_P(TransportConformanceTest, WriteOutOfBoundsIsRefusedAndTheRegionStaysOpen)
   absl::StatusOr<WriteNotice> notice = exposed->Wait();
   ASSERT_TRUE(notice.ok()) << notice.status();
   EXPECT_EQ(*notice, (WriteNotice{2u, 1000}));
-  EXPECT_TRUE(std::equal(recv_memory.begin() + 1000, recv_memory.begin() + 2000,
-                         send_memory.begin()));
+  EXPECT_TRUE(
+      std::equal(recv_memory.begin() + 1000, recv_memory.begin() + 2000, send_memory.begin()));
 }
 
 TEST_P(TransportConformanceTest, WriteFromAnotherPeerOrCommunicatorIsRefused) {
@@ -1077,15 +1073,13 @@ TEST_P(TransportConformanceTest, WriteFromAnotherPeerOrCommunicatorIsRefused) {
   const RemoteRegion target = exposed->descriptor();
   const absl::Status other_peer =
       ep(1)
-          .PostWrite(addr(2), 1, RegionSlice{send_region.get(), 0, 4096}, target, 0, 1u,
-                     Deadline())
+          .PostWrite(addr(2), 1, RegionSlice{send_region.get(), 0, 4096}, target, 0, 1u, Deadline())
           ->Wait();
   EXPECT_EQ(other_peer.code(), absl::StatusCode::kPermissionDenied) << other_peer;
   EXPECT_THAT(other_peer.message(), HasSubstr(addr(2)));
   const absl::Status other_comm =
       ep(0)
-          .PostWrite(addr(2), 2, RegionSlice{send_region.get(), 0, 4096}, target, 0, 1u,
-                     Deadline())
+          .PostWrite(addr(2), 2, RegionSlice{send_region.get(), 0, 4096}, target, 0, 1u, Deadline())
           ->Wait();
   EXPECT_EQ(other_comm.code(), absl::StatusCode::kPermissionDenied) << other_comm;
   EXPECT_TRUE(std::all_of(recv_memory.begin(), recv_memory.end(),
@@ -1096,10 +1090,10 @@ TEST_P(TransportConformanceTest, WriteFromAnotherPeerOrCommunicatorIsRefused) {
   }));
   EXPECT_FALSE(exposed->Test());
   // The peer and communicator it was exposed to write it.
-  ASSERT_OK(ep(0)
-                .PostWrite(addr(2), 1, RegionSlice{send_region.get(), 0, 4096}, target, 0, 3u,
-                           Deadline())
-                ->Wait());
+  ASSERT_OK(
+      ep(0)
+          .PostWrite(addr(2), 1, RegionSlice{send_region.get(), 0, 4096}, target, 0, 3u, Deadline())
+          ->Wait());
   ASSERT_TRUE(exposed->Wait().ok());
   EXPECT_EQ(recv_memory, send_memory);
 }
@@ -1124,12 +1118,12 @@ TEST_P(TransportConformanceTest, AbortFailsAWaitingExposureAndRevokesIt) {
   EXPECT_EQ(notice.status().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(notice.status().message(), HasSubstr("failed elsewhere"));
   // Revoked: a write to it is refused; a new exposure for the communicator fails at once.
-  EXPECT_EQ(ep(0)
-                .PostWrite(addr(1), 11, RegionSlice{send_region.get(), 0, 8}, target, 0, 1u,
-                           Deadline())
-                ->Wait()
-                .code(),
-            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      ep(0)
+          .PostWrite(addr(1), 11, RegionSlice{send_region.get(), 0, 8}, target, 0, 1u, Deadline())
+          ->Wait()
+          .code(),
+      absl::StatusCode::kPermissionDenied);
   std::unique_ptr<ExposedRegion> later =
       ep(1).ExposeRegion(addr(0), 11, RegionSlice{recv_region.get(), 0, 8}, Deadline());
   EXPECT_TRUE(later->Test());
@@ -1137,12 +1131,12 @@ TEST_P(TransportConformanceTest, AbortFailsAWaitingExposureAndRevokesIt) {
   EXPECT_EQ(recv_memory[0], std::byte{0});
   // The writer's side of an aborted communicator fails its writes too.
   ep(0).Abort(11, absl::AbortedError("aborted here"));
-  EXPECT_EQ(ep(0)
-                .PostWrite(addr(1), 11, RegionSlice{send_region.get(), 0, 8}, target, 0, 1u,
-                           Deadline())
-                ->Wait()
-                .code(),
-            absl::StatusCode::kAborted);
+  EXPECT_EQ(
+      ep(0)
+          .PostWrite(addr(1), 11, RegionSlice{send_region.get(), 0, 8}, target, 0, 1u, Deadline())
+          ->Wait()
+          .code(),
+      absl::StatusCode::kAborted);
 }
 
 TEST_P(TransportConformanceTest, ExposureFailsAtItsDeadlineNamingThePeer) {
@@ -1156,7 +1150,8 @@ TEST_P(TransportConformanceTest, ExposureFailsAtItsDeadlineNamingThePeer) {
   EXPECT_THAT(notice.status().message(), HasSubstr(addr(0)));
   // Device memory is not this transport's to expose.
   const MemoryRegion device(recv_memory, MemoryKind::kDevice);
-  EXPECT_EQ(ep(1).ExposeRegion(addr(0), 12, RegionSlice{&device, 0, 8}, Deadline())
+  EXPECT_EQ(ep(1)
+                .ExposeRegion(addr(0), 12, RegionSlice{&device, 0, 8}, Deadline())
                 ->Wait()
                 .status()
                 .code(),

@@ -175,8 +175,8 @@ class InMemoryFabricImpl final : public InMemoryFabric {
 };
 
 InMemoryEndpoint* InMemoryFabricImpl::TargetLocked(InMemoryEndpoint& sender,
-                                                    const std::string& peer,
-                                                    const std::string& what, absl::Status* error) {
+                                                   const std::string& peer, const std::string& what,
+                                                   absl::Status* error) {
   const std::string sender_address = sender.address();
   auto self = endpoints_.find(sender_address);
   if (self == endpoints_.end() || self->second.killed) {
@@ -187,8 +187,8 @@ InMemoryEndpoint* InMemoryFabricImpl::TargetLocked(InMemoryEndpoint& sender,
   auto target = endpoints_.find(peer);
   if (target == endpoints_.end()) return nullptr;
   if (target->second.killed) {
-    *error =
-        absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (", what, "): killed"));
+    *error = absl::UnavailableError(
+        absl::StrCat("lost connection to peer ", peer, " (", what, "): killed"));
     return nullptr;
   }
   InMemoryEndpoint* endpoint = target->second.endpoint;
@@ -212,8 +212,8 @@ absl::Status InMemoryFabricImpl::AwaitPeer(const std::string& peer, const std::s
   auto peer_exists = [this, &peer]()
                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return endpoints_.contains(peer); };
   if (!mu_.AwaitWithDeadline(absl::Condition(&peer_exists), deadline)) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach peer ", peer, " (", what, "): no endpoint with that address by the deadline"));
+    return absl::UnavailableError(absl::StrCat("cannot reach peer ", peer, " (", what,
+                                               "): no endpoint with that address by the deadline"));
   }
   return absl::OkStatus();
 }
@@ -246,8 +246,7 @@ absl::Status InMemoryFabricImpl::DeliverWrite(InMemoryEndpoint& sender, const st
                                               ConstByteSpan data,
                                               std::optional<ExposureTable::Notify> notify,
                                               absl::Time deadline) {
-  const std::string what =
-      absl::StrCat("a write for comm ", absl::Hex(comm, absl::kZeroPad8));
+  const std::string what = absl::StrCat("a write for comm ", absl::Hex(comm, absl::kZeroPad8));
   while (true) {
     {
       // Held shared for the copy: the target can be neither closed nor killed meanwhile, and
@@ -299,28 +298,25 @@ std::unique_ptr<ExposedRegion> InMemoryEndpoint::ExposeRegion(const std::string&
   return exposures_.Expose(peer, comm, *bytes, deadline);
 }
 
-std::unique_ptr<PostedSend> InMemoryEndpoint::PostWrite(const std::string& peer, uint64_t comm,
-                                                        const RegionSlice& source,
-                                                        const RemoteRegion& target,
-                                                        size_t target_offset,
-                                                        std::optional<uint32_t> notify,
-                                                        absl::Time deadline) {
+std::unique_ptr<PostedSend> InMemoryEndpoint::PostWrite(
+    const std::string& peer, uint64_t comm, const RegionSlice& source, const RemoteRegion& target,
+    size_t target_offset, std::optional<uint32_t> notify, absl::Time deadline) {
   absl::StatusOr<ByteSpan> bytes = HostRegionBytes(peer, source);
   if (!bytes.ok()) return CompletedSend(bytes.status());
   if (absl::Status aborted = matcher_.AbortReason(comm); !aborted.ok()) {
     return CompletedSend(aborted);
   }
   if (target_offset > target.length || bytes->size() > target.length - target_offset) {
-    return CompletedSend(absl::InvalidArgumentError(absl::StrCat(
-        "a write of ", bytes->size(), " bytes at offset ", target_offset, " to peer ", peer,
-        " leaves the region of ", target.length, " bytes it describes")));
+    return CompletedSend(absl::InvalidArgumentError(
+        absl::StrCat("a write of ", bytes->size(), " bytes at offset ", target_offset, " to peer ",
+                     peer, " leaves the region of ", target.length, " bytes it describes")));
   }
   std::optional<ExposureTable::Notify> notice;
   const uint64_t total =
       tally_.Add(peer, comm, target.key, bytes->size(), /*last=*/notify.has_value());
   if (notify.has_value()) notice = ExposureTable::Notify{*notify, total};
-  absl::Status status = fabric_->DeliverWrite(*this, peer, comm, target.key, target_offset,
-                                              *bytes, notice, deadline);
+  absl::Status status =
+      fabric_->DeliverWrite(*this, peer, comm, target.key, target_offset, *bytes, notice, deadline);
   CountSent(peer, bytes->size(), status.ok());
   return CompletedSend(std::move(status));
 }
@@ -348,9 +344,9 @@ absl::Status InMemoryEndpoint::Connect(const std::string& peer, std::string_view
   absl::StatusOr<std::string> expected = fabric_->TokenOf(peer, address_);
   if (!expected.ok()) return expected.status();
   if (remote_data != *expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "connection data for peer ", peer, " is not what it made for this endpoint (",
-        remote_data.size(), " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat("connection data for peer ", peer,
+                                                   " is not what it made for this endpoint (",
+                                                   remote_data.size(), " bytes)"));
   }
   absl::MutexLock lock(&links_mu_);
   connected_[peer] = std::string(remote_data);

@@ -70,8 +70,8 @@ absl::StatusOr<WriteDescriptor> WriteDescriptor::Decode(
     return absl::DataLossError(absl::StrCat("unknown write flags 0x", absl::Hex(flags)));
   }
   if (descriptor.length > kMaxFramePayloadBytes) {
-    return absl::DataLossError(absl::StrCat("a write of ", descriptor.length,
-                                            " bytes, more than a frame may carry"));
+    return absl::DataLossError(
+        absl::StrCat("a write of ", descriptor.length, " bytes, more than a frame may carry"));
   }
   if ((flags & kNotifyFlag) != 0) {
     descriptor.notify = ExposureTable::Notify{immediate, total};
@@ -93,8 +93,8 @@ absl::StatusOr<WriteAck> WriteAck::Decode(std::span<const std::byte, kWriteAckPa
   ack.write = Get64(in.data());
   const uint32_t refusal = Get32(in.data() + 8);
   if (refusal > static_cast<uint32_t>(WriteRefusal::kOutOfBounds) || Get32(in.data() + 12) != 0) {
-    return absl::DataLossError(absl::StrCat("a write ack with refusal ", refusal,
-                                            " or reserved bytes set"));
+    return absl::DataLossError(
+        absl::StrCat("a write ack with refusal ", refusal, " or reserved bytes set"));
   }
   ack.refusal = static_cast<WriteRefusal>(refusal);
   return ack;
@@ -171,17 +171,15 @@ std::unique_ptr<ExposedRegion> TcpEndpoint::ExposeRegion(const std::string& peer
 
 std::unique_ptr<PostedSend> TcpEndpoint::PostWrite(const std::string& peer, uint64_t comm,
                                                    const RegionSlice& source,
-                                                   const RemoteRegion& target,
-                                                   size_t target_offset,
+                                                   const RemoteRegion& target, size_t target_offset,
                                                    std::optional<uint32_t> notify,
                                                    absl::Time deadline) {
   absl::StatusOr<ByteSpan> bytes = HostRegionBytes(peer, source);
   if (!bytes.ok()) return CompletedSend(bytes.status());
   if (target_offset > target.length || bytes->size() > target.length - target_offset) {
     return CompletedSend(absl::InvalidArgumentError(
-        absl::StrCat("a write of ", bytes->size(), " bytes at offset ", target_offset,
-                     " to peer ", peer, " leaves the region of ", target.length,
-                     " bytes it describes")));
+        absl::StrCat("a write of ", bytes->size(), " bytes at offset ", target_offset, " to peer ",
+                     peer, " leaves the region of ", target.length, " bytes it describes")));
   }
   if (bytes->size() > kMaxFramePayloadBytes) {
     return CompletedSend(absl::InvalidArgumentError(
@@ -284,8 +282,8 @@ absl::Status TcpEndpoint::ReadWrite(Conn& conn, const FrameHeader& header, absl:
     return body.Finish(limit, nullptr);
   };
   const uint64_t comm = header.tag.comm;
-  absl::StatusOr<ExposureTable::Write> write = exposures_.BeginWrite(
-      peer, comm, descriptor->key, descriptor->offset, descriptor->length);
+  absl::StatusOr<ExposureTable::Write> write =
+      exposures_.BeginWrite(peer, comm, descriptor->key, descriptor->offset, descriptor->length);
   if (!write.ok()) {
     absl::Status status = drain();
     if (!body.intact()) return IntegrityFailure(peer, *data_header);
@@ -318,13 +316,13 @@ absl::Status TcpEndpoint::ReadWrite(Conn& conn, const FrameHeader& header, absl:
   }
   if (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status)) {
     // The region gave up, not the link: release it now, then skip the rest of the bytes.
-    exposures_.FinishWrite(
-        *std::move(write),
-        absl::IsDeadlineExceeded(status)
-            ? absl::DeadlineExceededError(absl::StrCat(
-                  "the write from peer ", peer, " into the region exposed to it passed its deadline"))
-            : absl::CancelledError("the exposed region was revoked"),
-        std::nullopt);
+    exposures_.FinishWrite(*std::move(write),
+                           absl::IsDeadlineExceeded(status)
+                               ? absl::DeadlineExceededError(absl::StrCat(
+                                     "the write from peer ", peer,
+                                     " into the region exposed to it passed its deadline"))
+                               : absl::CancelledError("the exposed region was revoked"),
+                           std::nullopt);
     status = drain();
     if (!body.intact()) return IntegrityFailure(peer, *data_header);
     if (!status.ok()) {
@@ -368,10 +366,10 @@ absl::Status TcpEndpoint::ReadWriteAck(Conn& conn, const FrameHeader& header, ab
     return absl::OkStatus();
   }
   const PendingWrite& write = it->second;
-  it->second.result = ack->refusal == WriteRefusal::kNone
-                          ? absl::OkStatus()
-                          : WriteRefusedError(write.peer, write.comm, write.offset, write.length,
-                                              ack->refusal);
+  it->second.result =
+      ack->refusal == WriteRefusal::kNone
+          ? absl::OkStatus()
+          : WriteRefusedError(write.peer, write.comm, write.offset, write.length, ack->refusal);
   return absl::OkStatus();
 }
 
@@ -396,8 +394,8 @@ void TcpEndpoint::WriteAckLoop() {
     // Under no communicator's tag: an answer goes out even when the write's communicator was
     // aborted here (its writer learns of the refusal instead of waiting for its deadline).
     const OutMessage frame{Tag{.seq = ack.ack.write}, payload};
-    const absl::Status sent = SendFrames(ack.peer, FrameType::kWriteAck, std::span(&frame, 1),
-                                         absl::Now() + kAckTimeout);
+    const absl::Status sent =
+        SendFrames(ack.peer, FrameType::kWriteAck, std::span(&frame, 1), absl::Now() + kAckTimeout);
     if (!sent.ok()) {
       spdlog::debug("tcp endpoint {}: no write ack to peer {}: {}", address_, ack.peer,
                     sent.ToString());
@@ -411,9 +409,9 @@ void TcpEndpoint::WritesLost(const std::string& peer, const absl::Status& status
   absl::MutexLock lock(&writes_mu_);
   for (auto& [id, write] : writes_) {
     if (write.peer != peer || write.result.has_value()) continue;
-    write.result = absl::UnavailableError(absl::StrCat(
-        "lost connection to peer ", peer, " before it answered a write of ", write.length,
-        " bytes at offset ", write.offset, ": ", status.message()));
+    write.result = absl::UnavailableError(
+        absl::StrCat("lost connection to peer ", peer, " before it answered a write of ",
+                     write.length, " bytes at offset ", write.offset, ": ", status.message()));
   }
 }
 

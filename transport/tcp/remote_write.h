@@ -35,7 +35,8 @@ struct WriteDescriptor {
   std::array<std::byte, kWriteDescriptorBytes> Encode() const;
   // DataLoss when a flag other than notify is set, the length is more than a frame may carry, or
   // a write that does not notify says a total or immediate.
-  static absl::StatusOr<WriteDescriptor> Decode(std::span<const std::byte, kWriteDescriptorBytes> in);
+  static absl::StatusOr<WriteDescriptor> Decode(
+      std::span<const std::byte, kWriteDescriptorBytes> in);
 };
 
 struct WriteAck {

@@ -86,8 +86,8 @@ absl::Status WriteChecksummedFrames(int fd, FrameType type, std::span<const OutM
   };
   for (size_t i = 0; i < messages.size(); ++i) {
     const ConstByteSpan data = messages[i].data;
-    EncodeFrameHeader(
-        FrameHeader{type, messages[i].tag, data.size(), /*checksum=*/true}, headers[i]);
+    EncodeFrameHeader(FrameHeader{type, messages[i].tag, data.size(), /*checksum=*/true},
+                      headers[i]);
     batch.push_back(iovec{headers[i].data(), headers[i].size()});
     uint32_t crc = 0;
     for (size_t offset = 0; offset < data.size(); offset += kPieceBytes) {

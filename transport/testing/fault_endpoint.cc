@@ -72,11 +72,10 @@ FaultInjectingEndpoint::~FaultInjectingEndpoint() {
 
 void FaultInjectingEndpoint::Failures::Add(const std::string& peer, int n, absl::Status status,
                                            const char* what) {
-  at.emplace_back(seen + std::max(n, 1),
-                  status.ok() ? absl::UnavailableError(absl::StrCat(
-                                    "lost connection to peer ", peer, ": ", what,
-                                    " failed by the fault injector"))
-                              : std::move(status));
+  at.emplace_back(seen + std::max(n, 1), status.ok() ? absl::UnavailableError(absl::StrCat(
+                                                           "lost connection to peer ", peer, ": ",
+                                                           what, " failed by the fault injector"))
+                                                     : std::move(status));
 }
 
 absl::Status FaultInjectingEndpoint::Failures::Next() {
@@ -185,8 +184,7 @@ std::unique_ptr<PostedSend> FaultInjectingEndpoint::PostWrite(
     return CompletedSend(std::move(fault));
   }
   CountSent(peer);
-  return ForwardingEndpoint::PostWrite(peer, comm, source, target, target_offset, notify,
-                                       deadline);
+  return ForwardingEndpoint::PostWrite(peer, comm, source, target, target_offset, notify, deadline);
 }
 
 // An exposure that fails with the drop's error once its peer is dropped, while it waits; it

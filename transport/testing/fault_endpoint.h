@@ -3,9 +3,9 @@
 // An endpoint for tests that injects failures into another: fail the Nth send to a peer (Send,
 // SendAll, PostSend and PostWrite are sends), the Nth ExposeRegion or Connect with it, drop a
 // peer (every send to it, receive or exposure for it and Connect with it fails with Unavailable,
-// also receives and exposures already made), or delay sends to a peer. Faults are set while the endpoint is in use, from any thread.
-// The real transports' own faults (InMemoryFabric::Kill, a closed TCP socket) still apply
-// underneath. Only tests link it (target baton_transport_testing).
+// also receives and exposures already made), or delay sends to a peer. Faults are set while the
+// endpoint is in use, from any thread. The real transports' own faults (InMemoryFabric::Kill, a
+// closed TCP socket) still apply underneath. Only tests link it (target baton_transport_testing).
 
 #include <cstdint>
 #include <memory>
@@ -80,7 +80,7 @@ class FaultInjectingEndpoint final : public ForwardingEndpoint {
   class DroppableExposure;
   // Which calls of one kind to a peer fail.
   struct Failures {
-    int seen = 0;  // calls counted
+    int seen = 0;                                  // calls counted
     std::vector<std::pair<int, absl::Status>> at;  // 1-based call numbers (of seen), their error
     void Add(const std::string& peer, int n, absl::Status status, const char* what);
     // Counts a call: its injected error, or OK.
