@@ -70,7 +70,7 @@ std::unique_ptr<ExposedRegion> ExposureTable::Expose(const std::string& peer, ui
 absl::Status ExposureTable::RefuseLocked(const std::string& peer, absl::Status error) {
   const uint64_t refused = ++counts_[peer].refused;
   refused_log_.Log(spdlog::level::warn, "refused a one-sided write from peer {}: {} ({} so far)",
-                   peer, std::string(error.message()), refused);
+                   peer, error.ToString(), refused);
   return error;
 }
 

@@ -154,6 +154,7 @@ std::unique_ptr<PostedRecv> FailedRecv(absl::Status status);
 // A send posted with Endpoint::PostSend, or a write posted with Endpoint::PostWrite. Its buffer
 // belongs to the transport until the send completes: the caller must neither change nor free it
 // before Wait has returned or Test has returned true. Not thread-safe: one thread waits for it.
+// It must be destroyed before its endpoint.
 class PostedSend {
  public:
   PostedSend() = default;

@@ -227,9 +227,9 @@ absl::Status TcpEndpoint::ReadWrite(Conn& conn, const FrameHeader& header, absl:
   const std::string& peer = conn.peer;
   RecordCipher* open = conn.open.has_value() ? &*conn.open : nullptr;
   // Whatever breaks the write protocol leaves the stream out of step, as a bad header does.
-  auto out_of_step = [&](const std::string& why) {
+  auto out_of_step = [&](absl::string_view why) {
     CountError(peer);
-    const absl::Status error =
+    absl::Status error =
         absl::DataLossError(absl::StrCat("a write from peer ", peer, " is not valid: ", why));
     DataLostFrom(peer, error);
     return error;
@@ -251,7 +251,7 @@ absl::Status TcpEndpoint::ReadWrite(Conn& conn, const FrameHeader& header, absl:
     }
   }
   absl::StatusOr<WriteDescriptor> descriptor = WriteDescriptor::Decode(raw);
-  if (!descriptor.ok()) return out_of_step(std::string(descriptor.status().message()));
+  if (!descriptor.ok()) return out_of_step(descriptor.status().message());
 
   // The bytes: the next frame on this connection.
   std::array<std::byte, kFrameHeaderBytes> header_bytes;
@@ -264,7 +264,7 @@ absl::Status TcpEndpoint::ReadWrite(Conn& conn, const FrameHeader& header, absl:
   if (data_header.ok()) {
     if (absl::Status fits = FitsConnection(*data_header, open); !fits.ok()) data_header = fits;
   }
-  if (!data_header.ok()) return out_of_step(std::string(data_header.status().message()));
+  if (!data_header.ok()) return out_of_step(data_header.status().message());
   if (data_header->type != FrameType::kWrite || data_header->tag.step != kBytesStep ||
       data_header->tag.comm != header.tag.comm || data_header->tag.seq != header.tag.seq ||
       data_header->payload_bytes != descriptor->length) {
@@ -304,7 +304,7 @@ absl::Status TcpEndpoint::ReadWrite(Conn& conn, const FrameHeader& header, absl:
   absl::Status status = body.Read(write->target(), deadline, &cancelled, &read);
   if (status.ok()) status = body.Finish(deadline, &cancelled);
   if (!body.intact()) {
-    const absl::Status error = IntegrityFailure(peer, *data_header);
+    absl::Status error = IntegrityFailure(peer, *data_header);
     exposures_.FinishWrite(*std::move(write), error, std::nullopt);
     return error;
   }
@@ -354,7 +354,7 @@ absl::Status TcpEndpoint::ReadWriteAck(Conn& conn, const FrameHeader& header, ab
   absl::StatusOr<WriteAck> ack = WriteAck::Decode(payload);
   if (!ack.ok()) {
     CountError(conn.peer);
-    const absl::Status error = absl::DataLossError(absl::StrCat(
+    absl::Status error = absl::DataLossError(absl::StrCat(
         "a write ack from peer ", conn.peer, " is not valid: ", ack.status().message()));
     DataLostFrom(conn.peer, error);
     return error;
