@@ -1098,6 +1098,38 @@ TEST_P(TransportConformanceTest, WriteFromAnotherPeerOrCommunicatorIsRefused) {
   EXPECT_EQ(recv_memory, send_memory);
 }
 
+// Destroying an exposure while a large write into it is under way: once the destructor returns,
+// nothing writes into the memory any more (it may be freed), and the write either landed before
+// or fails on the writer's side.
+TEST_P(TransportConformanceTest, DestroyingAnExposureStopsWritesIntoIt) {
+  MakeEndpoints(2);
+  constexpr size_t kBytes = size_t{32} << 20;
+  std::vector<std::byte> recv_memory(kBytes);
+  const std::vector<std::byte> send_memory = Pattern(kBytes, 5);
+  std::vector<std::byte> source = send_memory;
+  const std::unique_ptr<MemoryRegion> recv_region = HostMemoryRegion(recv_memory);
+  const std::unique_ptr<MemoryRegion> send_region = HostMemoryRegion(source);
+  std::unique_ptr<ExposedRegion> exposed =
+      ep(1).ExposeRegion(addr(0), 13, RegionSlice{recv_region.get(), 0, kBytes}, Deadline());
+  const RemoteRegion target = exposed->descriptor();
+  auto written = std::async(std::launch::async, [&] {
+    return ep(0)
+        .PostWrite(addr(1), 13, RegionSlice{send_region.get(), 0, kBytes}, target, 0, 1u,
+                   Deadline())
+        ->Wait();
+  });
+  LetReceiverPost();  // the write is likely under way; the test is correct either way
+  exposed.reset();
+  const std::vector<std::byte> after = recv_memory;
+  const absl::Status status = written.get();
+  EXPECT_TRUE(status.ok() || absl::IsPermissionDenied(status)) << status;
+  EXPECT_TRUE(recv_memory == after) << "written into after the exposure was destroyed";
+  // The link goes on.
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 13, .seq = 1}, Pattern(10, 1), Deadline()));
+  std::vector<std::byte> got(10);
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 13, .seq = 1}, got, Deadline()));
+}
+
 TEST_P(TransportConformanceTest, AbortFailsAWaitingExposureAndRevokesIt) {
   MakeEndpoints(2);
   std::vector<std::byte> recv_memory(4096);
