@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -79,6 +80,21 @@ class TimingEndpoint final : public transport::ForwardingEndpoint {
     const std::unique_ptr<transport::PostedRecv> inner_;
     OpStats* const stats_;
   };
+  // Adds the time Wait blocks.
+  class TimedSend final : public transport::PostedSend {
+   public:
+    TimedSend(std::unique_ptr<transport::PostedSend> inner, OpStats* stats)
+        : inner_(std::move(inner)), stats_(stats) {}
+    absl::Status Wait() override {
+      PhaseTimer timer(&stats_->transport);
+      return inner_->Wait();
+    }
+    bool Test() override { return inner_->Test(); }
+
+   private:
+    const std::unique_ptr<transport::PostedSend> inner_;
+    OpStats* const stats_;
+  };
 
  public:
   TimingEndpoint(transport::Endpoint* inner, OpStats* stats)
@@ -94,10 +110,24 @@ class TimingEndpoint final : public transport::ForwardingEndpoint {
     PhaseTimer timer(&stats_->transport);
     return ForwardingEndpoint::SendAll(peer, messages, deadline);
   }
-  absl::Status SendRegion(const std::string& peer, const transport::Tag& tag,
-                          const transport::RegionSlice& slice, absl::Time deadline) override {
+  std::unique_ptr<transport::PostedSend> PostSend(const std::string& peer,
+                                                  const transport::Tag& tag,
+                                                  const transport::RegionSlice& slice,
+                                                  absl::Time deadline) override {
     PhaseTimer timer(&stats_->transport);
-    return ForwardingEndpoint::SendRegion(peer, tag, slice, deadline);
+    return std::make_unique<TimedSend>(ForwardingEndpoint::PostSend(peer, tag, slice, deadline),
+                                       stats_);
+  }
+  std::unique_ptr<transport::PostedSend> PostWrite(const std::string& peer, uint64_t comm,
+                                                   const transport::RegionSlice& source,
+                                                   const transport::RemoteRegion& target,
+                                                   size_t target_offset,
+                                                   std::optional<uint32_t> notify,
+                                                   absl::Time deadline) override {
+    PhaseTimer timer(&stats_->transport);
+    return std::make_unique<TimedSend>(
+        ForwardingEndpoint::PostWrite(peer, comm, source, target, target_offset, notify, deadline),
+        stats_);
   }
   std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
                                                   const transport::Tag& tag,

@@ -27,6 +27,39 @@ class FlushingRecv final : public transport::PostedRecv {
   const std::unique_ptr<transport::PostedRecv> inner_;
 };
 
+// The same for a posted write, and an exposure: neither has a brief wait, so the held message
+// goes unless it has completed already.
+class FlushingSend final : public transport::PostedSend {
+ public:
+  FlushingSend(PiggybackEndpoint* endpoint, std::unique_ptr<transport::PostedSend> inner)
+      : endpoint_(endpoint), inner_(std::move(inner)) {}
+  absl::Status Wait() override {
+    if (!inner_->Test()) BATON_RETURN_IF_ERROR(endpoint_->Flush());
+    return inner_->Wait();
+  }
+  bool Test() override { return inner_->Test(); }
+
+ private:
+  PiggybackEndpoint* const endpoint_;
+  const std::unique_ptr<transport::PostedSend> inner_;
+};
+
+class FlushingExposure final : public transport::ExposedRegion {
+ public:
+  FlushingExposure(PiggybackEndpoint* endpoint, std::unique_ptr<transport::ExposedRegion> inner)
+      : endpoint_(endpoint), inner_(std::move(inner)) {}
+  const transport::RemoteRegion& descriptor() const override { return inner_->descriptor(); }
+  absl::StatusOr<transport::WriteNotice> Wait() override {
+    if (!inner_->Test()) BATON_RETURN_IF_ERROR(endpoint_->Flush());
+    return inner_->Wait();
+  }
+  bool Test() override { return inner_->Test(); }
+
+ private:
+  PiggybackEndpoint* const endpoint_;
+  const std::unique_ptr<transport::ExposedRegion> inner_;
+};
+
 }  // namespace
 
 absl::Status PiggybackEndpoint::Hold(const std::string& peer, const transport::Tag& tag,
@@ -92,15 +125,36 @@ std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostConsume(const std:
       this, inner()->PostConsume(peer, tag, length, deadline, std::move(consume)));
 }
 
-absl::Status PiggybackEndpoint::SendRegion(const std::string& peer, const transport::Tag& tag,
-                                           const transport::RegionSlice& slice,
-                                           absl::Time deadline) {
-  if (slice.region == nullptr) return inner()->SendRegion(peer, tag, slice, deadline);
-  BATON_ASSIGN_OR_RETURN(const transport::ByteSpan bytes,
-                         slice.region->Slice(slice.offset, slice.length));
-  // As SendAll: it may ride with the held message, and keeps naming its region.
-  const transport::OutMessage message{tag, bytes, slice.region};
-  return SendAll(peer, std::span(&message, 1), deadline);
+std::unique_ptr<transport::PostedSend> PiggybackEndpoint::PostSend(
+    const std::string& peer, const transport::Tag& tag, const transport::RegionSlice& slice,
+    absl::Time deadline) {
+  if (slice.region == nullptr) return inner()->PostSend(peer, tag, slice, deadline);
+  absl::StatusOr<transport::ByteSpan> bytes = slice.region->Slice(slice.offset, slice.length);
+  if (!bytes.ok()) return transport::CompletedSend(bytes.status());
+  // As SendAll: it may ride with the held message, and keeps naming its region. Sent when this
+  // returns, as every transport's SendAll is.
+  const transport::OutMessage message{tag, *bytes, slice.region};
+  return transport::CompletedSend(SendAll(peer, std::span(&message, 1), deadline));
+}
+
+std::unique_ptr<transport::PostedSend> PiggybackEndpoint::PostWrite(
+    const std::string& peer, uint64_t comm, const transport::RegionSlice& source,
+    const transport::RemoteRegion& target, size_t target_offset, std::optional<uint32_t> notify,
+    absl::Time deadline) {
+  if (source.length > kHeldAcrossBytes) {
+    if (absl::Status flushed = Flush(); !flushed.ok()) {
+      return transport::CompletedSend(std::move(flushed));
+    }
+  }
+  return std::make_unique<FlushingSend>(
+      this, inner()->PostWrite(peer, comm, source, target, target_offset, notify, deadline));
+}
+
+std::unique_ptr<transport::ExposedRegion> PiggybackEndpoint::ExposeRegion(
+    const std::string& peer, uint64_t comm, const transport::RegionSlice& slice,
+    absl::Time deadline) {
+  return std::make_unique<FlushingExposure>(this,
+                                            inner()->ExposeRegion(peer, comm, slice, deadline));
 }
 
 std::unique_ptr<transport::PostedRecv> PiggybackEndpoint::PostRecvRegion(

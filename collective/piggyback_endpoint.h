@@ -55,9 +55,23 @@ class PiggybackEndpoint final : public transport::ForwardingEndpoint {
                                                      absl::Time deadline,
                                                      PieceConsumer consume) override;
   // A region's bytes go through Send and PostRecv above, so that they keep their order with the
-  // held message (which is a copy in host memory).
-  absl::Status SendRegion(const std::string& peer, const transport::Tag& tag,
-                          const transport::RegionSlice& slice, absl::Time deadline) override;
+  // held message (which is a copy in host memory); the posted send is complete when returned.
+  std::unique_ptr<transport::PostedSend> PostSend(const std::string& peer,
+                                                  const transport::Tag& tag,
+                                                  const transport::RegionSlice& slice,
+                                                  absl::Time deadline) override;
+  // One-sided writes keep no order with messages. A write of more than kHeldAcrossBytes flushes
+  // first (it may wait for room), and so do a write's and an exposure's waits before they may
+  // sleep.
+  std::unique_ptr<transport::PostedSend> PostWrite(const std::string& peer, uint64_t comm,
+                                                   const transport::RegionSlice& source,
+                                                   const transport::RemoteRegion& target,
+                                                   size_t target_offset,
+                                                   std::optional<uint32_t> notify,
+                                                   absl::Time deadline) override;
+  std::unique_ptr<transport::ExposedRegion> ExposeRegion(const std::string& peer, uint64_t comm,
+                                                         const transport::RegionSlice& slice,
+                                                         absl::Time deadline) override;
   std::unique_ptr<transport::PostedRecv> PostRecvRegion(const std::string& peer,
                                                         const transport::Tag& tag,
                                                         const transport::RegionSlice& slice,

@@ -248,13 +248,75 @@ absl::Status StagingEndpoint::SendAll(const std::string& peer,
   return ForwardingEndpoint::SendAll(peer, messages, deadline);
 }
 
-absl::Status StagingEndpoint::SendRegion(const std::string& peer, const transport::Tag& tag,
-                                         const transport::RegionSlice& slice, absl::Time deadline) {
-  if (slice.region != nullptr && slice.offset <= slice.region->bytes().size()) {
-    absl::Status ready = input_->Await(slice.region->bytes().data() + slice.offset, slice.length);
-    if (!ready.ok()) return ready;
+absl::Status StagingEndpoint::AwaitSlice(const transport::RegionSlice& slice) {
+  if (slice.region == nullptr || slice.offset > slice.region->bytes().size()) {
+    return absl::OkStatus();  // the transport refuses it
   }
-  return ForwardingEndpoint::SendRegion(peer, tag, slice, deadline);
+  return input_->Await(slice.region->bytes().data() + slice.offset, slice.length);
+}
+
+std::unique_ptr<transport::PostedSend> StagingEndpoint::PostSend(
+    const std::string& peer, const transport::Tag& tag, const transport::RegionSlice& slice,
+    absl::Time deadline) {
+  if (absl::Status ready = AwaitSlice(slice); !ready.ok()) {
+    return transport::CompletedSend(std::move(ready));
+  }
+  return ForwardingEndpoint::PostSend(peer, tag, slice, deadline);
+}
+
+std::unique_ptr<transport::PostedSend> StagingEndpoint::PostWrite(
+    const std::string& peer, uint64_t comm, const transport::RegionSlice& source,
+    const transport::RemoteRegion& target, size_t target_offset, std::optional<uint32_t> notify,
+    absl::Time deadline) {
+  if (absl::Status ready = AwaitSlice(source); !ready.ok()) {
+    return transport::CompletedSend(std::move(ready));
+  }
+  return ForwardingEndpoint::PostWrite(peer, comm, source, target, target_offset, notify, deadline);
+}
+
+namespace {
+
+// Tells the staged output that the exposed range was written, once its writes have landed.
+class TellingExposure final : public transport::ExposedRegion {
+ public:
+  TellingExposure(std::unique_ptr<transport::ExposedRegion> inner, StagedOutput* output,
+                  transport::ByteSpan range)
+      : inner_(std::move(inner)), output_(output), range_(range) {}
+  const transport::RemoteRegion& descriptor() const override { return inner_->descriptor(); }
+  absl::StatusOr<transport::WriteNotice> Wait() override {
+    absl::StatusOr<transport::WriteNotice> notice = inner_->Wait();
+    if (notice.ok() && !told_) {
+      told_ = true;
+      output_->Written(range_.data(), range_.size(), /*now=*/true);
+    }
+    return notice;
+  }
+  bool Test() override { return inner_->Test(); }
+
+ private:
+  const std::unique_ptr<transport::ExposedRegion> inner_;
+  StagedOutput* const output_;
+  const transport::ByteSpan range_;
+  bool told_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<transport::ExposedRegion> StagingEndpoint::ExposeRegion(
+    const std::string& peer, uint64_t comm, const transport::RegionSlice& slice,
+    absl::Time deadline) {
+  if (absl::Status ready = AwaitSlice(slice); !ready.ok()) {
+    return transport::FailedExposure(std::move(ready));
+  }
+  std::unique_ptr<transport::ExposedRegion> exposed =
+      ForwardingEndpoint::ExposeRegion(peer, comm, slice, deadline);
+  if (output_ == nullptr || slice.region == nullptr ||
+      slice.offset > slice.region->bytes().size()) {
+    return exposed;
+  }
+  const transport::ByteSpan range(slice.region->bytes().data() + slice.offset, slice.length);
+  output_->BeforeWrite(range.data(), range.size());
+  return std::make_unique<TellingExposure>(std::move(exposed), output_, range);
 }
 
 std::unique_ptr<transport::PostedRecv> StagingEndpoint::PostRecv(const std::string& peer,

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -160,8 +161,21 @@ class StagingEndpoint final : public transport::ForwardingEndpoint {
                     transport::ConstByteSpan data, absl::Time deadline) override;
   absl::Status SendAll(const std::string& peer, std::span<const transport::OutMessage> messages,
                        absl::Time deadline) override;
-  absl::Status SendRegion(const std::string& peer, const transport::Tag& tag,
-                          const transport::RegionSlice& slice, absl::Time deadline) override;
+  std::unique_ptr<transport::PostedSend> PostSend(const std::string& peer,
+                                                  const transport::Tag& tag,
+                                                  const transport::RegionSlice& slice,
+                                                  absl::Time deadline) override;
+  std::unique_ptr<transport::PostedSend> PostWrite(const std::string& peer, uint64_t comm,
+                                                   const transport::RegionSlice& source,
+                                                   const transport::RemoteRegion& target,
+                                                   size_t target_offset,
+                                                   std::optional<uint32_t> notify,
+                                                   absl::Time deadline) override;
+  // Waits for the input as a receive into the range would, and tells the output once the
+  // exposure's writes have landed.
+  std::unique_ptr<transport::ExposedRegion> ExposeRegion(const std::string& peer, uint64_t comm,
+                                                         const transport::RegionSlice& slice,
+                                                         absl::Time deadline) override;
   std::unique_ptr<transport::PostedRecv> PostRecv(const std::string& peer,
                                                   const transport::Tag& tag,
                                                   transport::ByteSpan data, absl::Time deadline,
@@ -175,6 +189,8 @@ class StagingEndpoint final : public transport::ForwardingEndpoint {
  private:
   // `on_arrival`, preceded by telling the output that the write into `data` ended.
   ArrivalCallback Telling(transport::ByteSpan data, ArrivalCallback on_arrival);
+  // Waits for the staged input of the bytes `slice` names, if they lie in its region.
+  absl::Status AwaitSlice(const transport::RegionSlice& slice);
 
   StagedInput* const input_;
   StagedOutput* const output_;

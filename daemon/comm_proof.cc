@@ -24,4 +24,14 @@ std::string AbortProof(const std::string& secret, uint64_t comm_tag, const Abort
   return HmacHex(HmacSha256(std::as_bytes(std::span(secret.data(), secret.size())), text));
 }
 
+std::string ConnectionDataProof(const std::string& secret, uint64_t comm_tag,
+                                absl::string_view from, absl::string_view to,
+                                absl::string_view data) {
+  // Lengths before the variable fields, so that no two messages share a text.
+  const std::string text =
+      absl::StrCat("baton-connection-data-v1|", absl::Hex(comm_tag), "|", from.size(), ":", from,
+                   "|", to.size(), ":", to, "|", data.size(), ":", data);
+  return HmacHex(HmacSha256(std::as_bytes(std::span(secret.data(), secret.size())), text));
+}
+
 }  // namespace baton::daemon

@@ -35,4 +35,12 @@ struct AbortNotice {
 std::string AbortProof(const std::string& secret, uint64_t comm_tag, const AbortNotice& notice,
                        absl::string_view from_node);
 
+// The proof that the daemon whose data address is `from` made connection data `data` for the
+// daemon at `to`, for communicator `comm_tag` (Peer.ConnectPair): 64 hex digits. Bound to the
+// direction, so that a daemon's answer cannot be replayed as its request, nor one pair's data
+// as another's.
+std::string ConnectionDataProof(const std::string& secret, uint64_t comm_tag,
+                                absl::string_view from, absl::string_view to,
+                                absl::string_view data);
+
 }  // namespace baton::daemon

@@ -420,6 +420,13 @@ absl::StatusOr<JoinResult> Node::JoinHeld(uint64_t session_id, const CommId& id,
         absl::StrCat("root daemon ", id.root_address, " answered with the tag of communicator ",
                      absl::Hex(plan->comm_tag), ", which this daemon holds under another id"));
   }
+  NoteFormed();
+  if (absl::Status connected = ConnectPeers(*comm, deadline); !connected.ok()) {
+    // Its data plane cannot carry the communicator's messages: it fails on every daemon now,
+    // rather than each operation at its deadline.
+    comm->Abort(connected, /*notify_peers=*/true);
+    return connected;
+  }
   ApplyEarlyAborts(*comm);
   BATON_RETURN_IF_ERROR(comm->AttachRank(rank, session_id));
   spdlog::info("rank {} of {} joined communicator {:x} ({} daemons)", rank, world_size,
@@ -755,6 +762,148 @@ void Node::AbortAll(const absl::Status& reason) {
   rendezvous_.Stop(reason);
   peers_.Stop();
   communicators_.AbortAll(reason, /*notify_peers=*/true);
+}
+
+void Node::NoteFormed() {
+  absl::MutexLock lock(&connect_mu_);
+  ++formed_;
+}
+
+absl::Status Node::ConnectPeers(const Communicator& comm, absl::Time deadline) {
+  const Plan& plan = comm.plan();
+  std::shared_ptr<PairExchange> exchange;
+  bool mine = false;
+  {
+    absl::MutexLock lock(&connect_mu_);
+    std::shared_ptr<PairExchange>& entry = exchanges_[plan.comm_tag];
+    if (entry == nullptr) {
+      // Bounded by the communicators this daemon has: those it no longer has are forgotten.
+      absl::erase_if(exchanges_, [this, &plan](const auto& other) {
+        return other.first != plan.comm_tag && communicators_.Find(other.first) == nullptr;
+      });
+      exchanges_[plan.comm_tag] = std::make_shared<PairExchange>();
+      mine = true;
+    }
+    exchange = exchanges_[plan.comm_tag];
+    if (!mine) {
+      auto done = [&exchange]() { return exchange->done; };
+      if (!connect_mu_.AwaitWithDeadline(absl::Condition(&done), deadline)) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("communicator ", absl::Hex(plan.comm_tag),
+                         ": another rank's join is still exchanging connection data"));
+      }
+      return exchange->status;
+    }
+  }
+  std::vector<const Member*> peers;
+  for (const PlanDaemon& daemon : plan.daemons) {
+    if (daemon.member.data_address != self_.data_address) peers.push_back(&daemon.member);
+  }
+  // In parallel, a few at a time: each call waits for its peer to form the communicator.
+  constexpr size_t kConcurrentExchanges = 16;
+  std::vector<absl::Status> results(peers.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < peers.size(); i = next++) {
+      results[i] = ConnectPeer(plan, *peers[i], deadline);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < std::min(kConcurrentExchanges, peers.size()); ++t) {
+    threads.emplace_back(work);
+  }
+  work();
+  for (std::thread& thread : threads) thread.join();
+  absl::Status status;
+  for (const absl::Status& result : results) {
+    if (!result.ok()) {
+      status = result;
+      break;
+    }
+  }
+  absl::MutexLock lock(&connect_mu_);
+  exchange->done = true;
+  exchange->status = status;
+  return status;
+}
+
+absl::Status Node::ConnectPeer(const Plan& plan, const Member& peer, absl::Time deadline) {
+  const std::string where = absl::StrCat("communicator ", absl::Hex(plan.comm_tag),
+                                         ": connecting the data plane with "
+                                         "node ",
+                                         peer.node_name);
+  absl::StatusOr<std::string> ours = endpoint_->ConnectionData(peer.data_address);
+  if (!ours.ok()) return Annotate(ours.status(), where);
+  // A link with nothing to exchange on our side has nothing on the peer's either: both ends of
+  // a link are one transport (if the peer's end wanted data, its own call brings it here, and
+  // our Connect refuses it).
+  if (ours->empty()) return absl::OkStatus();
+  const std::string proof =
+      ConnectionDataProof(plan.secret, plan.comm_tag, self_.data_address, peer.data_address, *ours);
+  absl::StatusOr<PeerClient::PairData> theirs =
+      peers_.ConnectPair(peer.peer_address, peer.node_name, plan.comm_tag, self_.node_name,
+                         self_.data_address, *ours, proof, deadline);
+  if (!theirs.ok()) return Annotate(theirs.status(), where);
+  if (theirs->data.size() > kMaxConnectionDataBytes ||
+      !ConstantTimeEquals(theirs->proof,
+                          ConnectionDataProof(plan.secret, plan.comm_tag, peer.data_address,
+                                              self_.data_address, theirs->data))) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(where, ": its answer carries no proof of the communicator's secret"));
+  }
+  return Annotate(endpoint_->Connect(peer.data_address, theirs->data), where);
+}
+
+absl::StatusOr<Node::PairData> Node::ConnectPairFromPeer(
+    uint64_t comm_tag, const std::string& from_node, const std::string& from_data_address,
+    const std::string& data, const std::string& proof, absl::Time deadline) {
+  if (data.size() > kMaxConnectionDataBytes || from_node.size() > 256 ||
+      from_data_address.size() > 1024) {
+    return absl::InvalidArgumentError(
+        "connection data, node name or data address longer than a daemon sends");
+  }
+  deadline = std::min(deadline, absl::Now() + kMaxConnectPairWait);
+  // The plan may still be on its way to this daemon's ranks (the caller's got theirs first).
+  std::shared_ptr<Communicator> comm;
+  while (true) {
+    uint64_t formed = 0;
+    {
+      absl::MutexLock lock(&connect_mu_);
+      formed = formed_;
+    }
+    comm = communicators_.Find(comm_tag);
+    if (comm != nullptr) break;
+    absl::MutexLock lock(&connect_mu_);
+    auto changed = [this, formed]()
+                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(connect_mu_) { return formed_ != formed; };
+    if (!connect_mu_.AwaitWithDeadline(absl::Condition(&changed), deadline)) {
+      return absl::NotFoundError(absl::StrCat("communicator ", absl::Hex(comm_tag),
+                                              " has not formed on node ", self_.node_name));
+    }
+  }
+  const Plan& plan = comm->plan();
+  const int index = plan.IndexOf(from_data_address);
+  const bool member = index >= 0 && from_data_address != self_.data_address &&
+                      plan.daemons[static_cast<size_t>(index)].member.node_name == from_node;
+  if (!member || plan.secret.empty() ||
+      !ConstantTimeEquals(proof, ConnectionDataProof(plan.secret, comm_tag, from_data_address,
+                                                     self_.data_address, data))) {
+    static LogLimiter refused(10, absl::Minutes(1));
+    refused.Log(spdlog::level::warn,
+                "refused connection data for communicator {:x} claiming to come from node '{}': {}",
+                comm_tag, from_node.substr(0, 64),
+                member ? "no proof of the communicator's secret" : "not a daemon of its plan");
+    return absl::PermissionDeniedError(
+        absl::StrCat("connection data for communicator ", absl::Hex(comm_tag), " refused: ",
+                     member ? "no proof of the communicator's secret"
+                            : "the sender is not a daemon of its plan"));
+  }
+  BATON_ASSIGN_OR_RETURN(std::string ours, endpoint_->ConnectionData(from_data_address));
+  BATON_RETURN_IF_ERROR(Annotate(endpoint_->Connect(from_data_address, data),
+                                 absl::StrCat("connection data from node ", from_node)));
+  std::string our_proof =
+      ConnectionDataProof(plan.secret, comm_tag, self_.data_address, from_data_address, ours);
+  return PairData{std::move(ours), std::move(our_proof)};
 }
 
 }  // namespace baton::daemon

@@ -159,6 +159,22 @@ class Node {
   // receives from that rank of messages it never sent fail at once.
   absl::Status AbortFromPeer(uint64_t comm_tag, const AbortNotice& notice,
                              const std::string& from_node, const std::string& proof);
+  // Another daemon's connection data for this one (Peer.ConnectPair; see ConnectPeers): taken
+  // only from the daemon of the communicator's plan at `from_data_address`, on node `from_node`,
+  // with the proof that it holds the communicator's secret and made `data` for this daemon
+  // (PermissionDenied otherwise). Waits until `deadline` (at most kMaxConnectPairWait) for the
+  // communicator to form here. Connects this daemon's endpoint for that peer with `data` and
+  // returns its own data for the peer, with its proof.
+  struct PairData {
+    std::string data;
+    std::string proof;
+  };
+  static constexpr size_t kMaxConnectionDataBytes = 4096;
+  static constexpr absl::Duration kMaxConnectPairWait = absl::Seconds(60);
+  absl::StatusOr<PairData> ConnectPairFromPeer(uint64_t comm_tag, const std::string& from_node,
+                                               const std::string& from_data_address,
+                                               const std::string& data, const std::string& proof,
+                                               absl::Time deadline);
 
   // The peer daemons known now (communicator plans, probe_peers, and those still lingering;
   // daemon/peer_directory.h), by peer address.
@@ -274,6 +290,25 @@ class Node {
   void ApplyEarlyAborts(Communicator& comm);
   absl::Mutex early_mu_;
   std::vector<EarlyAbort> early_aborts_ ABSL_GUARDED_BY(early_mu_);
+  // Connection data (transport::Endpoint::ConnectionData) for the data-plane links of a
+  // communicator that just formed here: for every other daemon of its plan whose link has data
+  // to exchange, once per communicator (the first local rank's join does it, the others wait
+  // for it until their deadline), a ConnectPair call that hands the peer ours and connects our
+  // endpoint with its answer. Each daemon of a pair calls the other, so that when its own call
+  // returns, both ends are connected. Errors name the peer's node.
+  absl::Status ConnectPeers(const Communicator& comm, absl::Time deadline);
+  absl::Status ConnectPeer(const Plan& plan, const Member& peer, absl::Time deadline);
+  // Tells ConnectPairFromPeer calls waiting for a communicator that one formed.
+  void NoteFormed();
+  struct PairExchange {
+    bool done = false;
+    absl::Status status;
+  };
+  absl::Mutex connect_mu_;
+  uint64_t formed_ ABSL_GUARDED_BY(connect_mu_) = 0;  // communicators formed so far
+  // Per communicator: its exchange, once begun; forgotten with the communicator.
+  absl::flat_hash_map<uint64_t, std::shared_ptr<PairExchange>> exchanges_
+      ABSL_GUARDED_BY(connect_mu_);
   absl::Mutex channels_mu_;
   // Destroyed before the communicators and sessions their threads use.
   std::vector<std::unique_ptr<ChannelServer>> channels_ ABSL_GUARDED_BY(channels_mu_);

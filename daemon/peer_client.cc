@@ -246,4 +246,35 @@ void PeerClient::Untrack(grpc::ClientContext* context) {
   in_flight_.erase(context);
 }
 
+absl::StatusOr<PeerClient::PairData> PeerClient::ConnectPair(
+    const std::string& address, const std::string& node, uint64_t comm_tag,
+    const std::string& own_node, const std::string& own_data_address, const std::string& data,
+    const std::string& proof, absl::Time deadline) {
+  v1::ConnectPairRequest request;
+  request.set_comm_tag(comm_tag);
+  request.set_from_node(own_node);
+  request.set_from_data_address(own_data_address);
+  request.set_data(data);
+  request.set_proof(proof);
+  // The peer may not have the communicator yet (its ranks' plan is on its way): it waits for it
+  // until a little before our deadline, so that its own error comes back in time.
+  const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+  request.set_timeout_ms(absl::ToInt64Milliseconds(left - std::min(left / 20, absl::Seconds(1))));
+  v1::ConnectPairResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  context.set_wait_for_ready(true);
+  const std::string where =
+      absl::StrCat("connection data exchange with node ", node, " at ", address);
+  if (!Track(&context)) return absl::CancelledError("this daemon is shutting down");
+  grpc::Status status = StubFor(address)->ConnectPair(&context, request, &response);
+  Untrack(&context);
+  if (!status.ok()) return Annotate(FromGrpc(status), where);
+  if (absl::Status certified = CheckCertified(context.auth_context().get(), certified_peers_, node);
+      !certified.ok()) {
+    return Annotate(certified, where);
+  }
+  return PairData{std::move(*response.mutable_data()), std::move(*response.mutable_proof())};
+}
+
 }  // namespace baton::daemon

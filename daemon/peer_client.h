@@ -50,6 +50,19 @@ class PeerClient {
   absl::StatusOr<std::string> DataKey(const std::string& address, const std::string& node,
                                       const std::string& own_data_address, absl::Time deadline);
 
+  // Exchanges connection data with the daemon at `address`, which must be certified as `node`
+  // (ConnectPair RPC): sends `data` (this daemon's, at `own_data_address`, for it) with `proof`,
+  // and returns the peer's data for this daemon and its proof, which the caller checks. Waits for
+  // a connection that is not ready yet, until `deadline`.
+  struct PairData {
+    std::string data;
+    std::string proof;
+  };
+  absl::StatusOr<PairData> ConnectPair(const std::string& address, const std::string& node,
+                                       uint64_t comm_tag, const std::string& own_node,
+                                       const std::string& own_data_address, const std::string& data,
+                                       const std::string& proof, absl::Time deadline);
+
   // Cancels the probes and forwarded joins in flight and fails later ones at once: a daemon that
   // shuts down waits neither for probes of peers that may be gone nor for ranks that may never
   // join. A join stopped this way fails with Unavailable.

@@ -85,4 +85,24 @@ grpc::Status PeerService::DataKey(grpc::ServerContext* context, const v1::DataKe
   return grpc::Status::OK;
 }
 
+grpc::Status PeerService::ConnectPair(grpc::ServerContext* context,
+                                      const v1::ConnectPairRequest* request,
+                                      v1::ConnectPairResponse* response) {
+  Node* node = node_.load();
+  if (node == nullptr) return kStarting;
+  if (absl::Status certified =
+          CheckCertified(context->auth_context().get(), certified_peers_, request->from_node());
+      !certified.ok()) {
+    return ToGrpc(certified);
+  }
+  const absl::Duration timeout = absl::Milliseconds(std::max<int64_t>(request->timeout_ms(), 0));
+  absl::StatusOr<Node::PairData> ours = node->ConnectPairFromPeer(
+      request->comm_tag(), request->from_node(), request->from_data_address(), request->data(),
+      request->proof(), absl::Now() + timeout);
+  if (!ours.ok()) return ToGrpc(ours.status());
+  response->set_data(std::move(ours->data));
+  response->set_proof(std::move(ours->proof));
+  return grpc::Status::OK;
+}
+
 }  // namespace baton::daemon

@@ -30,6 +30,8 @@ class PeerService final : public v1::Peer::Service {
                      v1::ProbeResponse* response) override;
   grpc::Status DataKey(grpc::ServerContext* context, const v1::DataKeyRequest* request,
                        v1::DataKeyResponse* response) override;
+  grpc::Status ConnectPair(grpc::ServerContext* context, const v1::ConnectPairRequest* request,
+                           v1::ConnectPairResponse* response) override;
 
  private:
   const bool certified_peers_;

@@ -10,8 +10,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -49,10 +51,6 @@ class ForwardingEndpoint : public Endpoint {
   absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override {
     return inner_->RoundTrip(peer, deadline);
   }
-  absl::Status SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
-                          absl::Time deadline) override {
-    return inner_->SendRegion(peer, tag, slice, deadline);
-  }
   std::unique_ptr<PostedRecv> PostRecvRegion(const std::string& peer, const Tag& tag,
                                              const RegionSlice& slice, absl::Time deadline,
                                              ArrivalCallback on_arrival) override {
@@ -64,6 +62,27 @@ class ForwardingEndpoint : public Endpoint {
   }
   bool MovesDirectly(const std::string& peer, MemoryKind kind) const override {
     return inner_->MovesDirectly(peer, kind);
+  }
+  std::unique_ptr<PostedSend> PostSend(const std::string& peer, const Tag& tag,
+                                       const RegionSlice& slice, absl::Time deadline) override {
+    return inner_->PostSend(peer, tag, slice, deadline);
+  }
+  std::unique_ptr<ExposedRegion> ExposeRegion(const std::string& peer, uint64_t comm,
+                                              const RegionSlice& slice,
+                                              absl::Time deadline) override {
+    return inner_->ExposeRegion(peer, comm, slice, deadline);
+  }
+  std::unique_ptr<PostedSend> PostWrite(const std::string& peer, uint64_t comm,
+                                        const RegionSlice& source, const RemoteRegion& target,
+                                        size_t target_offset, std::optional<uint32_t> notify,
+                                        absl::Time deadline) override {
+    return inner_->PostWrite(peer, comm, source, target, target_offset, notify, deadline);
+  }
+  absl::StatusOr<std::string> ConnectionData(const std::string& peer) override {
+    return inner_->ConnectionData(peer);
+  }
+  absl::Status Connect(const std::string& peer, std::string_view remote_data) override {
+    return inner_->Connect(peer, remote_data);
   }
   void Abort(uint64_t comm, const absl::Status& reason) override { inner_->Abort(comm, reason); }
   void Forget(uint64_t comm) override { inner_->Forget(comm); }

@@ -137,11 +137,42 @@ absl::StatusOr<absl::Duration> RoutingEndpoint::RoundTrip(const std::string& pee
   return route.endpoint->RoundTrip(route.address, deadline);
 }
 
-absl::Status RoutingEndpoint::SendRegion(const std::string& peer, const Tag& tag,
-                                         const RegionSlice& slice, absl::Time deadline) {
+std::unique_ptr<PostedSend> RoutingEndpoint::PostSend(const std::string& peer, const Tag& tag,
+                                                      const RegionSlice& slice,
+                                                      absl::Time deadline) {
   const Route route = RouteOf(peer);
-  BATON_ASSIGN_OR_RETURN(const RegionSlice routed, SliceFor(route.endpoint, peer, slice));
-  return route.endpoint->SendRegion(route.address, tag, routed, deadline);
+  absl::StatusOr<RegionSlice> routed = SliceFor(route.endpoint, peer, slice);
+  if (!routed.ok()) return CompletedSend(routed.status());
+  return route.endpoint->PostSend(route.address, tag, *routed, deadline);
+}
+
+std::unique_ptr<ExposedRegion> RoutingEndpoint::ExposeRegion(const std::string& peer, uint64_t comm,
+                                                             const RegionSlice& slice,
+                                                             absl::Time deadline) {
+  const Route route = RouteOf(peer);
+  absl::StatusOr<RegionSlice> routed = SliceFor(route.endpoint, peer, slice);
+  if (!routed.ok()) return FailedExposure(routed.status());
+  return route.endpoint->ExposeRegion(route.address, comm, *routed, deadline);
+}
+
+std::unique_ptr<PostedSend> RoutingEndpoint::PostWrite(
+    const std::string& peer, uint64_t comm, const RegionSlice& source, const RemoteRegion& target,
+    size_t target_offset, std::optional<uint32_t> notify, absl::Time deadline) {
+  const Route route = RouteOf(peer);
+  absl::StatusOr<RegionSlice> routed = SliceFor(route.endpoint, peer, source);
+  if (!routed.ok()) return CompletedSend(routed.status());
+  return route.endpoint->PostWrite(route.address, comm, *routed, target, target_offset, notify,
+                                   deadline);
+}
+
+absl::StatusOr<std::string> RoutingEndpoint::ConnectionData(const std::string& peer) {
+  const Route route = RouteOf(peer);
+  return route.endpoint->ConnectionData(route.address);
+}
+
+absl::Status RoutingEndpoint::Connect(const std::string& peer, std::string_view remote_data) {
+  const Route route = RouteOf(peer);
+  return route.endpoint->Connect(route.address, remote_data);
 }
 
 std::unique_ptr<PostedRecv> RoutingEndpoint::PostRecvRegion(const std::string& peer, const Tag& tag,

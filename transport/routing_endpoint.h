@@ -12,8 +12,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -53,8 +55,6 @@ class RoutingEndpoint final : public Endpoint {
   std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
                                           absl::Time deadline, PieceConsumer consume) override;
   absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override;
-  absl::Status SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
-                          absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecvRegion(const std::string& peer, const Tag& tag,
                                              const RegionSlice& slice, absl::Time deadline,
                                              ArrivalCallback on_arrival) override;
@@ -67,6 +67,18 @@ class RoutingEndpoint final : public Endpoint {
                                                                MemoryKind kind) override;
   // As the peer's endpoint answers for its address there.
   bool MovesDirectly(const std::string& peer, MemoryKind kind) const override;
+  // Each to the endpoint of the peer's route, under its address there.
+  std::unique_ptr<PostedSend> PostSend(const std::string& peer, const Tag& tag,
+                                       const RegionSlice& slice, absl::Time deadline) override;
+  std::unique_ptr<ExposedRegion> ExposeRegion(const std::string& peer, uint64_t comm,
+                                              const RegionSlice& slice,
+                                              absl::Time deadline) override;
+  std::unique_ptr<PostedSend> PostWrite(const std::string& peer, uint64_t comm,
+                                        const RegionSlice& source, const RemoteRegion& target,
+                                        size_t target_offset, std::optional<uint32_t> notify,
+                                        absl::Time deadline) override;
+  absl::StatusOr<std::string> ConnectionData(const std::string& peer) override;
+  absl::Status Connect(const std::string& peer, std::string_view remote_data) override;
   // On every endpoint.
   void Abort(uint64_t comm, const absl::Status& reason) override;
   void Forget(uint64_t comm) override;

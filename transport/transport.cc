@@ -1,5 +1,8 @@
 #include "transport/transport.h"
 
+#include <algorithm>
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <utility>
 
@@ -118,10 +121,118 @@ std::unique_ptr<PostedRecv> FailedRecv(absl::Status status) {
       status.ok() ? absl::InternalError("FailedRecv given an OK status") : std::move(status));
 }
 
-absl::Status Endpoint::SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
-                                  absl::Time deadline) {
-  BATON_ASSIGN_OR_RETURN(const ByteSpan bytes, HostRegionBytes(peer, slice));
-  return Send(peer, tag, bytes, deadline);
+namespace {
+
+class CompletedPostedSend final : public PostedSend {
+ public:
+  explicit CompletedPostedSend(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait() override { return status_; }
+  bool Test() override { return true; }
+
+ private:
+  const absl::Status status_;
+};
+
+class FailedExposedRegion final : public ExposedRegion {
+ public:
+  explicit FailedExposedRegion(absl::Status status) : status_(std::move(status)) {}
+  const RemoteRegion& descriptor() const override { return descriptor_; }
+  absl::StatusOr<WriteNotice> Wait() override { return status_; }
+  bool Test() override { return true; }
+
+ private:
+  const RemoteRegion descriptor_;
+  const absl::Status status_;
+};
+
+constexpr std::array<std::byte, 4> kRemoteRegionMagic = {std::byte{'B'}, std::byte{'T'},
+                                                         std::byte{'R'}, std::byte{'R'}};
+constexpr std::byte kRemoteRegionVersion{1};
+
+// Byte by byte, so that the encoding does not depend on the host's byte order.
+void PutUint64(uint64_t value, std::byte* out) {
+  for (size_t i = 0; i < sizeof(value); ++i) out[i] = static_cast<std::byte>(value >> (8 * i));
+}
+
+uint64_t GetUint64(const std::byte* in) {
+  uint64_t value = 0;
+  for (size_t i = 0; i < sizeof(value); ++i) value |= static_cast<uint64_t>(in[i]) << (8 * i);
+  return value;
+}
+
+}  // namespace
+
+std::unique_ptr<PostedSend> CompletedSend(absl::Status status) {
+  return std::make_unique<CompletedPostedSend>(std::move(status));
+}
+
+std::unique_ptr<ExposedRegion> FailedExposure(absl::Status status) {
+  return std::make_unique<FailedExposedRegion>(
+      status.ok() ? absl::InternalError("FailedExposure given an OK status") : std::move(status));
+}
+
+RemoteRegion::Encoded RemoteRegion::Encode() const {
+  Encoded out{};
+  std::copy(kRemoteRegionMagic.begin(), kRemoteRegionMagic.end(), out.begin());
+  out[4] = kRemoteRegionVersion;
+  PutUint64(address, out.data() + 8);
+  PutUint64(length, out.data() + 16);
+  PutUint64(key, out.data() + 24);
+  return out;
+}
+
+absl::StatusOr<RemoteRegion> RemoteRegion::Decode(ConstByteSpan bytes) {
+  if (bytes.size() != kEncodedBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a remote region descriptor has ", kEncodedBytes,
+                                                   " bytes, not ", bytes.size()));
+  }
+  if (!std::equal(kRemoteRegionMagic.begin(), kRemoteRegionMagic.end(), bytes.begin())) {
+    return absl::InvalidArgumentError("not a remote region descriptor (bad magic)");
+  }
+  if (bytes[4] != kRemoteRegionVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remote region descriptor of unknown version ", static_cast<int>(bytes[4])));
+  }
+  if (bytes[5] != std::byte{0} || bytes[6] != std::byte{0} || bytes[7] != std::byte{0}) {
+    return absl::InvalidArgumentError("remote region descriptor with reserved bytes set");
+  }
+  RemoteRegion region;
+  region.address = GetUint64(bytes.data() + 8);
+  region.length = GetUint64(bytes.data() + 16);
+  region.key = GetUint64(bytes.data() + 24);
+  if (region.length > UINT64_MAX - region.address) {
+    return absl::InvalidArgumentError("remote region descriptor whose region passes 2^64");
+  }
+  return region;
+}
+
+std::unique_ptr<PostedSend> Endpoint::PostSend(const std::string& peer, const Tag& tag,
+                                               const RegionSlice& slice, absl::Time deadline) {
+  absl::StatusOr<ByteSpan> bytes = HostRegionBytes(peer, slice);
+  if (!bytes.ok()) return CompletedSend(bytes.status());
+  return CompletedSend(Send(peer, tag, *bytes, deadline));
+}
+
+std::unique_ptr<ExposedRegion> Endpoint::ExposeRegion(const std::string& peer, uint64_t,
+                                                      const RegionSlice&, absl::Time) {
+  return FailedExposure(absl::UnimplementedError(
+      absl::StrCat("this transport does not take one-sided writes (from peer ", peer, ")")));
+}
+
+std::unique_ptr<PostedSend> Endpoint::PostWrite(const std::string& peer, uint64_t,
+                                                const RegionSlice&, const RemoteRegion&, size_t,
+                                                std::optional<uint32_t>, absl::Time) {
+  return CompletedSend(absl::UnimplementedError(
+      absl::StrCat("this transport does not write one-sided (to peer ", peer, ")")));
+}
+
+absl::StatusOr<std::string> Endpoint::ConnectionData(const std::string&) { return std::string(); }
+
+absl::Status Endpoint::Connect(const std::string& peer, std::string_view remote_data) {
+  if (remote_data.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("this transport exchanges no connection data, but was given ",
+                   remote_data.size(), " bytes of it for peer ", peer));
 }
 
 std::unique_ptr<PostedRecv> Endpoint::PostRecvRegion(const std::string& peer, const Tag& tag,

@@ -4,9 +4,11 @@
 // daemons. Algorithms in collective/ see only this header; daemon/ and tests choose the
 // implementation (tcp/, inmemory/, later shm/, cuda/, verbs/). Control traffic never goes here.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -160,6 +162,108 @@ class PostedRecv {
 // A receive that failed before it was posted: Wait returns `status` (not OK), Test is true.
 std::unique_ptr<PostedRecv> FailedRecv(absl::Status status);
 
+// ---- Posted sends and one-sided writes: what an RDMA transport needs --------------------------
+
+// A send posted with Endpoint::PostSend, or a write posted with Endpoint::PostWrite. Its buffer
+// belongs to the transport until the send completes: the caller must neither change nor free it
+// before Wait has returned or Test has returned true. Not thread-safe: one thread waits for it.
+// It must be destroyed before its endpoint.
+class PostedSend {
+ public:
+  PostedSend() = default;
+  PostedSend(const PostedSend&) = delete;
+  PostedSend& operator=(const PostedSend&) = delete;
+  // Does not withdraw the send: unless it has completed, waits until the transport no longer
+  // reads its buffer (at the latest at the send's deadline, by which a transport stops reading
+  // it) and drops the result, so the message may or may not arrive. TCP and the in-memory
+  // transport read the buffer only within PostSend and PostWrite: theirs return at once.
+  virtual ~PostedSend() = default;
+
+  // Waits until the send has completed or failed. OK: the transport no longer needs the buffer
+  // (TCP: the bytes are in the kernel; in memory: delivered; a write: the receiver took it into
+  // its region). Errors as Send's, and a write's refusal by its receiver (Endpoint::PostWrite).
+  // Later calls return the same result.
+  virtual absl::Status Wait() = 0;
+
+  // True once Wait would return without blocking (as MPI_Test). Never blocks.
+  virtual bool Test() = 0;
+};
+
+// A send that completed or failed before it was handed back: Wait returns `status`, Test is
+// true.
+std::unique_ptr<PostedSend> CompletedSend(absl::Status status);
+
+// Describes a region that a receiver exposed to one peer for one-sided writes
+// (Endpoint::ExposeRegion), in a fixed-size form that the receiver sends the writer in a message
+// of its own. Encoded: the bytes "BTRR", version 1, three zero bytes, then address, length and
+// key, each 8 bytes little-endian (kEncodedBytes in all).
+struct RemoteRegion {
+  static constexpr size_t kEncodedBytes = 32;
+  using Encoded = std::array<std::byte, kEncodedBytes>;
+
+  // Where the region starts in the receiver's memory, for a transport that writes by address
+  // (verbs: the virtual address its key covers); 0 where writes name the key alone (TCP, in
+  // memory).
+  uint64_t address = 0;
+  uint64_t length = 0;  // bytes
+  // What grants the write (verbs: the rkey; TCP and in memory: 64 random bits drawn for this
+  // exposure alone, never 0).
+  uint64_t key = 0;
+
+  Encoded Encode() const;
+  // InvalidArgument unless `bytes` is what Encode makes: its size, magic and version, reserved
+  // bytes zero, and an address that the length does not carry past 2^64.
+  static absl::StatusOr<RemoteRegion> Decode(ConstByteSpan bytes);
+
+  friend bool operator==(const RemoteRegion&, const RemoteRegion&) = default;
+};
+
+// What the write that completes an exposed region tells its receiver (RDMA WRITE WITH
+// IMMEDIATE).
+struct WriteNotice {
+  uint32_t immediate = 0;  // the value the writer gave PostWrite's `notify`
+  // The bytes the writer wrote into the region in all: the notifying write's and those of every
+  // write it posted to the region before it.
+  uint64_t bytes = 0;
+  friend bool operator==(const WriteNotice&, const WriteNotice&) = default;
+};
+
+// A part of a registered region that a receiver exposed to one peer, for one communicator, to
+// write into one-sided (Endpoint::ExposeRegion, Endpoint::PostWrite): RDMA's rendezvous, in
+// which the receiver hands the sender a key and the sender writes straight into its memory.
+// One-shot: once the write carrying a notification (and every write its writer posted to the
+// region before it) has landed, the region is revoked, and so it is when its communicator is
+// aborted, at its deadline, or when it is destroyed; the writes that reach it after that are
+// refused, and fail on the writer's side. Keys never outlive the receive that handed them out.
+// Not thread-safe: one thread waits for it. It must be destroyed before its endpoint.
+class ExposedRegion {
+ public:
+  ExposedRegion() = default;
+  ExposedRegion(const ExposedRegion&) = delete;
+  ExposedRegion& operator=(const ExposedRegion&) = delete;
+  // Revokes the region, then waits until no write into it is in progress any more (a transport
+  // that writes into it checks at least every 20 ms whether it was revoked), so that the memory
+  // may be reused or freed as soon as this returns.
+  virtual ~ExposedRegion() = default;
+
+  // What the writer needs to write into the region: send it to the peer (Encode).
+  virtual const RemoteRegion& descriptor() const = 0;
+
+  // Waits until the notifying write and every write its writer posted to the region before it
+  // have landed, and returns its notice. Errors: the abort reason of the communicator,
+  // Unavailable naming the peer when its link is lost, DataLoss when what it wrote was altered
+  // on the way, DeadlineExceeded naming the peer at the exposure's deadline. Returns only once
+  // no write into the region is in progress. Later calls return the same result.
+  virtual absl::StatusOr<WriteNotice> Wait() = 0;
+
+  // True once Wait would return without blocking. Never blocks.
+  virtual bool Test() = 0;
+};
+
+// An exposure that failed before it was made: its descriptor is all zero (a key no transport
+// hands out), Wait returns `status` (not OK), Test is true.
+std::unique_ptr<ExposedRegion> FailedExposure(absl::Status status);
+
 // One daemon's data-plane endpoint. Peers are named by their endpoint address (what address()
 // returns on the peer). All methods are thread-safe; any number of threads may send and receive
 // concurrently, to the same or different peers.
@@ -232,13 +336,11 @@ class Endpoint {
   // DeadlineExceeded at `deadline`, Unimplemented where the transport has no such message.
   virtual absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline);
 
-  // Send and PostRecv of a part of a registered region (Transport::RegisterMemory), which must
-  // lie inside it and be memory this transport moves: InvalidArgument otherwise, before anything
-  // is sent or posted (the receive's Wait returns it). Otherwise as Send and PostRecv of that
-  // part. These defaults check the slice and pass its bytes on; a transport that needs its
-  // registration (verbs: the key) overrides them.
-  virtual absl::Status SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
-                                  absl::Time deadline);
+  // PostRecv of a part of a registered region (Transport::RegisterMemory), which must lie inside
+  // it and be memory this transport moves: InvalidArgument otherwise, before anything is posted
+  // (the receive's Wait returns it). Otherwise as PostRecv of that part. This default checks the
+  // slice and passes its bytes on; a transport that needs its registration (verbs: the key)
+  // overrides it. PostSend below is the send side.
   virtual std::unique_ptr<PostedRecv> PostRecvRegion(const std::string& peer, const Tag& tag,
                                                      const RegionSlice& slice, absl::Time deadline,
                                                      ArrivalCallback on_arrival);
@@ -258,6 +360,64 @@ class Endpoint {
   // through host memory. True for device memory only where the transport moves it itself
   // (GPUDirect RDMA, CUDA IPC). This default: host memory only.
   virtual bool MovesDirectly(const std::string& peer, MemoryKind kind) const;
+
+  // ---- Posted sends, one-sided writes and connection data: what an RDMA transport needs ------
+  //
+  // A transport that moves registered memory without copying it (verbs) completes a send when
+  // the network has read the buffer, writes one-sided into a region the receiver exposed, and
+  // sets its links up from data exchanged per pair of endpoints; these calls let it. Send above
+  // stays for small control messages in unregistered memory.
+
+  // Posts the send of a part of a registered region, as Send of that part would send it, and
+  // returns a handle that completes once the transport no longer needs the bytes: only then may
+  // the caller change or free them. The slice must lie inside its region and be memory this
+  // transport moves: InvalidArgument otherwise (the handle's Wait returns it), before anything is
+  // sent. Never null. TCP writes the bytes into the kernel before it returns (completed); the
+  // in-memory transport delivers them before it returns. This default does the same over Send.
+  virtual std::unique_ptr<PostedSend> PostSend(const std::string& peer, const Tag& tag,
+                                               const RegionSlice& slice, absl::Time deadline);
+  // PostSend and its Wait.
+  absl::Status SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
+                          absl::Time deadline) {
+    return PostSend(peer, tag, slice, deadline)->Wait();
+  }
+
+  // Exposes a part of a registered region to `peer`, for communicator `comm` only, to write into
+  // with PostWrite until `deadline` (see ExposedRegion). The slice must lie inside its region and
+  // be memory this transport moves: InvalidArgument otherwise, as the returned exposure's Wait
+  // says; the abort reason when `comm` is aborted. Never null. This default: Unimplemented.
+  virtual std::unique_ptr<ExposedRegion> ExposeRegion(const std::string& peer, uint64_t comm,
+                                                      const RegionSlice& slice,
+                                                      absl::Time deadline);
+
+  // Writes `source` (a part of a registered region, as PostSend's) into the region `target` that
+  // `peer` exposed to this endpoint for `comm`, at `target_offset`; with `notify`, completes the
+  // exposure with that immediate value once this write and every write posted to it before have
+  // landed (WriteNotice). Several writes may fill one region at offsets, the last notifying.
+  // The receiver refuses a write outside the region's bounds (InvalidArgument), or under a key
+  // that is unknown, revoked, or exposed to another peer or for another communicator
+  // (PermissionDenied): never a byte outside the region. The returned handle (never null)
+  // completes once the receiver took the bytes into its region or refused them, with errors
+  // naming the peer; otherwise as PostSend's (the deadline, a lost peer, the abort reason of
+  // `comm`). A write that fails may leave the exposure's notice unsent: its receiver's Wait then
+  // fails at its deadline or abort. This default: Unimplemented.
+  virtual std::unique_ptr<PostedSend> PostWrite(const std::string& peer, uint64_t comm,
+                                                const RegionSlice& source,
+                                                const RemoteRegion& target, size_t target_offset,
+                                                std::optional<uint32_t> notify,
+                                                absl::Time deadline);
+
+  // Connection data: what this endpoint's link with `peer` needs the peer's endpoint to know
+  // before they exchange messages (verbs: its queue pair's number and the first packet sequence
+  // number), which the daemons carry over their authenticated control plane
+  // (docs/transport.md) and hand to the peer's Connect. The same data while the endpoint lives.
+  // This default: empty, nothing to exchange.
+  virtual absl::StatusOr<std::string> ConnectionData(const std::string& peer);
+  // Sets up the link with `peer` from the data the peer's endpoint made for this one
+  // (ConnectionData(this endpoint's address) there). Again with the same data: OK, nothing
+  // changes; with other data (the peer restarted): the link is set up anew. InvalidArgument when
+  // the data is not what such an endpoint makes. This default: OK for empty data only.
+  virtual absl::Status Connect(const std::string& peer, std::string_view remote_data);
 
   // Fails every pending and future Send and Recv on communicator `comm` with `reason` (which must
   // not be OK), and drops its unexpected messages, until Forget(comm).

@@ -70,12 +70,14 @@ class RegisteredOnlyEndpoint final : public transport::ForwardingEndpoint {
     raw_bytes_ += data.size();
     return ForwardingEndpoint::PostRecv(peer, tag, data, deadline, std::move(on_arrival));
   }
-  absl::Status SendRegion(const std::string& peer, const transport::Tag& tag,
-                          const transport::RegionSlice& slice, absl::Time deadline) override {
-    if (absl::Status owned = Check(slice); !owned.ok()) return owned;
+  std::unique_ptr<transport::PostedSend> PostSend(const std::string& peer,
+                                                  const transport::Tag& tag,
+                                                  const transport::RegionSlice& slice,
+                                                  absl::Time deadline) override {
+    if (absl::Status owned = Check(slice); !owned.ok()) return transport::CompletedSend(owned);
     region_bytes_ += slice.length;
-    return ForwardingEndpoint::Send(
-        peer, tag, slice.region->bytes().subspan(slice.offset, slice.length), deadline);
+    return transport::CompletedSend(ForwardingEndpoint::Send(
+        peer, tag, slice.region->bytes().subspan(slice.offset, slice.length), deadline));
   }
   bool MovesDirectly(const std::string& /*peer*/, transport::MemoryKind kind) const override {
     return kind == transport::MemoryKind::kHost || moves_device_;

@@ -94,6 +94,95 @@ TEST_F(FaultEndpointTest, DelayedSendPastItsDeadlineFails) {
   EXPECT_EQ(faulty_.sends_to("b"), 0);
 }
 
+// PostSend and PostWrite are sends: the Nth of them fails as a Send would, its handle completed
+// with the error.
+TEST_F(FaultEndpointTest, PostSendAndPostWriteCountAsSends) {
+  std::vector<std::byte> memory = Bytes(64, 7);
+  const std::unique_ptr<MemoryRegion> region = HostMemoryRegion(memory);
+  std::vector<std::byte> target_memory(64);
+  const std::unique_ptr<MemoryRegion> target_region = HostMemoryRegion(target_memory);
+  std::unique_ptr<ExposedRegion> exposed =
+      b_->ExposeRegion("a", 1, RegionSlice{target_region.get(), 0, 64}, Deadline());
+
+  faulty_.FailNthSend("b", 1, absl::DataLossError("injected"));
+  faulty_.FailNthSend("b", 3);
+  std::unique_ptr<PostedSend> failed =
+      faulty_.PostSend("b", Tag{.seq = 1}, RegionSlice{region.get(), 0, 64}, Deadline());
+  EXPECT_TRUE(failed->Test());
+  EXPECT_EQ(failed->Wait().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(faulty_.PostSend("b", Tag{.seq = 2}, RegionSlice{region.get(), 0, 64}, Deadline())
+                  ->Wait()
+                  .ok());
+  const absl::Status write_failed = faulty_
+                                        .PostWrite("b", 1, RegionSlice{region.get(), 0, 64},
+                                                   exposed->descriptor(), 0, 5u, Deadline())
+                                        ->Wait();
+  EXPECT_EQ(write_failed.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(write_failed.message(), HasSubstr("peer b"));
+  EXPECT_FALSE(exposed->Test());  // nothing reached b
+  EXPECT_EQ(faulty_.sends_to("b"), 1);
+  // The next write goes through.
+  ASSERT_TRUE(faulty_
+                  .PostWrite("b", 1, RegionSlice{region.get(), 0, 64}, exposed->descriptor(), 0, 5u,
+                             Deadline())
+                  ->Wait()
+                  .ok());
+  absl::StatusOr<WriteNotice> notice = exposed->Wait();
+  ASSERT_TRUE(notice.ok()) << notice.status();
+  EXPECT_EQ(notice->immediate, 5u);
+  EXPECT_EQ(target_memory, memory);
+  std::vector<std::byte> received(64);
+  EXPECT_TRUE(b_->Recv("a", Tag{.seq = 2}, received, Deadline()).ok());
+  EXPECT_EQ(b_->Recv("a", Tag{.seq = 1}, received, absl::Now()).code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(FaultEndpointTest, FailsTheNthExposeAndConnect) {
+  std::vector<std::byte> memory(64);
+  const std::unique_ptr<MemoryRegion> region = HostMemoryRegion(memory);
+  faulty_.FailNthExpose("b", 2, absl::ResourceExhaustedError("no keys left"));
+  std::unique_ptr<ExposedRegion> first =
+      faulty_.ExposeRegion("b", 1, RegionSlice{region.get(), 0, 32}, Deadline());
+  std::unique_ptr<ExposedRegion> second =
+      faulty_.ExposeRegion("b", 1, RegionSlice{region.get(), 32, 32}, Deadline());
+  EXPECT_FALSE(first->Test());
+  EXPECT_NE(first->descriptor().key, 0u);
+  EXPECT_TRUE(second->Test());
+  EXPECT_EQ(second->descriptor().key, 0u);
+  EXPECT_EQ(second->Wait().status().code(), absl::StatusCode::kResourceExhausted);
+
+  faulty_.FailNthConnect("b", 1);
+  const absl::Status refused = faulty_.Connect("b", "");
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(refused.message(), HasSubstr("peer b"));
+  EXPECT_TRUE(faulty_.Connect("b", "").ok());
+}
+
+TEST_F(FaultEndpointTest, DroppingAPeerFailsItsWaitingExposureAndRevokesIt) {
+  std::vector<std::byte> memory(64);
+  const std::unique_ptr<MemoryRegion> region = HostMemoryRegion(memory);
+  std::unique_ptr<ExposedRegion> exposed =
+      faulty_.ExposeRegion("b", 1, RegionSlice{region.get(), 0, 64}, absl::Now() + absl::Hours(1));
+  const RemoteRegion target = exposed->descriptor();
+  std::thread dropper([this] { faulty_.DropPeer("b"); });
+  const absl::StatusOr<WriteNotice> notice = exposed->Wait();
+  dropper.join();
+  EXPECT_EQ(notice.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(notice.status().message(), HasSubstr("peer b"));
+  // Revoked underneath: b's write is refused.
+  std::vector<std::byte> source = Bytes(64, 1);
+  const std::unique_ptr<MemoryRegion> source_region = HostMemoryRegion(source);
+  EXPECT_EQ(
+      b_->PostWrite("a", 1, RegionSlice{source_region.get(), 0, 64}, target, 0, 1u, Deadline())
+          ->Wait()
+          .code(),
+      absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(memory, std::vector<std::byte>(64));
+  EXPECT_TRUE(faulty_.ExposeRegion("b", 1, RegionSlice{region.get(), 0, 8}, Deadline())->Test());
+  EXPECT_EQ(faulty_.Connect("b", "").code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(faulty_.ConnectionData("b").status().code(), absl::StatusCode::kUnavailable);
+}
+
 // A ring all-reduce on 3 participants whose participant 1 fails its second send to participant
 // 2: participant 1 fails naming that peer, and once the caller aborts the communicator (as the
 // daemon does on any rank's error) every participant returns, none at its deadline.

@@ -106,6 +106,34 @@ TEST(FrameTest, ChecksumFlagRoundTripsOnDataFramesOnly) {
   }
 }
 
+// Write frames carry a communicator's one-sided writes (up to a frame's limit, with or without a
+// checksum); a write ack is exactly its identifier and answer, never checksummed.
+TEST(FrameTest, WriteFramesAndTheirAcks) {
+  const FrameHeader write{FrameType::kWrite, Tag{.comm = 9, .seq = 3, .step = 1}, 12345,
+                          /*checksum=*/true};
+  absl::StatusOr<FrameHeader> decoded = DecodeFrameHeader(Encode(write));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, write);
+  EXPECT_EQ(
+      DecodeFrameHeader(Encode(FrameHeader{FrameType::kWrite, Tag{}, kMaxFramePayloadBytes + 1}))
+          .status()
+          .code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(
+      DecodeFrameHeader(Encode(FrameHeader{FrameType::kWriteAck, Tag{}, kWriteAckPayloadBytes}))
+          .ok());
+  EXPECT_EQ(
+      DecodeFrameHeader(Encode(FrameHeader{FrameType::kWriteAck, Tag{}, kWriteAckPayloadBytes + 1}))
+          .status()
+          .code(),
+      absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeFrameHeader(Encode(FrameHeader{FrameType::kWriteAck, Tag{}, kWriteAckPayloadBytes,
+                                                 /*checksum=*/true}))
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+}
+
 // Bit 1 says that a frame is sealed (data, ping, pong), that a connector asks for a sealed
 // connection (hello) or that the acceptor agrees (challenge). A proof is never sealed, and a
 // sealed frame never carries a checksum.

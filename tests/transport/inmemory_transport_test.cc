@@ -76,5 +76,48 @@ TEST(InMemoryTransportTest, RestartedPeerIsReachableAgainOnceItSends) {
   EXPECT_TRUE((*b)->Send("a", Tag{.seq = 2}, {}, Deadline()).ok());
 }
 
+// With require_connection_data, a link carries nothing until both endpoints took the other's
+// connection data: each side's Connect alone is not enough, and data the peer did not make for
+// this endpoint is refused.
+TEST(InMemoryTransportTest, LinksCarryNothingUntilConnectionDataIsExchangedBothWays) {
+  auto fabric = NewInMemoryFabric({.require_connection_data = true});
+  auto a = fabric->CreateEndpoint("a");
+  auto b = fabric->CreateEndpoint("b");
+  auto c = fabric->CreateEndpoint("c");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  const absl::Status unlinked = (*a)->Send("b", Tag{.seq = 1}, {}, Deadline());
+  EXPECT_EQ(unlinked.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(unlinked.message(), HasSubstr("peer b"));
+
+  absl::StatusOr<std::string> from_b = (*b)->ConnectionData("a");
+  absl::StatusOr<std::string> from_a = (*a)->ConnectionData("b");
+  absl::StatusOr<std::string> from_c = (*c)->ConnectionData("a");
+  ASSERT_TRUE(from_b.ok() && from_a.ok() && from_c.ok());
+  EXPECT_FALSE(from_b->empty());
+  EXPECT_NE(*from_b, *from_c);
+  // c's data for a is not b's: refused, nothing connected.
+  EXPECT_EQ((*a)->Connect("b", *from_c).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*a)->Connect("b", "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*a)->Connect("nobody", *from_b).code(), absl::StatusCode::kUnavailable);
+  ASSERT_TRUE((*a)->Connect("b", *from_b).ok());
+  // One way only: still no link.
+  EXPECT_EQ((*a)->Send("b", Tag{.seq = 1}, {}, Deadline()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*b)->Send("a", Tag{.seq = 1}, {}, Deadline()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*b)->Connect("a", *from_a).ok());
+  ASSERT_TRUE((*b)->Connect("a", *from_a).ok());  // again: nothing changes
+  ASSERT_TRUE((*a)->Send("b", Tag{.seq = 1}, {}, Deadline()).ok());
+  EXPECT_TRUE((*b)->Recv("a", Tag{.seq = 1}, {}, Deadline()).ok());
+  EXPECT_EQ((*a)->Send("c", Tag{.seq = 1}, {}, Deadline()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // A restarted peer makes new data: the old link is gone until it is exchanged again.
+  b->reset();
+  auto restarted = fabric->CreateEndpoint("b");
+  ASSERT_TRUE(restarted.ok());
+  EXPECT_EQ((*a)->Send("b", Tag{.seq = 2}, {}, Deadline()).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace baton::transport

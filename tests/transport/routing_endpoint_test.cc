@@ -39,10 +39,14 @@ class RoutingEndpointTest : public ::testing::Test {
     b_fast_ = *fast_fabric_->CreateEndpoint("b-fast");
     router_ =
         std::make_unique<RoutingEndpoint>(std::vector<Endpoint*>{a_primary_.get(), a_fast_.get()});
+    ASSERT_TRUE(a_fast_->Connect("b-fast", *b_fast_->ConnectionData("a-fast")).ok());
+    ASSERT_TRUE(b_fast_->Connect("a-fast", *a_fast_->ConnectionData("b-fast")).ok());
   }
 
   std::unique_ptr<InMemoryFabric> primary_fabric_ = NewInMemoryFabric();
-  std::unique_ptr<InMemoryFabric> fast_fabric_ = NewInMemoryFabric();
+  // Like verbs: its links need connection data exchanged per pair.
+  std::unique_ptr<InMemoryFabric> fast_fabric_ =
+      NewInMemoryFabric({.require_connection_data = true});
   std::unique_ptr<Endpoint> a_primary_, b_primary_, c_primary_, a_fast_, b_fast_;
   std::unique_ptr<RoutingEndpoint> router_;
 };
@@ -203,6 +207,56 @@ TEST(RoutingEndpointRegistrationTest, AKindOnlyOneTransportMovesGoesToItsPeersOn
   EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(host_only.RegisterMemory(device, MemoryKind::kDevice).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Connection data, posted sends, exposures and writes go by the peer's route too: b over the
+// fast transport (whose links need connection data), c over the primary (which has none).
+TEST_F(RoutingEndpointTest, NewCallsFollowTheRoute) {
+  ASSERT_TRUE(router_->AddRoute("b", a_fast_.get(), "b-fast").ok());
+  absl::StatusOr<std::string> ours = router_->ConnectionData("b");
+  absl::StatusOr<std::string> theirs = b_fast_->ConnectionData("a-fast");
+  ASSERT_TRUE(ours.ok() && theirs.ok());
+  EXPECT_FALSE(ours->empty());
+  EXPECT_EQ(*ours, *a_fast_->ConnectionData("b-fast"));
+  ASSERT_TRUE(router_->Connect("b", *theirs).ok());
+  ASSERT_TRUE(b_fast_->Connect("a-fast", *ours).ok());
+  // The primary has no connection data: c's is empty, and only empty data connects.
+  EXPECT_EQ(*router_->ConnectionData("c"), "");
+  EXPECT_EQ(router_->Connect("c", "x").code(), absl::StatusCode::kInvalidArgument);
+
+  std::vector<std::byte> memory = Bytes("0123456789");
+  const std::unique_ptr<MemoryRegion> region = HostMemoryRegion(memory);
+  ASSERT_TRUE(router_->PostSend("b", Tag{.seq = 1}, RegionSlice{region.get(), 0, 10}, Deadline())
+                  ->Wait()
+                  .ok());
+  std::vector<std::byte> received(10);
+  ASSERT_TRUE(b_fast_->Recv("a-fast", Tag{.seq = 1}, received, Deadline()).ok());
+  EXPECT_EQ(received, memory);
+
+  // b exposes a region to a over fast; the router writes it under b's plan name.
+  std::vector<std::byte> target(10);
+  const std::unique_ptr<MemoryRegion> target_region = HostMemoryRegion(target);
+  std::unique_ptr<ExposedRegion> exposed =
+      b_fast_->ExposeRegion("a-fast", 3, RegionSlice{target_region.get(), 0, 10}, Deadline());
+  ASSERT_TRUE(router_
+                  ->PostWrite("b", 3, RegionSlice{region.get(), 0, 10}, exposed->descriptor(), 0,
+                              9u, Deadline())
+                  ->Wait()
+                  .ok());
+  ASSERT_TRUE(exposed->Wait().ok());
+  EXPECT_EQ(target, memory);
+  // And a region the router exposes to b takes b's writes from its fast endpoint.
+  std::vector<std::byte> mine(10);
+  const std::unique_ptr<MemoryRegion> mine_region = HostMemoryRegion(mine);
+  std::unique_ptr<ExposedRegion> exposed_here =
+      router_->ExposeRegion("b", 3, RegionSlice{mine_region.get(), 0, 10}, Deadline());
+  ASSERT_TRUE(b_fast_
+                  ->PostWrite("a-fast", 3, RegionSlice{region.get(), 0, 10},
+                              exposed_here->descriptor(), 0, 1u, Deadline())
+                  ->Wait()
+                  .ok());
+  ASSERT_TRUE(exposed_here->Wait().ok());
+  EXPECT_EQ(mine, memory);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -86,6 +87,10 @@ class TransportHarness {
 
 class InMemoryHarness final : public TransportHarness {
  public:
+  // `connection_data`: links carry nothing until the endpoints exchanged connection data
+  // (InMemoryFabricOptions::require_connection_data), which MakeEndpoints does.
+  explicit InMemoryHarness(bool connection_data = false)
+      : fabric_(NewInMemoryFabric({.require_connection_data = connection_data})) {}
   absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) override {
     return fabric_->CreateEndpoint(absl::StrCat("mem-", index));
   }
@@ -95,7 +100,7 @@ class InMemoryHarness final : public TransportHarness {
   uint64_t message_overhead_bytes() const override { return 0; }
 
  private:
-  std::unique_ptr<InMemoryFabric> fabric_ = NewInMemoryFabric();
+  std::unique_ptr<InMemoryFabric> fabric_;
 };
 
 class TcpHarness final : public TransportHarness {
@@ -171,6 +176,19 @@ class TransportConformanceTest : public ::testing::TestWithParam<TransportParam>
       ASSERT_TRUE(endpoint.ok()) << endpoint.status();
       addresses_.push_back((*endpoint)->address());
       endpoints_.push_back(*std::move(endpoint));
+    }
+    ConnectAll();
+  }
+  // What the daemons do when a communicator forms: every pair of endpoints exchanges its
+  // connection data (nothing, for a transport that has none).
+  void ConnectAll() {
+    for (size_t i = 0; i < endpoints_.size(); ++i) {
+      for (size_t j = 0; j < endpoints_.size(); ++j) {
+        if (i == j) continue;
+        absl::StatusOr<std::string> data = endpoints_[j]->ConnectionData(addresses_[i]);
+        ASSERT_TRUE(data.ok()) << data.status();
+        ASSERT_OK(endpoints_[i]->Connect(addresses_[j], *data));
+      }
     }
   }
   Endpoint& ep(int i) { return *endpoints_[i]; }
@@ -877,10 +895,330 @@ TEST_P(TransportConformanceTest, RegionSendsAndReceivesStayInsideTheRegion) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// ---- Posted sends, one-sided writes, connection data -------------------------------------------
+
+TEST_P(TransportConformanceTest, PostedSendCompletesAndItsBufferIsReusableAfterWait) {
+  MakeEndpoints(2);
+  std::vector<std::byte> send_memory = Pattern(size_t{1} << 20, 9);
+  const std::vector<std::byte> sent = send_memory;
+  const std::unique_ptr<MemoryRegion> region = HostMemoryRegion(send_memory);
+  std::unique_ptr<PostedSend> send = ep(0).PostSend(
+      addr(1), Tag{.comm = 3, .seq = 1}, RegionSlice{region.get(), 0, sent.size()}, Deadline());
+  ASSERT_NE(send, nullptr);
+  ASSERT_OK(send->Wait());
+  EXPECT_TRUE(send->Test());
+  EXPECT_OK(send->Wait());  // the same result again
+  // The buffer is the caller's again: what it writes now does not travel.
+  std::fill(send_memory.begin(), send_memory.end(), std::byte{0xee});
+  std::vector<std::byte> received(sent.size());
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 3, .seq = 1}, received, Deadline()));
+  EXPECT_EQ(received, sent);
+  // A slice outside its region fails, and so does SendRegion (PostSend and Wait).
+  std::unique_ptr<PostedSend> outside = ep(0).PostSend(
+      addr(1), Tag{.comm = 3, .seq = 2}, RegionSlice{region.get(), sent.size(), 1}, Deadline());
+  EXPECT_TRUE(outside->Test());
+  EXPECT_EQ(outside->Wait().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_P(TransportConformanceTest, RemoteRegionDescriptorRoundTripsAndRejectsBadInput) {
+  const RemoteRegion region{.address = 0x1000, .length = 4096, .key = 0x0123456789abcdefULL};
+  const RemoteRegion::Encoded encoded = region.Encode();
+  absl::StatusOr<RemoteRegion> decoded = RemoteRegion::Decode(encoded);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, region);
+  EXPECT_EQ(RemoteRegion::Decode(ConstByteSpan(encoded).first(31)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  RemoteRegion::Encoded bad = encoded;
+  bad[0] = std::byte{'X'};
+  EXPECT_EQ(RemoteRegion::Decode(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  bad = encoded;
+  bad[6] = std::byte{1};
+  EXPECT_EQ(RemoteRegion::Decode(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  const RemoteRegion wraps{.address = ~uint64_t{0}, .length = 2, .key = 1};
+  EXPECT_EQ(RemoteRegion::Decode(wraps.Encode()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The receiver exposes part of a region; the writer fills it with several writes at offsets, the
+// last of them (posted last, written in the middle) notifying.
+TEST_P(TransportConformanceTest, ExposedRegionTakesWritesAtOffsetsAndTheLastNotifies) {
+  MakeEndpoints(2);
+  constexpr uint64_t kComm = 0x77;
+  constexpr size_t kAt = 100;
+  constexpr size_t kLength = size_t{3} << 20;  // three writes of 1 MiB
+  std::vector<std::byte> recv_memory(kAt + kLength + 100);
+  std::vector<std::byte> send_memory = Pattern(kLength, 4);
+  const std::unique_ptr<MemoryRegion> recv_region = HostMemoryRegion(recv_memory);
+  const std::unique_ptr<MemoryRegion> send_region = HostMemoryRegion(send_memory);
+  std::unique_ptr<ExposedRegion> exposed =
+      ep(1).ExposeRegion(addr(0), kComm, RegionSlice{recv_region.get(), kAt, kLength}, Deadline());
+  ASSERT_NE(exposed, nullptr);
+  EXPECT_FALSE(exposed->Test());
+  EXPECT_EQ(exposed->descriptor().length, kLength);
+  EXPECT_NE(exposed->descriptor().key, 0u);
+  // What the writer gets travels as bytes, in a message of its own.
+  absl::StatusOr<RemoteRegion> target = RemoteRegion::Decode(exposed->descriptor().Encode());
+  ASSERT_TRUE(target.ok()) << target.status();
+
+  constexpr size_t kPart = size_t{1} << 20;
+  std::unique_ptr<PostedSend> first =
+      ep(0).PostWrite(addr(1), kComm, RegionSlice{send_region.get(), 0, kPart}, *target, 0,
+                      std::nullopt, Deadline());
+  std::unique_ptr<PostedSend> third =
+      ep(0).PostWrite(addr(1), kComm, RegionSlice{send_region.get(), 2 * kPart, kPart}, *target,
+                      2 * kPart, std::nullopt, Deadline());
+  std::unique_ptr<PostedSend> last =
+      ep(0).PostWrite(addr(1), kComm, RegionSlice{send_region.get(), kPart, kPart}, *target, kPart,
+                      0xC0FFEEu, Deadline());
+  ASSERT_OK(first->Wait());
+  ASSERT_OK(third->Wait());
+  ASSERT_OK(last->Wait());
+  absl::StatusOr<WriteNotice> notice = exposed->Wait();
+  ASSERT_TRUE(notice.ok()) << notice.status();
+  EXPECT_EQ(notice->immediate, 0xC0FFEEu);
+  EXPECT_EQ(notice->bytes, kLength);
+  EXPECT_TRUE(exposed->Test());
+  EXPECT_TRUE(std::equal(send_memory.begin(), send_memory.end(), recv_memory.begin() + kAt));
+  EXPECT_TRUE(std::all_of(recv_memory.begin(), recv_memory.begin() + kAt,
+                          [](std::byte b) { return b == std::byte{0}; }));
+  EXPECT_TRUE(std::all_of(recv_memory.begin() + kAt + kLength, recv_memory.end(),
+                          [](std::byte b) { return b == std::byte{0}; }));
+  EXPECT_EQ(StatsFor(ep(1), addr(0)).Counter("refused_writes"), 0u);
+
+  // One-shot: the notified region is revoked, so a write after it is refused.
+  const absl::Status again = ep(0)
+                                 .PostWrite(addr(1), kComm, RegionSlice{send_region.get(), 0, 8},
+                                            *target, 0, 1u, Deadline())
+                                 ->Wait();
+  EXPECT_EQ(again.code(), absl::StatusCode::kPermissionDenied) << again;
+  EXPECT_THAT(again.message(), HasSubstr(addr(1)));
+  EXPECT_EQ(recv_memory[kAt], send_memory[0]);
+  EXPECT_TRUE(WaitUntil([&] { return StatsFor(ep(1), addr(0)).Counter("refused_writes") == 1; }));
+}
+
+TEST_P(TransportConformanceTest, WriteToARevokedRegionIsRefused) {
+  MakeEndpoints(2);
+  std::vector<std::byte> recv_memory(4096);
+  std::vector<std::byte> send_memory = Pattern(4096, 2);
+  const std::unique_ptr<MemoryRegion> recv_region = HostMemoryRegion(recv_memory);
+  const std::unique_ptr<MemoryRegion> send_region = HostMemoryRegion(send_memory);
+  std::unique_ptr<ExposedRegion> exposed =
+      ep(1).ExposeRegion(addr(0), 5, RegionSlice{recv_region.get(), 0, 4096}, Deadline());
+  const RemoteRegion target = exposed->descriptor();
+  exposed.reset();  // revoked
+  const absl::Status refused =
+      ep(0)
+          .PostWrite(addr(1), 5, RegionSlice{send_region.get(), 0, 4096}, target, 0, 7u, Deadline())
+          ->Wait();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr(addr(1)));
+  EXPECT_TRUE(std::all_of(recv_memory.begin(), recv_memory.end(),
+                          [](std::byte b) { return b == std::byte{0}; }));
+  EXPECT_TRUE(WaitUntil([&] { return StatsFor(ep(1), addr(0)).Counter("refused_writes") == 1; }));
+  // The link is still good for messages.
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 5, .seq = 1}, Pattern(10, 1), Deadline()));
+  std::vector<std::byte> got(10);
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 5, .seq = 1}, got, Deadline()));
+}
+
+TEST_P(TransportConformanceTest, WriteOutOfBoundsIsRefusedAndTheRegionStaysOpen) {
+  MakeEndpoints(2);
+  std::vector<std::byte> recv_memory(8192);
+  std::vector<std::byte> send_memory = Pattern(8192, 3);
+  const std::unique_ptr<MemoryRegion> recv_region = HostMemoryRegion(recv_memory);
+  const std::unique_ptr<MemoryRegion> send_region = HostMemoryRegion(send_memory);
+  std::unique_ptr<ExposedRegion> exposed =
+      ep(1).ExposeRegion(addr(0), 9, RegionSlice{recv_region.get(), 1000, 1000}, Deadline());
+  // Past the end of the region as described: refused before anything is sent.
+  EXPECT_EQ(ep(0)
+                .PostWrite(addr(1), 9, RegionSlice{send_region.get(), 0, 10}, exposed->descriptor(),
+                           995, std::nullopt, Deadline())
+                ->Wait()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // A descriptor that claims more than was exposed: the receiver refuses, and writes nothing.
+  RemoteRegion forged = exposed->descriptor();
+  forged.length = 8192;
+  const absl::Status refused = ep(0)
+                                   .PostWrite(addr(1), 9, RegionSlice{send_region.get(), 0, 2000},
+                                              forged, 500, 1u, Deadline())
+                                   ->Wait();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr(addr(1)));
+  EXPECT_TRUE(std::all_of(recv_memory.begin(), recv_memory.end(),
+                          [](std::byte b) { return b == std::byte{0}; }));
+  EXPECT_TRUE(WaitUntil([&] { return StatsFor(ep(1), addr(0)).Counter("refused_writes") == 1; }));
+  EXPECT_FALSE(exposed->Test());
+  // A write that fits still completes it.
+  ASSERT_OK(ep(0)
+                .PostWrite(addr(1), 9, RegionSlice{send_region.get(), 0, 1000},
+                           exposed->descriptor(), 0, 2u, Deadline())
+                ->Wait());
+  absl::StatusOr<WriteNotice> notice = exposed->Wait();
+  ASSERT_TRUE(notice.ok()) << notice.status();
+  EXPECT_EQ(*notice, (WriteNotice{2u, 1000}));
+  EXPECT_TRUE(
+      std::equal(recv_memory.begin() + 1000, recv_memory.begin() + 2000, send_memory.begin()));
+}
+
+TEST_P(TransportConformanceTest, WriteFromAnotherPeerOrCommunicatorIsRefused) {
+  MakeEndpoints(3);
+  std::vector<std::byte> recv_memory(4096);
+  std::vector<std::byte> send_memory = Pattern(4096, 6);
+  const std::unique_ptr<MemoryRegion> recv_region = HostMemoryRegion(recv_memory);
+  const std::unique_ptr<MemoryRegion> send_region = HostMemoryRegion(send_memory);
+  // Exposed to endpoint 0, for communicator 1.
+  std::unique_ptr<ExposedRegion> exposed =
+      ep(2).ExposeRegion(addr(0), 1, RegionSlice{recv_region.get(), 0, 4096}, Deadline());
+  const RemoteRegion target = exposed->descriptor();
+  const absl::Status other_peer =
+      ep(1)
+          .PostWrite(addr(2), 1, RegionSlice{send_region.get(), 0, 4096}, target, 0, 1u, Deadline())
+          ->Wait();
+  EXPECT_EQ(other_peer.code(), absl::StatusCode::kPermissionDenied) << other_peer;
+  EXPECT_THAT(other_peer.message(), HasSubstr(addr(2)));
+  const absl::Status other_comm =
+      ep(0)
+          .PostWrite(addr(2), 2, RegionSlice{send_region.get(), 0, 4096}, target, 0, 1u, Deadline())
+          ->Wait();
+  EXPECT_EQ(other_comm.code(), absl::StatusCode::kPermissionDenied) << other_comm;
+  EXPECT_TRUE(std::all_of(recv_memory.begin(), recv_memory.end(),
+                          [](std::byte b) { return b == std::byte{0}; }));
+  EXPECT_TRUE(WaitUntil([&] {
+    return StatsFor(ep(2), addr(1)).Counter("refused_writes") == 1 &&
+           StatsFor(ep(2), addr(0)).Counter("refused_writes") == 1;
+  }));
+  EXPECT_FALSE(exposed->Test());
+  // The peer and communicator it was exposed to write it.
+  ASSERT_OK(
+      ep(0)
+          .PostWrite(addr(2), 1, RegionSlice{send_region.get(), 0, 4096}, target, 0, 3u, Deadline())
+          ->Wait());
+  ASSERT_TRUE(exposed->Wait().ok());
+  EXPECT_EQ(recv_memory, send_memory);
+}
+
+// Destroying an exposure while a large write into it is under way: once the destructor returns,
+// nothing writes into the memory any more (it may be freed), and the write either landed before
+// or fails on the writer's side.
+TEST_P(TransportConformanceTest, DestroyingAnExposureStopsWritesIntoIt) {
+  MakeEndpoints(2);
+  constexpr size_t kBytes = size_t{32} << 20;
+  std::vector<std::byte> recv_memory(kBytes);
+  const std::vector<std::byte> send_memory = Pattern(kBytes, 5);
+  std::vector<std::byte> source = send_memory;
+  const std::unique_ptr<MemoryRegion> recv_region = HostMemoryRegion(recv_memory);
+  const std::unique_ptr<MemoryRegion> send_region = HostMemoryRegion(source);
+  std::unique_ptr<ExposedRegion> exposed =
+      ep(1).ExposeRegion(addr(0), 13, RegionSlice{recv_region.get(), 0, kBytes}, Deadline());
+  const RemoteRegion target = exposed->descriptor();
+  auto written = std::async(std::launch::async, [&] {
+    return ep(0)
+        .PostWrite(addr(1), 13, RegionSlice{send_region.get(), 0, kBytes}, target, 0, 1u,
+                   Deadline())
+        ->Wait();
+  });
+  LetReceiverPost();  // the write is likely under way; the test is correct either way
+  exposed.reset();
+  const std::vector<std::byte> after = recv_memory;
+  const absl::Status status = written.get();
+  EXPECT_TRUE(status.ok() || absl::IsPermissionDenied(status)) << status;
+  EXPECT_TRUE(recv_memory == after) << "written into after the exposure was destroyed";
+  // The link goes on.
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 13, .seq = 1}, Pattern(10, 1), Deadline()));
+  std::vector<std::byte> got(10);
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 13, .seq = 1}, got, Deadline()));
+}
+
+TEST_P(TransportConformanceTest, AbortFailsAWaitingExposureAndRevokesIt) {
+  MakeEndpoints(2);
+  std::vector<std::byte> recv_memory(4096);
+  std::vector<std::byte> send_memory = Pattern(4096, 8);
+  const std::unique_ptr<MemoryRegion> recv_region = HostMemoryRegion(recv_memory);
+  const std::unique_ptr<MemoryRegion> send_region = HostMemoryRegion(send_memory);
+  std::unique_ptr<ExposedRegion> exposed = ep(1).ExposeRegion(
+      addr(0), 11, RegionSlice{recv_region.get(), 0, 4096}, absl::Now() + absl::Hours(1));
+  const RemoteRegion target = exposed->descriptor();
+  std::thread aborter([&] {
+    LetReceiverPost();
+    ep(1).Abort(11, absl::AbortedError("the operation failed elsewhere"));
+  });
+  const absl::Time start = absl::Now();
+  absl::StatusOr<WriteNotice> notice = exposed->Wait();
+  aborter.join();
+  EXPECT_LT(absl::Now() - start, kPrompt);
+  EXPECT_EQ(notice.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(notice.status().message(), HasSubstr("failed elsewhere"));
+  // Revoked: a write to it is refused; a new exposure for the communicator fails at once.
+  EXPECT_EQ(
+      ep(0)
+          .PostWrite(addr(1), 11, RegionSlice{send_region.get(), 0, 8}, target, 0, 1u, Deadline())
+          ->Wait()
+          .code(),
+      absl::StatusCode::kPermissionDenied);
+  std::unique_ptr<ExposedRegion> later =
+      ep(1).ExposeRegion(addr(0), 11, RegionSlice{recv_region.get(), 0, 8}, Deadline());
+  EXPECT_TRUE(later->Test());
+  EXPECT_EQ(later->Wait().status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(recv_memory[0], std::byte{0});
+  // The writer's side of an aborted communicator fails its writes too.
+  ep(0).Abort(11, absl::AbortedError("aborted here"));
+  EXPECT_EQ(
+      ep(0)
+          .PostWrite(addr(1), 11, RegionSlice{send_region.get(), 0, 8}, target, 0, 1u, Deadline())
+          ->Wait()
+          .code(),
+      absl::StatusCode::kAborted);
+}
+
+TEST_P(TransportConformanceTest, ExposureFailsAtItsDeadlineNamingThePeer) {
+  MakeEndpoints(2);
+  std::vector<std::byte> recv_memory(64);
+  const std::unique_ptr<MemoryRegion> recv_region = HostMemoryRegion(recv_memory);
+  std::unique_ptr<ExposedRegion> exposed = ep(1).ExposeRegion(
+      addr(0), 12, RegionSlice{recv_region.get(), 0, 64}, absl::Now() + absl::Milliseconds(50));
+  absl::StatusOr<WriteNotice> notice = exposed->Wait();
+  EXPECT_EQ(notice.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(notice.status().message(), HasSubstr(addr(0)));
+  // Device memory is not this transport's to expose.
+  const MemoryRegion device(recv_memory, MemoryKind::kDevice);
+  EXPECT_EQ(ep(1)
+                .ExposeRegion(addr(0), 12, RegionSlice{&device, 0, 8}, Deadline())
+                ->Wait()
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Every pair exchanged its connection data when the endpoints were made (MakeEndpoints, as the
+// daemons do when a communicator forms); doing it again changes nothing, and data that the peer
+// did not make is refused.
+TEST_P(TransportConformanceTest, ConnectionDataRoundTrip) {
+  MakeEndpoints(2);
+  absl::StatusOr<std::string> data = ep(1).ConnectionData(addr(0));
+  ASSERT_TRUE(data.ok()) << data.status();
+  absl::StatusOr<std::string> again = ep(1).ConnectionData(addr(0));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *data);  // stable while the endpoint lives
+  ASSERT_OK(ep(0).Connect(addr(1), *data));
+  EXPECT_EQ(ep(0).Connect(addr(1), std::string(*data) + "junk").code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 1, .seq = 1}, Pattern(16, 1), Deadline()));
+  ASSERT_OK(ep(1).Send(addr(0), Tag{.comm = 1, .seq = 2}, Pattern(16, 2), Deadline()));
+  std::vector<std::byte> got(16);
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 1, .seq = 1}, got, Deadline()));
+  EXPECT_EQ(got, Pattern(16, 1));
+  ASSERT_OK(ep(0).Recv(addr(1), Tag{.comm = 1, .seq = 2}, got, Deadline()));
+  EXPECT_EQ(got, Pattern(16, 2));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Transports, TransportConformanceTest,
     ::testing::Values(
         TransportParam{"InMemory", [] { return std::make_unique<InMemoryHarness>(); }},
+        // Links that carry nothing until connection data is exchanged (as verbs' queue pairs).
+        TransportParam{"InMemoryConnectionData",
+                       [] { return std::make_unique<InMemoryHarness>(/*connection_data=*/true); }},
         TransportParam{"Tcp", [] { return std::make_unique<TcpHarness>(); }},
         TransportParam{"TcpThreeStreams", [] { return std::make_unique<TcpHarness>(3); }},
         // Checksums change nothing the contract says (not even the bytes LinkStats count).

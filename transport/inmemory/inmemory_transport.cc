@@ -1,13 +1,17 @@
 #include "transport/inmemory/inmemory_transport.h"
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/secure_random.h"
 #include "spdlog/spdlog.h"
+#include "transport/exposure_table.h"
 #include "transport/receive_matcher.h"
 
 namespace baton::transport {
@@ -32,20 +36,49 @@ class InMemoryEndpoint final : public Endpoint {
                                           absl::Time deadline, PieceConsumer consume) override {
     return matcher_.PostConsume(peer, tag, length, deadline, std::move(consume));
   }
-  void Abort(uint64_t comm, const absl::Status& reason) override { matcher_.Abort(comm, reason); }
-  void Forget(uint64_t comm) override { matcher_.Forget(comm); }
+  std::unique_ptr<ExposedRegion> ExposeRegion(const std::string& peer, uint64_t comm,
+                                              const RegionSlice& slice,
+                                              absl::Time deadline) override;
+  std::unique_ptr<PostedSend> PostWrite(const std::string& peer, uint64_t comm,
+                                        const RegionSlice& source, const RemoteRegion& target,
+                                        size_t target_offset, std::optional<uint32_t> notify,
+                                        absl::Time deadline) override;
+  absl::StatusOr<std::string> ConnectionData(const std::string& peer) override;
+  absl::Status Connect(const std::string& peer, std::string_view remote_data) override;
+  void Abort(uint64_t comm, const absl::Status& reason) override {
+    matcher_.Abort(comm, reason);
+    exposures_.Abort(comm, reason);
+  }
+  void Forget(uint64_t comm) override {
+    matcher_.Forget(comm);
+    exposures_.Forget(comm);
+    tally_.Forget(comm);
+  }
   void Restrict(uint64_t comm, std::span<const std::string> peers) override {
     matcher_.Restrict(comm, peers);
   }
   std::vector<LinkStats> Stats() const override;
 
   ReceiveMatcher& matcher() { return matcher_; }
+  ExposureTable& exposures() { return exposures_; }
   void CountSent(const std::string& peer, uint64_t length, bool ok);
+  // The connection data this endpoint makes for `peer` (made on first use), and whether it has
+  // taken `token` from `peer` in Connect.
+  std::string TokenFor(const std::string& peer) ABSL_LOCKS_EXCLUDED(links_mu_);
+  bool ConnectedWith(const std::string& peer, const std::string& token) const
+      ABSL_LOCKS_EXCLUDED(links_mu_);
 
  private:
   InMemoryFabricImpl* const fabric_;
   const std::string address_;
   ReceiveMatcher matcher_;
+  ExposureTable exposures_;
+  WriteTally tally_;
+  // Connection data (InMemoryFabricOptions::require_connection_data): the token made for each
+  // peer, and the one each peer's Connect gave.
+  mutable absl::Mutex links_mu_;
+  absl::flat_hash_map<std::string, std::string> tokens_ ABSL_GUARDED_BY(links_mu_);
+  absl::flat_hash_map<std::string, std::string> connected_ ABSL_GUARDED_BY(links_mu_);
   mutable absl::Mutex stats_mu_;
   // Send-side counters; the receive side lives in matcher_.
   absl::flat_hash_map<std::string, LinkStats> tx_links_ ABSL_GUARDED_BY(stats_mu_);
@@ -53,6 +86,7 @@ class InMemoryEndpoint final : public Endpoint {
 
 class InMemoryFabricImpl final : public InMemoryFabric {
  public:
+  explicit InMemoryFabricImpl(InMemoryFabricOptions options) : options_(options) {}
   ~InMemoryFabricImpl() override {
     absl::MutexLock lock(&mu_);
     if (!endpoints_.empty()) {
@@ -82,10 +116,13 @@ class InMemoryFabricImpl final : public InMemoryFabric {
     for (auto& [other_address, entry] : endpoints_) {
       if (other_address == address) {
         entry.killed = true;
-        entry.endpoint->matcher().Shutdown(
-            absl::UnavailableError(absl::StrCat("endpoint ", address, " was killed")));
+        const absl::Status killed =
+            absl::UnavailableError(absl::StrCat("endpoint ", address, " was killed"));
+        entry.endpoint->matcher().Shutdown(killed);
+        entry.endpoint->exposures().Shutdown(killed);
       } else {
         entry.endpoint->matcher().PeerLost(address, lost);
+        entry.endpoint->exposures().PeerLost(address, lost);
       }
     }
   }
@@ -96,12 +133,22 @@ class InMemoryFabricImpl final : public InMemoryFabric {
     // A closed endpoint is as gone as a dead process; its peers learn it as TCP peers would.
     const absl::Status lost = absl::UnavailableError(
         absl::StrCat("lost connection from peer ", address, ": endpoint closed"));
-    for (auto& [other_address, entry] : endpoints_)
+    for (auto& [other_address, entry] : endpoints_) {
       entry.endpoint->matcher().PeerLost(address, lost);
+      entry.endpoint->exposures().PeerLost(address, lost);
+    }
   }
 
   absl::Status Deliver(InMemoryEndpoint& sender, const std::string& peer, const Tag& tag,
                        ConstByteSpan data, absl::Time deadline);
+  // PostWrite's copy into the region `key` that `peer` exposed to `sender` for `comm`.
+  absl::Status DeliverWrite(InMemoryEndpoint& sender, const std::string& peer, uint64_t comm,
+                            uint64_t key, uint64_t offset, ConstByteSpan data,
+                            std::optional<ExposureTable::Notify> notify, absl::Time deadline);
+
+  bool require_connection_data() const { return options_.require_connection_data; }
+  // The connection data the endpoint `peer` made for `address`; Unavailable without such a peer.
+  absl::StatusOr<std::string> TokenOf(const std::string& peer, const std::string& address);
 
  private:
   struct Entry {
@@ -109,11 +156,67 @@ class InMemoryFabricImpl final : public InMemoryFabric {
     bool killed;
   };
 
+  // The endpoint `peer` for a delivery from `sender` (mu_ held shared): null (and `*error` set)
+  // if it is killed, or not connected both ways when the fabric requires it; null without error
+  // if there is no such endpoint yet.
+  InMemoryEndpoint* TargetLocked(InMemoryEndpoint& sender, const std::string& peer,
+                                 const std::string& what, absl::Status* error)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Waits (until `deadline`) for an endpoint `peer` to exist, as a TCP connect is retried.
+  absl::Status AwaitPeer(const std::string& peer, const std::string& what, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const InMemoryFabricOptions options_;
+
   // Guards the directory; held shared while a message is being delivered, so that an endpoint is
   // neither unregistered nor killed in the middle of a delivery to or from it.
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, Entry> endpoints_ ABSL_GUARDED_BY(mu_);
 };
+
+InMemoryEndpoint* InMemoryFabricImpl::TargetLocked(InMemoryEndpoint& sender,
+                                                   const std::string& peer, const std::string& what,
+                                                   absl::Status* error) {
+  const std::string sender_address = sender.address();
+  auto self = endpoints_.find(sender_address);
+  if (self == endpoints_.end() || self->second.killed) {
+    *error = absl::UnavailableError(
+        absl::StrCat("endpoint ", sender_address, " was killed; cannot send to ", peer));
+    return nullptr;
+  }
+  auto target = endpoints_.find(peer);
+  if (target == endpoints_.end()) return nullptr;
+  if (target->second.killed) {
+    *error = absl::UnavailableError(
+        absl::StrCat("lost connection to peer ", peer, " (", what, "): killed"));
+    return nullptr;
+  }
+  InMemoryEndpoint* endpoint = target->second.endpoint;
+  // An endpoint's messages to itself need no link.
+  if (options_.require_connection_data && peer != sender_address &&
+      (!sender.ConnectedWith(peer, endpoint->TokenFor(sender_address)) ||
+       !endpoint->ConnectedWith(sender_address, sender.TokenFor(peer)))) {
+    *error = absl::FailedPreconditionError(
+        absl::StrCat("no link with peer ", peer, " (", what,
+                     "): the two endpoints have not exchanged connection data "
+                     "(Endpoint::ConnectionData, then Endpoint::Connect on both)"));
+    return nullptr;
+  }
+  return endpoint;
+}
+
+absl::Status InMemoryFabricImpl::AwaitPeer(const std::string& peer, const std::string& what,
+                                           absl::Time deadline) {
+  // Like a TCP connect that is retried until the deadline: the peer may not exist yet.
+  absl::MutexLock lock(&mu_);
+  auto peer_exists = [this, &peer]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return endpoints_.contains(peer); };
+  if (!mu_.AwaitWithDeadline(absl::Condition(&peer_exists), deadline)) {
+    return absl::UnavailableError(absl::StrCat("cannot reach peer ", peer, " (", what,
+                                               "): no endpoint with that address by the deadline"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::string& peer,
                                          const Tag& tag, ConstByteSpan data, absl::Time deadline) {
@@ -121,40 +224,133 @@ absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::st
   while (true) {
     {
       absl::ReaderMutexLock lock(&mu_);
-      auto self = endpoints_.find(sender_address);
-      if (self == endpoints_.end() || self->second.killed) {
-        return absl::UnavailableError(
-            absl::StrCat("endpoint ", sender_address, " was killed; cannot send to ", peer));
-      }
-      auto target = endpoints_.find(peer);
-      if (target != endpoints_.end()) {
-        if (target->second.killed) {
-          return absl::UnavailableError(
-              absl::StrCat("lost connection to peer ", peer, " (", TagToString(tag), "): killed"));
-        }
-        ReceiveMatcher& matcher = target->second.endpoint->matcher();
+      absl::Status error;
+      if (InMemoryEndpoint* target = TargetLocked(sender, peer, TagToString(tag), &error)) {
+        ReceiveMatcher& matcher = target->matcher();
         matcher.PeerConnected(sender_address);
         ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(sender_address, tag, data.size());
         delivery.Write(data);
         matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
         return absl::OkStatus();
       }
+      if (!error.ok()) return error;
     }
-    // Like a TCP connect that is retried until the deadline: the peer may not exist yet.
-    absl::MutexLock lock(&mu_);
-    auto peer_exists = [this, &peer]()
-                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return endpoints_.contains(peer); };
-    if (!mu_.AwaitWithDeadline(absl::Condition(&peer_exists), deadline)) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot reach peer ", peer, " (", TagToString(tag),
-                       "): no endpoint with that address by the deadline"));
+    if (absl::Status found = AwaitPeer(peer, TagToString(tag), deadline); !found.ok()) {
+      return found;
     }
   }
+}
+
+absl::Status InMemoryFabricImpl::DeliverWrite(InMemoryEndpoint& sender, const std::string& peer,
+                                              uint64_t comm, uint64_t key, uint64_t offset,
+                                              ConstByteSpan data,
+                                              std::optional<ExposureTable::Notify> notify,
+                                              absl::Time deadline) {
+  const std::string what = absl::StrCat("a write for comm ", absl::Hex(comm, absl::kZeroPad8));
+  while (true) {
+    {
+      // Held shared for the copy: the target can be neither closed nor killed meanwhile, and
+      // its exposure's owner, revoking it, waits for the write to finish.
+      absl::ReaderMutexLock lock(&mu_);
+      absl::Status error;
+      if (InMemoryEndpoint* target = TargetLocked(sender, peer, what, &error)) {
+        absl::StatusOr<ExposureTable::Write> write =
+            target->exposures().BeginWrite(sender.address(), comm, key, offset, data.size());
+        if (!write.ok()) {
+          return WriteRefusedError(peer, comm, offset, data.size(),
+                                   absl::IsInvalidArgument(write.status())
+                                       ? WriteRefusal::kOutOfBounds
+                                       : WriteRefusal::kNoRegion);
+        }
+        if (!data.empty()) std::memcpy(write->target().data(), data.data(), data.size());
+        target->exposures().FinishWrite(*std::move(write), absl::OkStatus(), notify);
+        return absl::OkStatus();
+      }
+      if (!error.ok()) return error;
+    }
+    if (absl::Status found = AwaitPeer(peer, what, deadline); !found.ok()) return found;
+  }
+}
+
+absl::StatusOr<std::string> InMemoryFabricImpl::TokenOf(const std::string& peer,
+                                                        const std::string& address) {
+  absl::ReaderMutexLock lock(&mu_);
+  auto it = endpoints_.find(peer);
+  if (it == endpoints_.end() || it->second.killed) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect with peer ", peer, ": no endpoint with that address"));
+  }
+  return it->second.endpoint->TokenFor(address);
 }
 
 InMemoryEndpoint::~InMemoryEndpoint() {
   fabric_->Unregister(address_);
   matcher_.Shutdown(absl::UnavailableError("endpoint shut down"));
+  exposures_.Shutdown(absl::UnavailableError("endpoint shut down"));
+}
+
+std::unique_ptr<ExposedRegion> InMemoryEndpoint::ExposeRegion(const std::string& peer,
+                                                              uint64_t comm,
+                                                              const RegionSlice& slice,
+                                                              absl::Time deadline) {
+  absl::StatusOr<ByteSpan> bytes = HostRegionBytes(peer, slice);
+  if (!bytes.ok()) return FailedExposure(bytes.status());
+  return exposures_.Expose(peer, comm, *bytes, deadline);
+}
+
+std::unique_ptr<PostedSend> InMemoryEndpoint::PostWrite(
+    const std::string& peer, uint64_t comm, const RegionSlice& source, const RemoteRegion& target,
+    size_t target_offset, std::optional<uint32_t> notify, absl::Time deadline) {
+  absl::StatusOr<ByteSpan> bytes = HostRegionBytes(peer, source);
+  if (!bytes.ok()) return CompletedSend(bytes.status());
+  if (absl::Status aborted = matcher_.AbortReason(comm); !aborted.ok()) {
+    return CompletedSend(aborted);
+  }
+  if (target_offset > target.length || bytes->size() > target.length - target_offset) {
+    return CompletedSend(absl::InvalidArgumentError(
+        absl::StrCat("a write of ", bytes->size(), " bytes at offset ", target_offset, " to peer ",
+                     peer, " leaves the region of ", target.length, " bytes it describes")));
+  }
+  std::optional<ExposureTable::Notify> notice;
+  const uint64_t total =
+      tally_.Add(peer, comm, target.key, bytes->size(), /*last=*/notify.has_value());
+  if (notify.has_value()) notice = ExposureTable::Notify{*notify, total};
+  absl::Status status =
+      fabric_->DeliverWrite(*this, peer, comm, target.key, target_offset, *bytes, notice, deadline);
+  CountSent(peer, bytes->size(), status.ok());
+  return CompletedSend(std::move(status));
+}
+
+std::string InMemoryEndpoint::TokenFor(const std::string& peer) {
+  absl::MutexLock lock(&links_mu_);
+  std::string& token = tokens_[peer];
+  if (token.empty()) token = SecureRandomHex(16);
+  return token;
+}
+
+bool InMemoryEndpoint::ConnectedWith(const std::string& peer, const std::string& token) const {
+  absl::MutexLock lock(&links_mu_);
+  auto it = connected_.find(peer);
+  return it != connected_.end() && it->second == token;
+}
+
+absl::StatusOr<std::string> InMemoryEndpoint::ConnectionData(const std::string& peer) {
+  if (!fabric_->require_connection_data()) return Endpoint::ConnectionData(peer);
+  return TokenFor(peer);
+}
+
+absl::Status InMemoryEndpoint::Connect(const std::string& peer, std::string_view remote_data) {
+  if (!fabric_->require_connection_data()) return Endpoint::Connect(peer, remote_data);
+  absl::StatusOr<std::string> expected = fabric_->TokenOf(peer, address_);
+  if (!expected.ok()) return expected.status();
+  if (remote_data != *expected) {
+    return absl::InvalidArgumentError(absl::StrCat("connection data for peer ", peer,
+                                                   " is not what it made for this endpoint (",
+                                                   remote_data.size(), " bytes)"));
+  }
+  absl::MutexLock lock(&links_mu_);
+  connected_[peer] = std::string(remote_data);
+  return absl::OkStatus();
 }
 
 absl::Status InMemoryEndpoint::Send(const std::string& peer, const Tag& tag, ConstByteSpan data,
@@ -179,6 +375,12 @@ void InMemoryEndpoint::CountSent(const std::string& peer, uint64_t length, bool 
 
 std::vector<LinkStats> InMemoryEndpoint::Stats() const {
   absl::flat_hash_map<std::string, LinkStats> links = matcher_.RecvLinkStats();
+  for (const auto& [peer, counts] : exposures_.Counts()) {
+    LinkStats& link = links[peer];
+    link.peer = peer;
+    link.rx_bytes += counts.rx_bytes;
+    link.rx_messages += counts.rx_writes;
+  }
   {
     absl::MutexLock lock(&stats_mu_);
     for (const auto& [peer, tx] : tx_links_) {
@@ -189,9 +391,17 @@ std::vector<LinkStats> InMemoryEndpoint::Stats() const {
       link.errors += tx.errors;
     }
   }
+  const absl::flat_hash_map<std::string, ExposureTable::PeerCounts> writes = exposures_.Counts();
   std::vector<LinkStats> result;
   result.reserve(links.size());
-  for (auto& [peer, link] : links) result.push_back(std::move(link));
+  for (auto& [peer, link] : links) {
+    auto it = writes.find(peer);
+    link.counters.push_back(LinkCounter{std::string(kRefusedWritesCounter),
+                                        it == writes.end() ? 0 : it->second.refused});
+    std::sort(link.counters.begin(), link.counters.end(),
+              [](const LinkCounter& a, const LinkCounter& b) { return a.name < b.name; });
+    result.push_back(std::move(link));
+  }
   std::sort(result.begin(), result.end(),
             [](const LinkStats& a, const LinkStats& b) { return a.peer < b.peer; });
   return result;
@@ -229,8 +439,8 @@ std::unique_ptr<Transport> InMemoryFabricImpl::NewTransport(const std::string& a
 
 }  // namespace
 
-std::unique_ptr<InMemoryFabric> NewInMemoryFabric() {
-  return std::make_unique<InMemoryFabricImpl>();
+std::unique_ptr<InMemoryFabric> NewInMemoryFabric(InMemoryFabricOptions options) {
+  return std::make_unique<InMemoryFabricImpl>(options);
 }
 
 }  // namespace baton::transport

@@ -1,8 +1,10 @@
 #pragma once
 
 // An in-process transport for tests: endpoints created on one Fabric exchange messages through
-// memory. A fabric can also take an endpoint down to simulate a lost peer. Messages cost no
-// bytes beyond their payload: LinkStats count payload bytes only.
+// memory, and write one-sided into the regions their peers expose (a copy under the fabric's
+// lock). A fabric can also take an endpoint down to simulate a lost peer, and ask for connection
+// data to be exchanged per pair (InMemoryFabricOptions). Messages cost no bytes beyond their
+// payload: LinkStats count payload bytes only.
 
 #include <memory>
 #include <string>
@@ -33,6 +35,17 @@ class InMemoryFabric {
 
 inline constexpr std::string_view kInMemoryTransportName = "inmemory";
 
-std::unique_ptr<InMemoryFabric> NewInMemoryFabric();
+struct InMemoryFabricOptions {
+  // Each endpoint's link with a peer carries messages and writes only once both have exchanged
+  // connection data (Endpoint::ConnectionData, Endpoint::Connect), as a verbs transport's queue
+  // pairs need: ConnectionData(peer) is a random token the endpoint makes for that peer, and
+  // Connect(peer, data) takes only the token the peer made for this endpoint (InvalidArgument
+  // otherwise; Unavailable while there is no such peer). A send or write over a link not
+  // connected both ways fails with FailedPrecondition naming the peer. Off: there is no
+  // connection data (Endpoint's defaults).
+  bool require_connection_data = false;
+};
+
+std::unique_ptr<InMemoryFabric> NewInMemoryFabric(InMemoryFabricOptions options = {});
 
 }  // namespace baton::transport

@@ -89,8 +89,10 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
   // Under mu_, so that a reconnection's PeerConnected cannot be overtaken by this PeerLost.
   if (--connections_[peer] == 0) {
     connections_.erase(peer);
-    matcher_.PeerLost(peer, absl::UnavailableError(absl::StrCat("lost connection from peer ", peer,
-                                                                ": ", ended.message())));
+    const absl::Status lost = absl::UnavailableError(
+        absl::StrCat("lost connection from peer ", peer, ": ", ended.message()));
+    matcher_.PeerLost(peer, lost);
+    WritesLost(peer, lost);
   }
   conn->finished = true;
 }
@@ -155,6 +157,20 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
       return error;
     }
     header = *decoded;
+  }
+  if (header.type == FrameType::kWriteAck) {
+    BATON_RETURN_IF_ERROR(ReadWriteAck(conn, header, limit));
+    return FrameRead::kDone;
+  }
+  if (header.type == FrameType::kWrite) {
+    // Into a region, never a receive: the reader thread's (a thread reading for its receive
+    // would have to read both of the write's frames within its short limit).
+    if (for_receive) {
+      conn.pending = header;
+      return FrameRead::kLeftToReader;
+    }
+    BATON_RETURN_IF_ERROR(ReadWrite(conn, header, limit));
+    return FrameRead::kDone;
   }
   if (header.type != FrameType::kData) {
     BATON_RETURN_IF_ERROR(ReadPingOrPong(conn, header, limit));

@@ -72,10 +72,12 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
   header.sealed = (flags & kFrameFlagSealed) != 0;
   header.authenticated = (flags & kFrameFlagAuthenticated) != 0;
   const auto type = GetLittleEndian<uint8_t>(p + kTypeOffset);
-  // Only data frames carry a checksum: the handshake has its own proofs, and a ping's payload is
-  // an identifier that a corruption merely leaves unanswered. A sealed or authenticated frame's
-  // records are authenticated already.
-  if (header.checksum && (type != static_cast<uint8_t>(FrameType::kData) || header.in_records())) {
+  // Only data and write frames carry a checksum: the handshake has its own proofs, and a ping's
+  // payload is an identifier that a corruption merely leaves unanswered. A sealed or authenticated
+  // frame's records are authenticated already.
+  const bool checksummed = type == static_cast<uint8_t>(FrameType::kData) ||
+                           type == static_cast<uint8_t>(FrameType::kWrite);
+  if (header.checksum && (!checksummed || header.in_records())) {
     return absl::DataLossError(absl::StrCat("checksum flag on ",
                                             header.sealed ? "a sealed frame"
                                             : header.authenticated
@@ -95,7 +97,11 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
   auto exactly = [&](uint64_t bytes) { min_payload = max_payload = bytes; };
   switch (type) {
     case static_cast<uint8_t>(FrameType::kData):
+    case static_cast<uint8_t>(FrameType::kWrite):
       max_payload = kMaxFramePayloadBytes;
+      break;
+    case static_cast<uint8_t>(FrameType::kWriteAck):
+      exactly(kWriteAckPayloadBytes);
       break;
     case static_cast<uint8_t>(FrameType::kHello):
       min_payload = kHandshakeNonceBytes + 1;

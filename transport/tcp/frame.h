@@ -8,8 +8,8 @@
 //        0    4 magic          kFrameMagic: the bytes "BTNF"
 //        4    1 version        kFrameVersion
 //        5    1 type           FrameType: 1 = data, 2 = hello, 3 = ping, 4 = pong,
-//                              5 = challenge, 6 = proof
-//        6    2 flags          bit 0: kFrameFlagChecksum (data frames only);
+//                              5 = challenge, 6 = proof, 7 = write, 8 = write ack
+//        6    2 flags          bit 0: kFrameFlagChecksum (data and write frames only);
 //                              bit 1: kFrameFlagSealed, bit 2: kFrameFlagAuthenticated
 //                              (below); the others are 0
 //        8    8 comm           Tag::comm
@@ -66,6 +66,17 @@
 // asks and what it asks of every connection itself). The proofs cover that choice (handshake.h),
 // so nobody on the way can weaken it, and a connector refuses a connection weaker than it asked.
 //
+// A one-sided write (Endpoint::PostWrite) is two write frames, one straight after the other on
+// one connection, both with the tag {comm: the communicator, seq: an identifier the writer
+// chose for the write}: the first (step 0) carries the write's descriptor, kWriteDescriptorBytes
+// (transport/tcp/remote_write.h: the region's key, the offset, the length, the notification), the
+// second (step 1) the bytes, which the receiver reads straight into the exposed region. Each is
+// checksummed, sealed or authenticated as a data frame is, so the descriptor is checked before
+// the receiver acts on it. The receiver answers each write with a write ack frame (the tag
+// {seq: the write's identifier}, kWriteAckPayloadBytes: the identifier again and whether it took
+// or refused the bytes) over any connection with the writer. Write frames count in LinkStats as one
+// message of the bytes written plus kWriteOverheadBytes; acks are not counted.
+//
 // A ping frame (tag all zero, kPingPayloadBytes of payload: an identifier the sender chose) asks
 // the receiving endpoint to answer with a pong frame carrying the same payload, over any
 // connection with the sender; Endpoint::RoundTrip times it. Pings and pongs are not counted in
@@ -90,6 +101,11 @@ inline constexpr uint64_t kMaxFramePayloadBytes = uint64_t{1} << 30;
 // The handshake frames' payloads are auth/handshake.h's: kMaxHelloAddressBytes,
 // kHandshakeNonceBytes, kHandshakeProofBytes, kChallengePayloadBytes.
 inline constexpr uint64_t kPingPayloadBytes = 8;
+inline constexpr uint64_t kWriteDescriptorBytes = 40;
+inline constexpr uint64_t kWriteAckPayloadBytes = 16;
+// What a one-sided write costs on the wire besides its bytes: two frame headers and the
+// descriptor.
+inline constexpr uint64_t kWriteOverheadBytes = 2 * kFrameHeaderBytes + kWriteDescriptorBytes;
 // Flags of FrameHeader's flags field.
 inline constexpr uint16_t kFrameFlagChecksum = 0x0001;
 inline constexpr size_t kFrameChecksumBytes = 4;
@@ -115,13 +131,15 @@ enum class FrameType : uint8_t {
   kPong = 4,
   kChallenge = 5,
   kProof = 6,
+  kWrite = 7,
+  kWriteAck = 8,
 };
 
 struct FrameHeader {
   FrameType type = FrameType::kData;
   Tag tag;
   uint64_t payload_bytes = 0;
-  // kFrameFlagChecksum: the payload is followed by its CRC32C (data frames only).
+  // kFrameFlagChecksum: the payload is followed by its CRC32C (data and write frames only).
   bool checksum = false;
   // kFrameFlagSealed: on data, ping and pong frames, the payload is sealed records; on a hello,
   // the connector asks for a sealed connection; on a challenge, the acceptor agrees.
@@ -155,12 +173,13 @@ using ConstFrameChecksumBytes = std::span<const std::byte, kFrameChecksumBytes>;
 void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out);
 
 // Parses and validates a header. DataLoss when the magic, version or type are wrong, a flag is
-// unknown, the checksum flag is set on a frame other than data or with the sealed or
+// unknown, the checksum flag is set on a frame other than data or write or with the sealed or
 // authenticated flag, the sealed and authenticated flags together or either on a proof frame, or
 // the payload length is not
-// what the frame type allows: at most kMaxFramePayloadBytes for data; a nonce and 1 to
+// what the frame type allows: at most kMaxFramePayloadBytes for data and write; a nonce and 1 to
 // kMaxHelloAddressBytes of address for hello; exactly kPingPayloadBytes for ping and pong,
-// kChallengePayloadBytes for challenge and kHandshakeProofBytes for proof.
+// kChallengePayloadBytes for challenge, kHandshakeProofBytes for proof and
+// kWriteAckPayloadBytes for write ack.
 absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in);
 
 // The checksum trailer of a frame with kFrameFlagChecksum, in wire format and back.

@@ -59,7 +59,7 @@ absl::Status WriteFrames(int fd, FrameType type, std::span<const OutMessage> mes
 // (docs/bench/2026-12-02-checksum.md). Small frames still go out together, in one write per
 // kPieceBytes of payload. The caller's buffers stay unchanged until Send returns, so what the CRC
 // covers is what goes on the wire.
-absl::Status WriteChecksummedFrames(int fd, std::span<const OutMessage> messages,
+absl::Status WriteChecksummedFrames(int fd, FrameType type, std::span<const OutMessage> messages,
                                     absl::Time deadline, absl::FunctionRef<bool()> cancelled,
                                     absl::FunctionRef<void()> on_full, size_t* written) {
   using Trailer = std::array<std::byte, kFrameChecksumBytes>;
@@ -86,8 +86,8 @@ absl::Status WriteChecksummedFrames(int fd, std::span<const OutMessage> messages
   };
   for (size_t i = 0; i < messages.size(); ++i) {
     const ConstByteSpan data = messages[i].data;
-    EncodeFrameHeader(
-        FrameHeader{FrameType::kData, messages[i].tag, data.size(), /*checksum=*/true}, headers[i]);
+    EncodeFrameHeader(FrameHeader{type, messages[i].tag, data.size(), /*checksum=*/true},
+                      headers[i]);
     batch.push_back(iovec{headers[i].data(), headers[i].size()});
     uint32_t crc = 0;
     for (size_t offset = 0; offset < data.size(); offset += kPieceBytes) {
@@ -256,8 +256,10 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
     BATON_ASSIGN_OR_RETURN(stream, AcquireStream(peer, tag, operation, total, deadline));
     const int fd = stream->fd.get();
     sealed = stream->seal.has_value();
-    // Only data frames carry a checksum, and never sealed or authenticated ones (frame.h).
-    const bool checksum = checksum_ && type == FrameType::kData && !sealed;
+    // Only data and write frames carry a checksum, and never sealed or authenticated ones
+    // (frame.h).
+    const bool checksum =
+        checksum_ && (type == FrameType::kData || type == FrameType::kWrite) && !sealed;
     bool dead = false;
     bool same_operation = false;
     {
@@ -293,7 +295,7 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
       status = WriteAuthenticatedFrames(fd, type, messages, *stream->seal, deadline, cancelled,
                                         on_full, &written);
     } else if (checksum) {
-      status = WriteChecksummedFrames(fd, messages, deadline, cancelled, on_full, &written);
+      status = WriteChecksummedFrames(fd, type, messages, deadline, cancelled, on_full, &written);
     } else {
       status = WriteFrames(fd, type, messages, deadline, cancelled, on_full, &written);
     }

@@ -30,6 +30,7 @@ TcpEndpoint::~TcpEndpoint() {
     pings_stopping_ = true;
   }
   if (pong_thread_.joinable()) pong_thread_.join();
+  StopWrites();
   matcher_.Shutdown(ShutDownError());
   const uint64_t one = 1;
   if (write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
@@ -59,6 +60,7 @@ void TcpEndpoint::Abort(uint64_t comm, const absl::Status& reason) {
     aborted_[comm] = reason.ok() ? absl::CancelledError("communicator aborted") : reason;
   }
   matcher_.Abort(comm, reason);
+  AbortWrites(comm, reason.ok() ? absl::CancelledError("communicator aborted") : reason);
 }
 
 void TcpEndpoint::Forget(uint64_t comm) {
@@ -67,10 +69,18 @@ void TcpEndpoint::Forget(uint64_t comm) {
     aborted_.erase(comm);
   }
   matcher_.Forget(comm);
+  ForgetWrites(comm);
 }
 
 std::vector<LinkStats> TcpEndpoint::Stats() const {
   absl::flat_hash_map<std::string, LinkStats> links = matcher_.RecvLinkStats();
+  const absl::flat_hash_map<std::string, ExposureTable::PeerCounts> writes = exposures_.Counts();
+  for (const auto& [peer, counts] : writes) {
+    LinkStats& link = links[peer];
+    link.peer = peer;
+    link.rx_bytes += counts.rx_bytes;
+    link.rx_messages += counts.rx_writes;
+  }
   absl::flat_hash_map<std::string, uint64_t> retransmits;
   absl::flat_hash_map<std::string, uint64_t> checksum_failures;
   absl::flat_hash_map<std::string, uint64_t> seal_failures;
@@ -108,6 +118,9 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
         LinkCounter{std::string(kChecksumFailuresCounter), count(checksum_failures, peer)});
     link.counters.push_back(
         LinkCounter{std::string(kSealFailuresCounter), count(seal_failures, peer)});
+    auto written = writes.find(peer);
+    link.counters.push_back(LinkCounter{std::string(kRefusedWritesCounter),
+                                        written == writes.end() ? 0 : written->second.refused});
     auto it = retransmits.find(peer);
     link.counters.push_back(
         LinkCounter{std::string(kRetransmitsCounter), it == retransmits.end() ? 0 : it->second});
@@ -183,6 +196,7 @@ void TcpEndpoint::DataLostFrom(const std::string& peer, const absl::Status& erro
   // waiting for the peer fails now with this error, and so does every one posted before it
   // connects again; the peer's other connections are closed too, so that it must.
   matcher_.PeerLost(peer, error);
+  WritesLost(peer, error);
   {
     absl::MutexLock lock(&mu_);
     for (const std::shared_ptr<Conn>& conn : conns_) {

@@ -9,6 +9,7 @@
 //   posted_recv.cc        posted receives and the waiting thread that reads for its own
 //   stream_pool.cc        sending: framing, the connections per peer, connecting
 //   round_trip.cc         ping/pong (RoundTrip) and the pong thread
+//   remote_write.cc       one-sided writes (ExposeRegion, PostWrite) and the write-ack thread
 
 #include <algorithm>
 #include <array>
@@ -34,10 +35,12 @@
 #include "absl/time/time.h"
 #include "common/log_limiter.h"
 #include "common/thread_name.h"
+#include "transport/exposure_table.h"
 #include "transport/receive_matcher.h"
 #include "transport/tcp/connection.h"
 #include "transport/tcp/frame.h"
 #include "transport/tcp/handshake_io.h"
+#include "transport/tcp/remote_write.h"
 #include "transport/tcp/socket.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/transport.h"
@@ -77,6 +80,7 @@ class TcpEndpoint final : public Endpoint {
       SetThreadName("baton-pong");
       PongLoop();
     });
+    StartWrites();
   }
 
   std::string address() const override { return address_; }
@@ -95,6 +99,14 @@ class TcpEndpoint final : public Endpoint {
     matcher_.Restrict(comm, peers);
   }
   std::vector<LinkStats> Stats() const override;
+  // One-sided writes (remote_write.cc).
+  std::unique_ptr<ExposedRegion> ExposeRegion(const std::string& peer, uint64_t comm,
+                                              const RegionSlice& slice,
+                                              absl::Time deadline) override;
+  std::unique_ptr<PostedSend> PostWrite(const std::string& peer, uint64_t comm,
+                                        const RegionSlice& source, const RemoteRegion& target,
+                                        size_t target_offset, std::optional<uint32_t> notify,
+                                        absl::Time deadline) override;
 
   // TcpReceivesReading (tcp_transport.h): the readers_waiting of the connections with `peer`.
   int ReceivesReading(const std::string& peer) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -285,6 +297,51 @@ class TcpEndpoint final : public Endpoint {
   std::deque<std::pair<std::string, std::array<std::byte, kPingPayloadBytes>>> pongs_due_
       ABSL_GUARDED_BY(pings_mu_);
   std::thread pong_thread_;
+
+  // ---- One-sided writes (remote_write.cc) -------------------------------------------------
+  class Write;  // PostWrite's PostedSend
+  // Starts the write-ack thread (Start); fails the writes waiting for answers, stops the thread
+  // and fails the exposed regions (the destructor).
+  void StartWrites();
+  void StopWrites();
+  // A write's two frames (frame.h), the first's header read: reads its bytes into the region it
+  // names if the exposure table lets it (else drops them) and queues the answer. Errors end the
+  // connection, as ReadFrame's.
+  absl::Status ReadWrite(Conn& conn, const FrameHeader& header, absl::Time limit);
+  // A write ack: completes the write it answers, if it is still waited for.
+  absl::Status ReadWriteAck(Conn& conn, const FrameHeader& header, absl::Time limit);
+  void QueueWriteAck(const std::string& peer, const Tag& tag, WriteRefusal refusal)
+      ABSL_LOCKS_EXCLUDED(writes_mu_);
+  // Sends queued acks. Its own thread, as PongLoop: no thread that reads a connection waits to
+  // write one.
+  void WriteAckLoop();
+  // `peer` is lost (`status`): fails its exposures and the writes to it waiting for an answer.
+  void WritesLost(const std::string& peer, const absl::Status& status)
+      ABSL_LOCKS_EXCLUDED(writes_mu_);
+  // Abort and Forget of `comm`, for exposures and writes.
+  void AbortWrites(uint64_t comm, const absl::Status& reason) ABSL_LOCKS_EXCLUDED(writes_mu_);
+  void ForgetWrites(uint64_t comm);
+
+  ExposureTable exposures_;
+  WriteTally tally_;
+  struct PendingWrite {
+    std::string peer;
+    uint64_t comm = 0;
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    std::optional<absl::Status> result = std::nullopt;  // once answered or failed
+  };
+  struct AckDue {
+    std::string peer;
+    WriteAck ack;
+  };
+  // Lock order: mu_ before writes_mu_ (never the other way round).
+  absl::Mutex writes_mu_;
+  bool writes_stopping_ ABSL_GUARDED_BY(writes_mu_) = false;
+  uint64_t next_write_ ABSL_GUARDED_BY(writes_mu_) = 1;
+  absl::flat_hash_map<uint64_t, PendingWrite> writes_ ABSL_GUARDED_BY(writes_mu_);
+  std::deque<AckDue> acks_due_ ABSL_GUARDED_BY(writes_mu_);
+  std::thread ack_thread_;
 };
 
 }  // namespace baton::transport::tcp

@@ -1,15 +1,19 @@
 #pragma once
 
-// An endpoint for tests that injects failures into another: fail the Nth send to a peer, drop a
-// peer (every send to it and receive from it fails with Unavailable, also receives already
-// posted), or delay sends to a peer. Faults are set while the endpoint is in use, from any thread.
-// The real transports' own faults (InMemoryFabric::Kill, a closed TCP socket) still apply
-// underneath. Only tests link it (target baton_transport_testing).
+// An endpoint for tests that injects failures into another: fail the Nth send to a peer (Send,
+// SendAll, PostSend and PostWrite are sends), the Nth ExposeRegion or Connect with it, drop a
+// peer (every send to it, receive or exposure for it and Connect with it fails with Unavailable,
+// also receives and exposures already made), or delay sends to a peer. Faults are set while the
+// endpoint is in use, from any thread. The real transports' own faults (InMemoryFabric::Kill, a
+// closed TCP socket) still apply underneath. Only tests link it (target baton_transport_testing).
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -29,10 +33,15 @@ class FaultInjectingEndpoint final : public ForwardingEndpoint {
   explicit FaultInjectingEndpoint(Endpoint* inner) : ForwardingEndpoint(inner) {}
   ~FaultInjectingEndpoint() override;
 
-  // The `n`th send to `peer` from now on (n >= 1; a SendAll is one send) fails with `status`
-  // without reaching it; the sends before and after it go through. An OK `status` means
-  // Unavailable naming the peer, as a lost link would.
+  // The `n`th send to `peer` from now on (n >= 1; a SendAll is one send, and so are PostSend and
+  // PostWrite, whose handles complete with the error) fails with `status` without reaching it;
+  // the sends before and after it go through. An OK `status` means Unavailable naming the peer,
+  // as a lost link would.
   void FailNthSend(const std::string& peer, int n, absl::Status status = absl::OkStatus());
+  // The same for the `n`th ExposeRegion for `peer` (its exposure fails at once, nothing is
+  // exposed) and the `n`th Connect with it (nothing is connected).
+  void FailNthExpose(const std::string& peer, int n, absl::Status status = absl::OkStatus());
+  void FailNthConnect(const std::string& peer, int n, absl::Status status = absl::OkStatus());
   // From now on every send to `peer` and every receive from it fails with Unavailable naming it,
   // receives already posted included (within a millisecond), as if its daemon died.
   void DropPeer(const std::string& peer);
@@ -46,8 +55,6 @@ class FaultInjectingEndpoint final : public ForwardingEndpoint {
                     absl::Time deadline) override;
   absl::Status SendAll(const std::string& peer, std::span<const OutMessage> messages,
                        absl::Time deadline) override;
-  absl::Status SendRegion(const std::string& peer, const Tag& tag, const RegionSlice& slice,
-                          absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
                                        absl::Time deadline, ArrivalCallback on_arrival) override;
   std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
@@ -56,12 +63,32 @@ class FaultInjectingEndpoint final : public ForwardingEndpoint {
                                              const RegionSlice& slice, absl::Time deadline,
                                              ArrivalCallback on_arrival) override;
   absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline) override;
+  std::unique_ptr<PostedSend> PostSend(const std::string& peer, const Tag& tag,
+                                       const RegionSlice& slice, absl::Time deadline) override;
+  std::unique_ptr<ExposedRegion> ExposeRegion(const std::string& peer, uint64_t comm,
+                                              const RegionSlice& slice,
+                                              absl::Time deadline) override;
+  std::unique_ptr<PostedSend> PostWrite(const std::string& peer, uint64_t comm,
+                                        const RegionSlice& source, const RemoteRegion& target,
+                                        size_t target_offset, std::optional<uint32_t> notify,
+                                        absl::Time deadline) override;
+  absl::StatusOr<std::string> ConnectionData(const std::string& peer) override;
+  absl::Status Connect(const std::string& peer, std::string_view remote_data) override;
 
  private:
   class DroppableRecv;
+  class DroppableExposure;
+  // Which calls of one kind to a peer fail.
+  struct Failures {
+    int seen = 0;                                  // calls counted
+    std::vector<std::pair<int, absl::Status>> at;  // 1-based call numbers (of seen), their error
+    void Add(const std::string& peer, int n, absl::Status status, const char* what);
+    // Counts a call: its injected error, or OK.
+    absl::Status Next();
+  };
   // What the next send to `peer` meets: OK to go on (after any delay, which fails it at
-  // `deadline`), or the injected error.
-  absl::Status BeforeSend(const std::string& peer, const Tag& tag, absl::Time deadline)
+  // `deadline`), or the injected error. `what` names the send in a delay's error.
+  absl::Status BeforeSend(const std::string& peer, const std::string& what, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
   void CountSent(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
   // The error of a dropped peer, or OK.
@@ -69,9 +96,9 @@ class FaultInjectingEndpoint final : public ForwardingEndpoint {
   std::unique_ptr<PostedRecv> Droppable(const std::string& peer, std::unique_ptr<PostedRecv> inner);
 
   struct PeerFaults {
-    int sends_seen = 0;                // sends counted towards fail_at
-    std::vector<int> fail_at;          // 1-based send numbers (of sends_seen) that fail
-    std::vector<absl::Status> errors;  // the status of each fail_at
+    Failures sends;
+    Failures exposes;
+    Failures connects;
     absl::Duration delay;
     int sends_done = 0;  // reached the inner endpoint
   };
