@@ -20,6 +20,17 @@ bool RunsOnDevice(Collective collective) {
   }
 }
 
+bool RunsOnDeviceAcrossDaemons(Collective collective) {
+  switch (collective) {
+    case Collective::kBroadcast:
+    case Collective::kAllGather:
+    case Collective::kBarrier:
+      return true;
+    default:
+      return false;
+  }
+}
+
 namespace {
 
 // Whether an all_reduce's local inputs can be reduced on the device into the first rank's

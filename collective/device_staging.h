@@ -26,6 +26,11 @@ namespace baton::collective {
 
 // Whether `collective` runs on the device directly when every rank is on one daemon.
 bool RunsOnDevice(Collective collective);
+// Whether `collective` runs on the device memory directly across daemons whose links move device
+// memory themselves (transport::Endpoint::MovesDirectly: GPUDirect RDMA): its schedule only
+// moves and copies the parts' own memory, with no host scratch and no reduction of what arrives
+// (broadcast, all_gather, barrier). Everything else is staged through host memory.
+bool RunsOnDeviceAcrossDaemons(Collective collective);
 
 // What RunStaged runs: the schedule on `parts` (host memory), with the endpoint and kernels it
 // must use (they wait for input still being staged).

@@ -137,7 +137,13 @@ absl::StatusOr<std::string> OperationRunner::RunOn(uint64_t seq, std::span<const
                        &device::HostKernels());
   }
   absl::StatusOr<std::string> result;
-  if (layout_.daemon_count() == 1 && RunsOnDevice(parts.front().spec->collective)) {
+  const Collective collective = parts.front().spec->collective;
+  // On the device itself when no byte leaves this daemon, or when every link moves device memory
+  // (the transports say; GPUDirect) and the schedule needs no host memory of its own.
+  const bool on_device = layout_.daemon_count() == 1
+                             ? RunsOnDevice(collective)
+                             : RunsOnDeviceAcrossDaemons(collective) && LinksMoveDevice(*endpoint);
+  if (on_device) {
     result = RunSchedule(seq, parts, deadline, endpoint, stats, algorithm_name, &device->kernels());
   } else {
     bool ran = false;
@@ -171,6 +177,16 @@ absl::StatusOr<std::string> OperationRunner::RunOn(uint64_t seq, std::span<const
   return result;
 }
 
+bool OperationRunner::LinksMoveDevice(const transport::Endpoint& endpoint) const {
+  for (int d = 0; d < layout_.daemon_count(); ++d) {
+    if (d != layout_.self &&
+        !endpoint.MovesDirectly(layout_.daemons[d].address, transport::MemoryKind::kDevice)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::StatusOr<std::string> OperationRunner::RunSchedule(
     uint64_t seq, std::span<const LocalPart> parts, absl::Time deadline,
     transport::Endpoint* endpoint, OpStats& stats, std::string& algorithm_name,
@@ -183,7 +199,7 @@ absl::StatusOr<std::string> OperationRunner::RunSchedule(
     regions.Add(part.send_region);
     regions.Add(part.recv_region);
   }
-  RegisteredEndpoint registered(endpoint, &regions, scratch_);
+  RegisteredEndpoint registered(endpoint, {&regions, scratch_, options_.staging_regions});
   TimingEndpoint timed(&registered, &stats);
   absl::Cleanup count_unregistered = [&] {
     stats.unregistered_bytes += registered.unregistered_bytes();

@@ -42,6 +42,9 @@ struct RunnerOptions {
   // Where the algorithms take their scratch from: the daemon's pool, registered with the same
   // endpoint (shared by its communicators). Null: the runner keeps a pool of its own.
   ScratchPool* scratch = nullptr;
+  // The registrations of the memory device operations stage through (the daemon's pinned
+  // staging buffers, registered with the same endpoint when made); may be null.
+  const RegionLookup* staging_regions = nullptr;
 };
 
 // The daemons (positions in the layout) that daemon `self` of `size` sends its operations'
@@ -91,6 +94,8 @@ class OperationRunner {
                                     absl::Time deadline, transport::Endpoint* endpoint,
                                     OpStats& stats, std::string& algorithm_name,
                                     const device::OperationDevice* device);
+  // Whether the link to every other daemon moves device memory itself (Endpoint::MovesDirectly).
+  bool LinksMoveDevice(const transport::Endpoint& endpoint) const;
   Algorithm ChooseAlgorithm(const OpSpec& spec);
   // Every kMeasurementExchangeEvery-th operation, before it runs, the daemons sum the all_reduce
   // times each measured since the last exchange and add them to the table every choice reads.

@@ -420,7 +420,7 @@ absl::Status PointToPoint::ReceivePieces(RemoteReceive& receive, int src, int ds
   // The pieces go into `data` through its registration.
   RegionTable regions;
   regions.Add(region);
-  RegisteredEndpoint registered(endpoint_, &regions, nullptr);
+  RegisteredEndpoint registered(endpoint_, {&regions});
   const uint64_t expected = PieceCount(data.size(), chunk_bytes_);
   auto signal = [&receive](uint32_t part) {
     return [&receive, part]() { receive.MarkArrived(part); };

@@ -50,6 +50,38 @@ std::optional<transport::RegionSlice> RegionTable::Find(const void* data, size_t
   return std::nullopt;
 }
 
+// ---- RegionSet --------------------------------------------------------------------------------
+
+std::shared_ptr<void> RegionSet::Hold(std::unique_ptr<transport::MemoryRegion> region) {
+  const transport::MemoryRegion* held = region.get();
+  {
+    absl::MutexLock lock(&mu_);
+    regions_.push_back(held);
+  }
+  return std::shared_ptr<void>(region.release(), [this](void* gone) {
+    auto* region = static_cast<transport::MemoryRegion*>(gone);
+    {
+      absl::MutexLock lock(&mu_);
+      regions_.erase(std::find(regions_.begin(), regions_.end(), region));
+    }
+    delete region;  // deregistered once no send can find it
+  });
+}
+
+std::optional<transport::RegionSlice> RegionSet::Find(const void* data, size_t length) const {
+  const auto* bytes = static_cast<const std::byte*>(data);
+  absl::MutexLock lock(&mu_);
+  for (const transport::MemoryRegion* region : regions_) {
+    if (Holds(*region, bytes, length)) return SliceOf(*region, bytes, length);
+  }
+  return std::nullopt;
+}
+
+size_t RegionSet::size() const {
+  absl::MutexLock lock(&mu_);
+  return regions_.size();
+}
+
 // ---- ScratchPool ------------------------------------------------------------------------------
 
 void ScratchPool::Buffer::Free::operator()(std::byte* memory) const {
@@ -182,10 +214,10 @@ ScratchPool::Buffer TakeScratch(const OpContext& ctx, size_t bytes) {
 
 std::optional<transport::RegionSlice> RegisteredEndpoint::Find(const void* data,
                                                                size_t length) const {
-  if (table_ != nullptr) {
-    if (std::optional<transport::RegionSlice> found = table_->Find(data, length)) return found;
+  for (const RegionLookup* lookup : lookups_) {
+    if (lookup == nullptr) continue;
+    if (std::optional<transport::RegionSlice> found = lookup->Find(data, length)) return found;
   }
-  if (pool_ != nullptr) return pool_->Find(data, length);
   return std::nullopt;
 }
 

@@ -29,30 +29,53 @@
 
 namespace baton::collective {
 
+// Where RegisteredEndpoint looks for the registration of the memory a send or receive names.
+class RegionLookup {
+ public:
+  virtual ~RegionLookup() = default;
+  // The slice of a registered region that holds all of the `length` bytes at `data`, or nullopt.
+  virtual std::optional<transport::RegionSlice> Find(const void* data, size_t length) const = 0;
+};
+
 // The registered regions an operation's buffers lie in. Not owned; the caller keeps them
-// registered while the operation runs. Add and Remove between operations, Find from any thread
+// registered while the operation runs. Add and Clear between operations, Find from any thread
 // during one (it does not change meanwhile).
-class RegionTable {
+class RegionTable final : public RegionLookup {
  public:
   void Add(const transport::MemoryRegion* region);  // null is ignored
   void Clear() { regions_.clear(); }
   bool empty() const { return regions_.empty(); }
 
-  // The slice of a region that holds all of the `length` bytes at `data`, or nullopt.
-  std::optional<transport::RegionSlice> Find(const void* data, size_t length) const;
+  std::optional<transport::RegionSlice> Find(const void* data, size_t length) const override;
 
  private:
   std::vector<const transport::MemoryRegion*> regions_;  // by start address
 };
 
+// Registered regions that come and go while operations run (the daemon's staging memory, which
+// its pinned pool registers with the data plane when it makes a buffer). Thread-safe.
+class RegionSet final : public RegionLookup {
+ public:
+  // Keeps `region` (not null) findable until the returned handle goes; the handle owns it.
+  std::shared_ptr<void> Hold(std::unique_ptr<transport::MemoryRegion> region)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<transport::RegionSlice> Find(const void* data, size_t length) const override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<const transport::MemoryRegion*> regions_ ABSL_GUARDED_BY(mu_);
+};
+
 // Scratch memory for the algorithms, registered with an endpoint when allocated and kept for
 // later operations, up to `keep_bytes` of idle buffers (beyond that a returned buffer is
 // deregistered and freed). One per daemon, shared by its communicators. Thread-safe.
-class ScratchPool {
+class ScratchPool final : public RegionLookup {
  public:
   // `endpoint` (may be null: nothing is registered) must outlive the pool.
   ScratchPool(transport::Endpoint* endpoint, size_t keep_bytes);
-  ~ScratchPool();
+  ~ScratchPool() override;
   ScratchPool(const ScratchPool&) = delete;
   ScratchPool& operator=(const ScratchPool&) = delete;
 
@@ -91,7 +114,7 @@ class ScratchPool {
 
   // The slice of a buffer taken from this pool (and not yet returned) that holds all of the
   // `length` bytes at `data`, or nullopt.
-  std::optional<transport::RegionSlice> Find(const void* data, size_t length) const
+  std::optional<transport::RegionSlice> Find(const void* data, size_t length) const override
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Buffers allocated (and registered) since the pool was made, and idle bytes kept now.
@@ -119,9 +142,9 @@ ScratchPool::Buffer TakeScratch(const OpContext& ctx, size_t bytes);
 // thread-safe as its inner endpoint is.
 class RegisteredEndpoint final : public transport::ForwardingEndpoint {
  public:
-  // `table` and `pool` (either may be null) must outlive it.
-  RegisteredEndpoint(transport::Endpoint* inner, const RegionTable* table, const ScratchPool* pool)
-      : ForwardingEndpoint(inner), table_(table), pool_(pool) {}
+  // Looks for registrations in `lookups` in turn (null entries are skipped); they must outlive it.
+  RegisteredEndpoint(transport::Endpoint* inner, std::vector<const RegionLookup*> lookups)
+      : ForwardingEndpoint(inner), lookups_(std::move(lookups)) {}
 
   absl::Status Send(const std::string& peer, const transport::Tag& tag,
                     transport::ConstByteSpan data, absl::Time deadline) override;
@@ -138,8 +161,7 @@ class RegisteredEndpoint final : public transport::ForwardingEndpoint {
  private:
   std::optional<transport::RegionSlice> Find(const void* data, size_t length) const;
 
-  const RegionTable* const table_;
-  const ScratchPool* const pool_;
+  const std::vector<const RegionLookup*> lookups_;
   std::atomic<uint64_t> unregistered_{0};
 };
 

@@ -30,6 +30,7 @@ collective::RunnerOptions RunnerOptionsOf(const Plan& plan, const CommunicatorOp
   runner.measured_seed = plan.measured_seed;
   runner.on_measured = options.on_measured;
   runner.scratch = options.scratch;
+  runner.staging_regions = options.staging_regions;
   return runner;
 }
 
@@ -374,17 +375,27 @@ absl::StatusOr<std::string> Communicator::RunPointToPoint(int rank, const OpRequ
 absl::Status Communicator::RunPointToPointStaged(int rank, const OpRequest& request, size_t bytes,
                                                  absl::Time until, uint64_t& staged_bytes) {
   const collective::OpSpec& spec = request.spec;
-  auto staged = std::make_unique_for_overwrite<std::byte[]>(bytes);
+  // Staged through the daemon's scratch, which is registered with the data plane.
+  const collective::ScratchPool::Buffer staged = options_.scratch != nullptr
+                                                     ? options_.scratch->Take(bytes)
+                                                     : collective::ScratchPool::Unpooled(bytes);
+  const transport::MemoryRegion* region = nullptr;
+  if (options_.scratch != nullptr) {
+    if (std::optional<transport::RegionSlice> slice =
+            options_.scratch->Find(staged.data(), bytes)) {
+      region = slice->region;
+    }
+  }
   if (spec.collective == collective::Collective::kSend) {
-    BATON_RETURN_IF_ERROR(request.device->Copy(staged.get(), request.send, bytes));
+    BATON_RETURN_IF_ERROR(request.device->Copy(staged.data(), request.send, bytes));
     staged_bytes += bytes;
-    return point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(staged.get(), bytes),
-                                until, collective::DataTypeSize(spec.type));
+    return point_to_point_.Send(rank, spec.peer, transport::ConstByteSpan(staged.data(), bytes),
+                                until, collective::DataTypeSize(spec.type), region);
   }
   BATON_RETURN_IF_ERROR(point_to_point_.Recv(spec.peer, rank,
-                                             transport::ByteSpan(staged.get(), bytes), until,
-                                             collective::DataTypeSize(spec.type)));
-  BATON_RETURN_IF_ERROR(request.device->Copy(request.recv, staged.get(), bytes));
+                                             transport::ByteSpan(staged.data(), bytes), until,
+                                             collective::DataTypeSize(spec.type), region));
+  BATON_RETURN_IF_ERROR(request.device->Copy(request.recv, staged.data(), bytes));
   staged_bytes += bytes;
   return absl::OkStatus();
 }

@@ -109,6 +109,8 @@ struct CommunicatorOptions {
   // The daemon's scratch memory for the algorithms, registered with the same endpoint; null:
   // the communicator keeps its own.
   collective::ScratchPool* scratch = nullptr;
+  // The registrations of the daemon's staging memory (collective::RunnerOptions); may be null.
+  const collective::RegionLookup* staging_regions = nullptr;
 };
 
 class Communicator {

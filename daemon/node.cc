@@ -92,9 +92,18 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
               static_cast<int>(config.max_ranks_per_uid), static_cast<int>(config.max_ranks)},
           device_.get(), endpoint_),
       scratch_(endpoint_, kScratchKeepBytes),
-      operation_devices_(device_ == nullptr ? nullptr
-                                            : std::make_unique<device::OperationDevices>(
-                                                  device_.get(), kStagingKeepBytes)),
+      operation_devices_(
+          device_ == nullptr
+              ? nullptr
+              : std::make_unique<device::OperationDevices>(
+                    device_.get(), kStagingKeepBytes,
+                    [this](std::byte* data, size_t bytes) -> absl::StatusOr<std::shared_ptr<void>> {
+                      BATON_ASSIGN_OR_RETURN(
+                          std::unique_ptr<transport::MemoryRegion> region,
+                          endpoint_->RegisterMemory(transport::ByteSpan(data, bytes),
+                                                    transport::MemoryKind::kHost));
+                      return staging_regions_.Hold(std::move(region));
+                    })),
       peers_(credentials),
       directory_(self_, absl::StrSplit(config.probe_peers, ',', absl::SkipWhitespace()),
                  config.peer_linger),
@@ -130,6 +139,7 @@ Node::Node(const Config& config, Member self, transport::Endpoint* endpoint, OpO
           };
         }
         options.scratch = &scratch_;
+        options.staging_regions = &staging_regions_;
         options.explain_failure = [this, plan](const absl::Status& failure, absl::Time started) {
           return ExplainFailure(plan, failure, started);
         };

@@ -242,6 +242,9 @@ class Node {
   // up to this many bytes.
   static constexpr size_t kScratchKeepBytes = size_t{64} << 20;
   collective::ScratchPool scratch_;
+  // The staging buffers' registrations with the data plane, made by operation_devices_'s pinned
+  // pool when it makes a buffer (before it, which releases them).
+  collective::RegionSet staging_regions_;
   // Pinned host memory that staged operations copy through, kept for reuse up to this many bytes
   // (registering costs about a copy of the bytes; every device of the node shares it).
   static constexpr size_t kStagingKeepBytes = size_t{1} << 30;

@@ -33,8 +33,9 @@ class OrdinalDevice final : public OperationDevice {
 
 }  // namespace
 
-OperationDevices::OperationDevices(Device* device, size_t staging_keep_bytes)
-    : device_(device), staging_pool_(device, staging_keep_bytes) {}
+OperationDevices::OperationDevices(Device* device, size_t staging_keep_bytes,
+                                   PinnedPool::AlsoRegister also_register)
+    : device_(device), staging_pool_(device, staging_keep_bytes, std::move(also_register)) {}
 
 OperationDevices::~OperationDevices() = default;
 

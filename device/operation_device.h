@@ -47,7 +47,10 @@ class OperationDevices {
   // `device` must outlive this object, and this object every OperationDevice it returns and
   // every staging buffer they hand out. Released staging buffers are kept for reuse up to
   // `staging_keep_bytes` (registering memory costs about a copy of it).
-  OperationDevices(Device* device, size_t staging_keep_bytes);
+  // `also_register`: what each staging buffer is registered with besides the device
+  // (PinnedPool::AlsoRegister).
+  OperationDevices(Device* device, size_t staging_keep_bytes,
+                   PinnedPool::AlsoRegister also_register = {});
   OperationDevices(const OperationDevices&) = delete;
   OperationDevices& operator=(const OperationDevices&) = delete;
   ~OperationDevices();

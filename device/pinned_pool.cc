@@ -17,8 +17,10 @@ struct PinnedMemory {
   std::byte* data = nullptr;
   size_t size = 0;
   std::unique_ptr<HostRegistration> registration;
+  std::shared_ptr<void> also_registered;  // PinnedPool::AlsoRegister's handle
 
   void Free() {
+    also_registered.reset();
     registration.reset();  // unregistered before it is unmapped
     if (data != nullptr) munmap(data, size);
     data = nullptr;
@@ -28,6 +30,7 @@ struct PinnedMemory {
 struct PinnedPool::State {
   Device* device = nullptr;
   size_t keep_bytes = 0;
+  AlsoRegister also_register;
   mutable absl::Mutex mu;
   bool closed ABSL_GUARDED_BY(mu) = false;                       // the pool is gone: releases free
   std::multimap<size_t, PinnedMemory> kept ABSL_GUARDED_BY(mu);  // by size
@@ -54,9 +57,11 @@ struct PinnedPool::State {
   }
 };
 
-PinnedPool::PinnedPool(Device* device, size_t keep_bytes) : state_(std::make_shared<State>()) {
+PinnedPool::PinnedPool(Device* device, size_t keep_bytes, AlsoRegister also_register)
+    : state_(std::make_shared<State>()) {
   state_->device = device;
   state_->keep_bytes = keep_bytes;
+  state_->also_register = std::move(also_register);
 }
 
 PinnedPool::~PinnedPool() {
@@ -102,6 +107,15 @@ absl::StatusOr<PinnedBuffer> PinnedPool::Take(size_t bytes) {
   memory.data = static_cast<std::byte*>(data);
   absl::StatusOr<std::unique_ptr<HostRegistration>> registered =
       state->device->RegisterHost(memory.data, memory.size);
+  if (state->also_register) {
+    absl::StatusOr<std::shared_ptr<void>> also = state->also_register(memory.data, memory.size);
+    if (also.ok()) {
+      memory.also_registered = *std::move(also);
+    } else {
+      spdlog::warn("staging memory of {} bytes is not registered: {}", memory.size,
+                   also.status().ToString());
+    }
+  }
   absl::MutexLock lock(&state->mu);
   ++state->stats.made;
   if (registered.ok()) {

@@ -25,8 +25,15 @@ class PinnedPool {
   // Sizes are rounded up to this (so that buffers fit many requests).
   static constexpr size_t kGranularity = size_t{2} << 20;
 
-  // `device` must outlive the pool and every buffer.
-  PinnedPool(Device* device, size_t keep_bytes);
+  // What else each buffer is registered with when it is made (batond: its data plane, so that a
+  // transport moves staged bytes without registering them per operation): the handle returned
+  // is released before the buffer's memory is freed. An error leaves the buffer usable (logged
+  // once); an empty hook registers nothing.
+  using AlsoRegister =
+      std::function<absl::StatusOr<std::shared_ptr<void>>(std::byte* data, size_t bytes)>;
+
+  // `device` must outlive the pool and every buffer; so must what `also_register` uses.
+  PinnedPool(Device* device, size_t keep_bytes, AlsoRegister also_register = {});
   PinnedPool(const PinnedPool&) = delete;
   PinnedPool& operator=(const PinnedPool&) = delete;
   ~PinnedPool();

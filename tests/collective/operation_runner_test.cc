@@ -38,6 +38,7 @@
 #include "device/host_fake.h"
 #include "device/kernels.h"
 #include "device/operation_device.h"
+#include "tests/testing/registered_only_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
 #include "transport/transport.h"
 
@@ -51,10 +52,13 @@ std::string NodeName(int daemon) { return absl::StrCat("node-", daemon); }
 
 // Every daemon's runner, daemon d hosting ranks [d * local, (d + 1) * local), each over its own
 // endpoint on one fabric. `configure` may change a daemon's options (by default: 30 s per
-// operation, 4 KiB chunks so that operations take several messages).
+// operation, 4 KiB chunks so that operations take several messages). With `links_move_device`
+// every endpoint says it moves device memory itself (as a GPUDirect transport would; the fake
+// device's memory is host memory the fabric can move).
 class Daemons {
  public:
-  Daemons(int count, int local, const std::function<void(int, RunnerOptions&)>& configure = {})
+  Daemons(int count, int local, const std::function<void(int, RunnerOptions&)>& configure = {},
+          bool links_move_device = false)
       : fabric_(transport::NewInMemoryFabric()) {
     Layout layout;
     layout.world_size = count * local;
@@ -68,6 +72,10 @@ class Daemons {
           fabric_->CreateEndpoint(Address(d));
       EXPECT_TRUE(endpoint.ok()) << endpoint.status();
       endpoints_.push_back(std::move(endpoint).value());
+      if (links_move_device) {
+        wrappers_.push_back(std::make_unique<test::RegisteredOnlyEndpoint>(endpoints_.back().get(),
+                                                                           /*moves_device=*/true));
+      }
     }
     for (int d = 0; d < count; ++d) {
       layout.self = d;
@@ -75,13 +83,14 @@ class Daemons {
       options.op_timeout = absl::Seconds(30);
       options.chunk_bytes = 4096;
       if (configure) configure(d, options);
-      runners_.push_back(
-          std::make_unique<OperationRunner>(layout, kComm, endpoints_[d].get(), options));
+      transport::Endpoint* endpoint = links_move_device ? wrappers_[d].get() : endpoints_[d].get();
+      runners_.push_back(std::make_unique<OperationRunner>(layout, kComm, endpoint, options));
     }
   }
   // The runners first: an endpoint closed under a running one would look like a lost peer.
   ~Daemons() {
     runners_.clear();
+    wrappers_.clear();
     endpoints_.clear();
   }
 
@@ -112,6 +121,7 @@ class Daemons {
  private:
   std::unique_ptr<transport::InMemoryFabric> fabric_;
   std::vector<std::unique_ptr<transport::Endpoint>> endpoints_;
+  std::vector<std::unique_ptr<test::RegisteredOnlyEndpoint>> wrappers_;
   std::vector<std::unique_ptr<OperationRunner>> runners_;
 };
 
@@ -632,6 +642,53 @@ TEST(OperationRunnerDeviceTest, AcrossDaemonsStagesThroughHostMemory) {
       EXPECT_EQ(buffers[d]->Output(*fake, static_cast<size_t>(l), spec.count),
                 Expected(spec, kDaemons * kLocal, rank))
           << "rank " << rank;
+    }
+  }
+}
+
+// Whether device memory crossing daemons is staged is the transports' answer, not collective/'s:
+// where every link moves device memory itself (GPUDirect), an all_gather runs on the device
+// memory directly, with no copy through host memory; over links that move host memory only, the
+// same operation is staged.
+TEST(OperationRunnerDeviceTest, LinksThatMoveDeviceMemoryAreNotStaged) {
+  constexpr int kDaemons = 2;
+  constexpr int kLocal = 2;
+  constexpr int kWorld = kDaemons * kLocal;
+  OpSpec spec;
+  spec.collective = Collective::kAllGather;
+  spec.type = DataType::kFloat32;
+  spec.count = 3000;  // per rank; several 4 KiB chunks
+  for (const bool direct : {true, false}) {
+    SCOPED_TRACE(direct ? "links move device memory" : "links move host memory");
+    std::unique_ptr<device::HostFakeDevice> fake = device::NewHostFakeDevice();
+    std::vector<std::unique_ptr<FakeOperationDevice>> access;
+    std::vector<std::unique_ptr<DeviceBuffers>> buffers;
+    Daemons daemons(kDaemons, kLocal, {}, /*links_move_device=*/direct);
+    for (int d = 0; d < kDaemons; ++d) {
+      access.push_back(std::make_unique<FakeOperationDevice>(*fake));
+      buffers.push_back(std::make_unique<DeviceBuffers>(*fake, spec, daemons.runner(d).layout()));
+    }
+    const auto results = daemons.Run([&](int d) {
+      return RunParts(daemons.runner(d), 1, buffers[d]->parts(), absl::InfiniteFuture(),
+                      access[d]->access());
+    });
+    for (int d = 0; d < kDaemons; ++d) {
+      ASSERT_TRUE(results[d].ok()) << "daemon " << d << ": " << results[d].status();
+      if (direct) {
+        EXPECT_EQ(access[d]->copies(), 0) << "daemon " << d << " staged";
+      } else {
+        EXPECT_GT(access[d]->copies(), 0) << "daemon " << d << " did not stage";
+      }
+      for (int l = 0; l < kLocal; ++l) {
+        const std::vector<float> output =
+            buffers[d]->Output(*fake, static_cast<size_t>(l), spec.count * kWorld);
+        for (int r = 0; r < kWorld; ++r) {
+          for (size_t i = 0; i < spec.count; i += 499) {
+            ASSERT_EQ(output[static_cast<size_t>(r) * spec.count + i], Input(r, i))
+                << "daemon " << d << " local rank " << l << ", block " << r << ", element " << i;
+          }
+        }
+      }
     }
   }
 }

@@ -122,7 +122,7 @@ TEST(RegisteredEndpointTest, NamesTheRegistrationOfEveryByteThatHasOne) {
   RegionTable table;
   table.Add(region.get());
   ScratchPool pool(&a, 1 << 20);
-  RegisteredEndpoint endpoint(&a, &table, &pool);
+  RegisteredEndpoint endpoint(&a, {&table, &pool});
 
   const transport::Tag tag{.comm = 1, .seq = 1};
   ASSERT_TRUE(

@@ -111,7 +111,7 @@ std::vector<absl::Status> RunSchedules(const Placement& placement, Algorithm alg
         table.Add(part.send_region);
         table.Add(part.recv_region);
       }
-      RegisteredEndpoint endpoint(&registered_only, &table, &scratch);
+      RegisteredEndpoint endpoint(&registered_only, {&table, &scratch});
       Schedule schedule;
       schedule.ctx.endpoint = &endpoint;
       schedule.ctx.scratch = &scratch;

@@ -185,6 +185,14 @@ TEST_F(DeviceTest, EveryCollectiveAcrossDaemonsIsStaged) {
       EXPECT_GE(after.at(op) - before[daemon].at(op), kEveryCollectiveCount * sizeof(float))
           << op << " on daemon " << daemon << " staged too little";
     }
+    // The staging buffers are registered with the data plane once, when the daemon's pinned
+    // pool makes them: every staged byte that crossed went as registered memory.
+    for (const auto& [name, value] :
+         testing::ScrapeMetrics(cluster_->daemons()[daemon].metrics_address)) {
+      if (name.starts_with("baton_data_unregistered_bytes_total")) {
+        EXPECT_EQ(value, 0) << name << " on daemon " << daemon;
+      }
+    }
   }
 }
 
