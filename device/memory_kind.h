@@ -1,7 +1,7 @@
 #pragma once
 
 // Where a buffer lives. Operations name the kind of each buffer; transports register memory of
-// the kinds they can move (transport::Transport::RegisterMemory, which names this type
+// the kinds they can move (transport::Endpoint::RegisterMemory, which names this type
 // transport::MemoryKind), and element-wise kernels exist per kind (device/kernels.h).
 
 #include "absl/strings/string_view.h"

@@ -2,7 +2,7 @@
 
 // Where a buffer lives, as the transport API names it: the device layer's kinds
 // (device/memory_kind.h). Transports register memory of the kinds they can move
-// (Transport::RegisterMemory).
+// (Endpoint::RegisterMemory).
 
 #include "device/memory_kind.h"
 

@@ -90,7 +90,7 @@ struct LinkStats {
   }
 };
 
-// A span of memory registered with a transport (Transport::RegisterMemory), which sends and
+// A span of memory registered with an endpoint (Endpoint::RegisterMemory), which sends and
 // receives can name (Endpoint::SendRegion, Endpoint::PostRecvRegion): a transport that must pin
 // or map memory before it moves it (verbs, CUDA IPC) does so once per region instead of once per
 // message. Destroying it deregisters the memory; no send or receive naming it may be in progress
@@ -336,7 +336,7 @@ class Endpoint {
   // DeadlineExceeded at `deadline`, Unimplemented where the transport has no such message.
   virtual absl::StatusOr<absl::Duration> RoundTrip(const std::string& peer, absl::Time deadline);
 
-  // PostRecv of a part of a registered region (Transport::RegisterMemory), which must lie inside
+  // PostRecv of a part of a registered region (Endpoint::RegisterMemory), which must lie inside
   // it and be memory this transport moves: InvalidArgument otherwise, before anything is posted
   // (the receive's Wait returns it). Otherwise as PostRecv of that part. This default checks the
   // slice and passes its bytes on; a transport that needs its registration (verbs: the key)
@@ -478,11 +478,6 @@ class Transport {
   // canConnect): at least, `peer` advertises an address for it; a shared-memory transport also
   // needs both on one node. Cheap; never blocks; does not connect.
   virtual bool CanReach(const PeerInfo& self, const PeerInfo& peer) const = 0;
-
-  // Registers `bytes` of memory `kind` for sends and receives on this transport's endpoints.
-  // InvalidArgument for a kind the transport cannot move (TCP and in memory: host only).
-  virtual absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
-                                                                       MemoryKind kind) = 0;
 };
 
 }  // namespace baton::transport

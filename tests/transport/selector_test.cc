@@ -29,10 +29,6 @@ class FakeTransport final : public Transport {
   bool CanReach(const PeerInfo& self, const PeerInfo& peer) const override {
     return peer.Find(name_) != nullptr && reaches_(self, peer);
   }
-  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
-                                                               MemoryKind kind) override {
-    return HostMemoryRegion(bytes);
-  }
 
  private:
   const std::string name_;

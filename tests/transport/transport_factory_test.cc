@@ -1,5 +1,5 @@
 // The Transport factories of the TCP and in-memory transports: name, Listen, CanReach and
-// RegisterMemory, which every transport implements the same way.
+// its endpoints' RegisterMemory, which every such transport implements the same way.
 
 #include <cstddef>
 #include <functional>
@@ -52,10 +52,12 @@ TEST_P(TransportFactoryTest, ReachesOnlyPeersThatAdvertiseIt) {
   EXPECT_FALSE(transport_->CanReach(self, PeerInfo{"node-b", {}, {}}));
 }
 
-TEST_P(TransportFactoryTest, RegistersHostMemoryOnly) {
+TEST_P(TransportFactoryTest, ItsEndpointsRegisterHostMemoryOnly) {
+  absl::StatusOr<std::unique_ptr<Endpoint>> endpoint = transport_->Listen();
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   std::vector<std::byte> memory(100);
   absl::StatusOr<std::unique_ptr<MemoryRegion>> region =
-      transport_->RegisterMemory(memory, MemoryKind::kHost);
+      (*endpoint)->RegisterMemory(memory, MemoryKind::kHost);
   ASSERT_TRUE(region.ok()) << region.status();
   EXPECT_EQ((*region)->kind(), MemoryKind::kHost);
   EXPECT_EQ((*region)->bytes().data(), memory.data());
@@ -65,8 +67,10 @@ TEST_P(TransportFactoryTest, RegistersHostMemoryOnly) {
   EXPECT_EQ(inside->data(), memory.data() + 90);
   EXPECT_EQ((*region)->Slice(90, 11).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*region)->Slice(101, 0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(transport_->RegisterMemory(memory, MemoryKind::kDevice).status().code(),
+  EXPECT_EQ((*endpoint)->RegisterMemory(memory, MemoryKind::kDevice).status().code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE((*endpoint)->MovesDirectly("anyone", MemoryKind::kDevice));
+  EXPECT_TRUE((*endpoint)->MovesDirectly("anyone", MemoryKind::kHost));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, TransportFactoryTest,

@@ -419,14 +419,6 @@ class InMemoryTransport final : public Transport {
   bool CanReach(const PeerInfo& self, const PeerInfo& peer) const override {
     return peer.Find(kInMemoryTransportName) != nullptr;
   }
-  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
-                                                               MemoryKind kind) override {
-    if (kind != MemoryKind::kHost) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the inmemory transport cannot register ", MemoryKindName(kind), " memory"));
-    }
-    return HostMemoryRegion(bytes);
-  }
 
  private:
   InMemoryFabric* const fabric_;

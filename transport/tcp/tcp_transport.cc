@@ -57,14 +57,6 @@ class TcpTransport final : public Transport {
   bool CanReach(const PeerInfo& self, const PeerInfo& peer) const override {
     return peer.Find(kTcpTransportName) != nullptr;
   }
-  absl::StatusOr<std::unique_ptr<MemoryRegion>> RegisterMemory(ByteSpan bytes,
-                                                               MemoryKind kind) override {
-    if (kind != MemoryKind::kHost) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the tcp transport cannot register ", MemoryKindName(kind), " memory"));
-    }
-    return HostMemoryRegion(bytes);
-  }
 
  private:
   const TcpOptions options_;
