@@ -3,6 +3,11 @@
 // An in-process transport for tests: endpoints created on one Fabric exchange messages through
 // memory. A fabric can also take an endpoint down to simulate a lost peer. Messages cost no
 // bytes beyond their payload: LinkStats count payload bytes only.
+//
+// With a window (InMemoryOptions), its endpoints use flow control as TCP's do
+// (transport/flow_control.h): each grants each peer that window, a send waits for credit or a
+// clear-to-send, and the links report kCreditViolationsCounter. Without (the default), a send
+// never waits and nothing bounds what a receiver keeps unexpected.
 
 #include <memory>
 #include <string>
@@ -12,6 +17,13 @@
 #include "transport/transport.h"
 
 namespace baton::transport {
+
+struct InMemoryOptions {
+  // As TcpOptions' fields of the same names: the credit each endpoint grants each peer (0: no
+  // flow control), and what those windows may add up to per endpoint (0: no bound).
+  uint64_t max_unexpected_bytes_per_peer = 0;
+  uint64_t max_unexpected_bytes_total = 0;
+};
 
 class InMemoryFabric {
  public:
@@ -33,6 +45,6 @@ class InMemoryFabric {
 
 inline constexpr std::string_view kInMemoryTransportName = "inmemory";
 
-std::unique_ptr<InMemoryFabric> NewInMemoryFabric();
+std::unique_ptr<InMemoryFabric> NewInMemoryFabric(const InMemoryOptions& options = {});
 
 }  // namespace baton::transport

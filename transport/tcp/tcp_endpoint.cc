@@ -30,6 +30,9 @@ TcpEndpoint::~TcpEndpoint() {
     pings_stopping_ = true;
   }
   if (pong_thread_.joinable()) pong_thread_.join();
+  send_credits_.Shutdown(ShutDownError());
+  receive_credits_.Stop();
+  if (credit_thread_.joinable()) credit_thread_.join();
   matcher_.Shutdown(ShutDownError());
   const uint64_t one = 1;
   if (write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
@@ -58,6 +61,7 @@ void TcpEndpoint::Abort(uint64_t comm, const absl::Status& reason) {
     absl::MutexLock lock(&mu_);
     aborted_[comm] = reason.ok() ? absl::CancelledError("communicator aborted") : reason;
   }
+  send_credits_.Abort(comm, reason);
   matcher_.Abort(comm, reason);
 }
 
@@ -66,6 +70,7 @@ void TcpEndpoint::Forget(uint64_t comm) {
     absl::MutexLock lock(&mu_);
     aborted_.erase(comm);
   }
+  send_credits_.Forget(comm);
   matcher_.Forget(comm);
 }
 
