@@ -172,6 +172,7 @@ absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::st
     enum class Wait { kPeer, kCredit, kClearToSend } wait = Wait::kPeer;
     uint64_t epoch = 0;
     InMemoryEndpoint* delivered_to = nullptr;
+    InMemoryEndpoint* linked = nullptr;  // linked now: may have clear-to-sends for the sender
     {
       absl::ReaderMutexLock lock(&mu_);
       auto self = endpoints_.find(sender_address);
@@ -189,6 +190,7 @@ absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::st
         // The link's one epoch, granted when the sender first sends (TCP: first connects).
         if (!credits.Latest(peer).has_value()) {
           credits.Grant(peer, receiver.receive_credits().Attach(sender_address));
+          linked = &receiver;
         }
         epoch = credits.Latest(peer).value_or(0);
         const uint64_t eager_max = credits.EagerMax(peer, epoch).value_or(0);
@@ -217,9 +219,10 @@ absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::st
         }
       }
     }
+    // Endpoints are unregistered only when destroyed, and a sender's peer may not be destroyed
+    // while it sends to it.
+    if (linked != nullptr && linked != delivered_to) linked->FlushCredits();
     if (delivered_to != nullptr) {
-      // Endpoints are unregistered only when destroyed, and a sender's peer may not be
-      // destroyed while it sends to it.
       delivered_to->FlushCredits();
       return absl::OkStatus();
     }
