@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "transport/flow_control.h"
 #include "transport/inmemory/inmemory_transport.h"
 #include "transport/receive_matcher.h"
 #include "transport/tcp/tcp_transport.h"
@@ -103,16 +104,18 @@ TEST(TcpTransportTest, CountsChecksumAndSealFailuresRefusedMessagesAndRetransmit
   const std::vector<LinkStats> stats = a->Stats();
   ASSERT_EQ(stats.size(), 1u);
   // Sorted by name, as LinkStats promises.
-  ASSERT_EQ(stats[0].counters.size(), 4u);
+  ASSERT_EQ(stats[0].counters.size(), 5u);
   EXPECT_EQ(stats[0].counters[0].name, kChecksumFailuresCounter);
   EXPECT_EQ(stats[0].counters[0].value, 0u);
-  EXPECT_EQ(stats[0].counters[1].name, kRefusedMessagesCounter);
+  EXPECT_EQ(stats[0].counters[1].name, kCreditViolationsCounter);
   EXPECT_EQ(stats[0].counters[1].value, 0u);
-  EXPECT_EQ(stats[0].counters[2].name, kRetransmitsCounter);
-  EXPECT_EQ(stats[0].counters[3].name, kSealFailuresCounter);
-  EXPECT_EQ(stats[0].counters[3].value, 0u);
+  EXPECT_EQ(stats[0].counters[2].name, kRefusedMessagesCounter);
+  EXPECT_EQ(stats[0].counters[2].value, 0u);
+  EXPECT_EQ(stats[0].counters[3].name, kRetransmitsCounter);
+  EXPECT_EQ(stats[0].counters[4].name, kSealFailuresCounter);
+  EXPECT_EQ(stats[0].counters[4].value, 0u);
   EXPECT_EQ(stats[0].Counter("checksum_failures"), 0u);
-  EXPECT_EQ(stats[0].Counter("retransmits"), stats[0].counters[2].value);
+  EXPECT_EQ(stats[0].Counter("retransmits"), stats[0].counters[3].value);
   EXPECT_EQ(stats[0].Counter("no_such_counter"), 0u);
 }
 

@@ -194,14 +194,13 @@ absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::st
         }
         epoch = credits.Latest(peer).value_or(0);
         const uint64_t eager_max = credits.EagerMax(peer, epoch).value_or(0);
+        const bool unbounded = options_.max_unexpected_bytes_per_peer == 0;
         bool go = false;
-        if (options_.max_unexpected_bytes_per_peer == 0) {
+        if (unbounded || (paid && paid_epoch == epoch && charge <= eager_max)) {
           go = true;
         } else if (charge > eager_max) {
           go = cleared;
           wait = Wait::kClearToSend;
-        } else if (paid && paid_epoch == epoch) {
-          go = true;
         } else {
           if (paid) credits.Refund(peer, paid_epoch, charge);
           paid = false;
@@ -258,9 +257,9 @@ void InMemoryEndpoint::FlushCredits() {
     fabric_->WithEndpoint(
         peer, [&](InMemoryEndpoint& sender) { sender.send_credits().Grant(address_, *grant); });
   }
-  for (const auto& [peer, clear] : outgoing.clear_to_send) {
-    fabric_->WithEndpoint(peer, [&](InMemoryEndpoint& sender) {
-      sender.send_credits().ClearToSend(address_, clear);
+  for (const auto& entry : outgoing.clear_to_send) {
+    fabric_->WithEndpoint(entry.first, [&](InMemoryEndpoint& sender) {
+      sender.send_credits().ClearToSend(address_, entry.second);
     });
   }
 }

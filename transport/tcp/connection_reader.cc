@@ -216,7 +216,7 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
     // connections close (an honest peer never gets here).
     matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
     CountError(peer);
-    const absl::Status error = absl::DataLossError(
+    absl::Status error = absl::DataLossError(
         absl::StrCat("peer ", peer, " sent a message (", TagToString(header.tag), ") of ",
                      header.payload_bytes, " bytes beyond the credit it was granted; dropped it"));
     DataLostFrom(peer, error);

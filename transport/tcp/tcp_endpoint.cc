@@ -116,9 +116,11 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
     auto it = retransmits.find(peer);
     link.counters.push_back(
         LinkCounter{std::string(kRetransmitsCounter), it == retransmits.end() ? 0 : it->second});
-    if (std::none_of(link.counters.begin(), link.counters.end(),
-                     [](const LinkCounter& c) { return c.name == kRefusedMessagesCounter; })) {
-      link.counters.push_back(LinkCounter{std::string(kRefusedMessagesCounter), 0});
+    for (const std::string_view shared : {kRefusedMessagesCounter, kCreditViolationsCounter}) {
+      if (std::none_of(link.counters.begin(), link.counters.end(),
+                       [shared](const LinkCounter& c) { return c.name == shared; })) {
+        link.counters.push_back(LinkCounter{std::string(shared), 0});
+      }
     }
     std::sort(link.counters.begin(), link.counters.end(),
               [](const LinkCounter& a, const LinkCounter& b) { return a.name < b.name; });

@@ -140,9 +140,10 @@ class TcpEndpoint final : public Endpoint {
   // The reader thread's turn to read: waits while threads read for their receives (and
   // reader_linger_ after), then takes `reading`. False once the connection has ended.
   bool TakeReaderTurn(Conn& conn);
-  // Reads one frame (or what `pending` left of one) and delivers it. With `for_receive` (a
-  // thread reading for its own receive) it does not wait on room for unexpected messages, nor
-  // read a payload over kReadForReceiveMaxBytes: such a frame is left to the reader thread. Only
+  // Reads one frame (or what `pending` left of one) and delivers it, never waiting for room
+  // (flow control bounds what a peer may send ahead). With `for_receive` (a thread reading for
+  // its own receive) it does not read a payload over kReadForReceiveMaxBytes: such a frame is
+  // left to the reader thread. Only
   // the delivery into a posted receive may wait past `limit` (until that receive's deadline); a
   // frame that stays half-sent past both ends the connection as broken, since the stream can no
   // longer be kept in step. An error ends the connection.
