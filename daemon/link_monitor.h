@@ -57,6 +57,7 @@ struct LinkTraffic {
   uint64_t checksum_failures = 0;  // LinkStats counter "checksum_failures"
   uint64_t seal_failures = 0;      // LinkStats counter "seal_failures"
   bool up = false;
+  uint64_t credit_violations = 0;  // LinkStats counter "credit_violations"
 
   static LinkTraffic From(const transport::LinkStats& stats) {
     return LinkTraffic{stats.peer,
@@ -69,7 +70,8 @@ struct LinkTraffic {
                        stats.Counter("refused_messages"),
                        stats.Counter("checksum_failures"),
                        stats.Counter("seal_failures"),
-                       stats.up};
+                       stats.up,
+                       stats.Counter("credit_violations")};
   }
 };
 

@@ -197,6 +197,11 @@ class PrometheusMetrics final : public Metrics {
                                 "with a record that did not open: altered, dropped or replayed "
                                 "on the way (data_encryption, data_integrity).",
                                 MetricType::Counter);
+    auto credit_violations =
+        Family("baton_link_credit_violations_total",
+               "Messages from a peer dropped because it sent them beyond the credit it was "
+               "granted (flow control); its receives failed and its connections were closed.",
+               MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection with the peer is established.",
                      MetricType::Gauge);
     auto rtt = Family("baton_link_rtt_seconds",
@@ -229,6 +234,7 @@ class PrometheusMetrics final : public Metrics {
       AddSample(refused, labels, static_cast<double>(traffic.refused_messages));
       AddSample(checksum_failures, labels, static_cast<double>(traffic.checksum_failures));
       AddSample(seal_failures, labels, static_cast<double>(traffic.seal_failures));
+      AddSample(credit_violations, labels, static_cast<double>(traffic.credit_violations));
       AddSample(up, labels, traffic.up ? 1 : 0);
       if (!link.health) continue;
       const LinkHealth& health = *link.health;
@@ -314,13 +320,13 @@ class PrometheusMetrics final : public Metrics {
     auto sessions =
         Family("baton_client_sessions", "Client sessions open on this daemon.", MetricType::Gauge);
     AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
-    for (auto* family : {&tx_bytes,      &rx_bytes,    &tx_messages, &rx_messages,
-                         &errors,        &retransmits, &refused,     &checksum_failures,
-                         &seal_failures, &up,          &rtt,         &data_rtt,
-                         &bandwidth,     &probes,      &flagged,     &peer_up,
-                         &communicators, &ranks,       &channels,    &completed,
-                         &arena_ops,     &arena_bytes, &arena_time,  &arena_phases,
-                         &refused_total, &sessions}) {
+    for (auto* family : {&tx_bytes,      &rx_bytes,          &tx_messages, &rx_messages,
+                         &errors,        &retransmits,       &refused,     &checksum_failures,
+                         &seal_failures, &credit_violations, &up,          &rtt,
+                         &data_rtt,      &bandwidth,         &probes,      &flagged,
+                         &peer_up,       &communicators,     &ranks,       &channels,
+                         &completed,     &arena_ops,         &arena_bytes, &arena_time,
+                         &arena_phases,  &refused_total,     &sessions}) {
       families.push_back(std::move(*family));
     }
   }

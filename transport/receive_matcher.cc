@@ -150,13 +150,14 @@ std::unique_ptr<PostedRecv> ReceiveMatcher::PostImpl(const std::string& peer, co
                                                ") is already pending")));
       } else {
         pending_.emplace(posted->key_, &recv);
+        if (credits_ != nullptr) credits_->Posted(peer, tag, length);
       }
       return posted;
     }
     message = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) unexpected_.erase(it);
-    ReleaseLocked(peer, message.length);
+    ReleaseLocked(peer, message.charge);
   }
   // Not shared with anyone yet: completed without the lock.
   recv.done = true;
@@ -175,42 +176,27 @@ std::unique_ptr<PostedRecv> ReceiveMatcher::PostImpl(const std::string& peer, co
 
 ReceiveMatcher::Delivery ReceiveMatcher::BeginDelivery(const std::string& peer, const Tag& tag,
                                                        uint64_t length) {
-  return *StartDelivery(peer, tag, length, /*wait_for_room=*/true);
-}
-
-std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::TryBeginDelivery(const std::string& peer,
-                                                                         const Tag& tag,
-                                                                         uint64_t length) {
-  return StartDelivery(peer, tag, length, /*wait_for_room=*/false);
-}
-
-std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std::string& peer,
-                                                                      const Tag& tag,
-                                                                      uint64_t length,
-                                                                      bool wait_for_room) {
   {
     absl::MutexLock lock(&mu_);
     Key key{peer, tag};
-    if (max_unexpected_bytes_ > 0 || max_unexpected_bytes_total_ > 0) {
-      auto room = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-        if (!BlockingErrorLocked(tag.comm).ok() || pending_.contains(key) ||
-            RefusedLocked(peer, tag.comm)) {
-          return true;
-        }
-        auto held = held_.find(peer);
-        const uint64_t after = (held == held_.end() ? 0 : held->second) + length;
-        const uint64_t always = kMinUnexpectedMessages * std::max<uint64_t>(length, 1);
-        if (after <= always) return true;
-        const bool peer_room = max_unexpected_bytes_ == 0 || after <= max_unexpected_bytes_;
-        const bool total_room =
-            max_unexpected_bytes_total_ == 0 || total_held_ + length <= max_unexpected_bytes_total_;
-        return peer_room && total_room;
-      };
-      if (!wait_for_room && !room()) return std::nullopt;
-      mu_.Await(absl::Condition(&room));
+    // The sender took an eager message's charge whatever becomes of it here, so it is charged
+    // (and released once delivered or dropped) on every path but refusal.
+    uint64_t charge = 0;
+    const bool eager = credits_ == nullptr || credits_->Eager(length);
+    if (credits_ != nullptr && eager) {
+      if (!credits_->Charge(peer, length)) {
+        Delivery refused(Delivery::Kind::kDiscard, peer, tag, length);
+        refused.violation_ = true;
+        return refused;
+      }
+      charge = CreditCharge(length);
     }
-    if (!BlockingErrorLocked(tag.comm).ok())
-      return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
+    auto discard = [&] {
+      Delivery delivery(Delivery::Kind::kDiscard, peer, tag, length);
+      delivery.charge_ = charge;
+      return delivery;
+    };
+    if (!BlockingErrorLocked(tag.comm).ok()) return discard();
     if (RefusedLocked(peer, tag.comm)) {
       // An authenticated daemon, but not one of the communicator's: a daemon that outlived its
       // plan, or one that means harm. Its bytes are read and dropped, its link stays up.
@@ -218,7 +204,7 @@ std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std:
                        "refused messages of communicator {:x} from {}, which is not in its plan "
                        "({} refused from it so far)",
                        tag.comm, peer, ++refused_[peer]);
-      return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
+      return discard();
     }
     auto it = pending_.find(key);
     if (it != pending_.end()) {
@@ -226,20 +212,24 @@ std::optional<ReceiveMatcher::Delivery> ReceiveMatcher::StartDelivery(const std:
       pending_.erase(it);
       if (recv->length != length) {
         CompleteLocked(recv, LengthMismatch(peer, tag, length, recv->length));
-        return Delivery(Delivery::Kind::kDiscard, peer, tag, length);
+        return discard();
       }
       recv->claimed = true;
       claimed_.insert(recv);
       Delivery delivery(Delivery::Kind::kPosted, peer, tag, length);
       delivery.recv_ = recv;
       delivery.buffer_ = recv->data;
+      delivery.charge_ = charge;
       return delivery;
     }
-    held_[peer] += length;
-    total_held_ += length;
+    // A rendezvous message is sent only once its receive is posted: with none posted now, its
+    // receive was withdrawn after it asked for the message (or the sender breaks the protocol,
+    // which costs nothing here). Never kept: it holds no credit.
+    if (!eager) return discard();
   }
   // Allocated outside the lock: it may be large, and is filled before anyone reads it.
-  Delivery delivery(Delivery::Kind::kUnexpected, peer, tag, length);  // counted in held_[peer]
+  Delivery delivery(Delivery::Kind::kUnexpected, peer, tag, length);
+  delivery.charge_ = credits_ == nullptr ? 0 : CreditCharge(length);
   if (length > 0) delivery.storage_ = std::make_unique_for_overwrite<std::byte[]>(length);
   delivery.buffer_ = ByteSpan(delivery.storage_.get(), length);
   return delivery;
@@ -252,7 +242,8 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
   switch (delivery.kind_) {
     case Delivery::Kind::kDiscard: {
       absl::MutexLock lock(&mu_);
-      if (status.ok()) CountLocked(peer, delivery.length_);
+      if (status.ok() && !delivery.violation_) CountLocked(peer, delivery.length_);
+      ReleaseLocked(peer, delivery.charge_);
       return;
     }
     case Delivery::Kind::kPosted: {
@@ -260,6 +251,7 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
       if (status.ok() && delivery.recv_->on_arrival) std::move(delivery.recv_->on_arrival)();
       absl::MutexLock lock(&mu_);
       if (status.ok()) CountLocked(peer, delivery.length_);
+      ReleaseLocked(peer, delivery.charge_);
       claimed_.erase(delivery.recv_);
       absl::Status blocking = BlockingErrorLocked(tag.comm);
       CompleteLocked(delivery.recv_, blocking.ok() ? status : blocking);
@@ -267,10 +259,16 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
     }
     case Delivery::Kind::kUnexpected: {
       absl::MutexLock lock(&mu_);
-      // From here on the message is either kept (and stays counted) or not.
-      ReleaseLocked(peer, delivery.length_);
+      // From here on the message is either kept (and keeps its credit) or not.
+      const uint64_t charge = delivery.charge_;
       // A partial message is of no use to anyone; a corrupt one is kept as its error alone.
       const bool corrupt = absl::IsDataLoss(status);
+      Key key{peer, tag};
+      // A receive may have been posted while the payload was being read.
+      auto it = pending_.find(key);
+      const bool keep = status.ok() && it == pending_.end() && BlockingErrorLocked(tag.comm).ok() &&
+                        !RefusedLocked(peer, tag.comm);
+      if (!keep) ReleaseLocked(peer, charge);
       if (!status.ok() && !corrupt) return;
       if (!corrupt) CountLocked(peer, delivery.length_);
       if (!BlockingErrorLocked(tag.comm).ok()) return;
@@ -278,9 +276,6 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
         ++refused_[peer];
         return;
       }
-      Key key{peer, tag};
-      // A receive may have been posted while the payload was being read.
-      auto it = pending_.find(key);
       if (corrupt) {
         // Kept only for a communicator formed here (restricted to its plan, whose members this
         // sender is): it costs no allowance, so nobody else may leave such entries behind.
@@ -294,10 +289,8 @@ void ReceiveMatcher::FinishDelivery(Delivery delivery, const absl::Status& statu
         return;
       }
       if (it == pending_.end()) {
-        held_[peer] += delivery.length_;
-        total_held_ += delivery.length_;
         unexpected_[std::move(key)].push_back(
-            Unexpected{std::move(delivery.storage_), delivery.length_, absl::OkStatus()});
+            Unexpected{std::move(delivery.storage_), delivery.length_, absl::OkStatus(), charge});
         return;
       }
       target = it->second;
@@ -350,7 +343,7 @@ void ReceiveMatcher::Restrict(uint64_t comm, std::span<const std::string> peers)
   restricted_after_[comm] = losses_;
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     if (it->first.tag.comm == comm && RefusedLocked(it->first.peer, comm)) {
-      for (const Unexpected& message : it->second) ReleaseLocked(it->first.peer, message.length);
+      for (const Unexpected& message : it->second) ReleaseLocked(it->first.peer, message.charge);
       refused_[it->first.peer] += it->second.size();
       unexpected_.erase(it++);
     } else {
@@ -367,7 +360,7 @@ bool ReceiveMatcher::RefusedLocked(const std::string& peer, uint64_t comm) const
 void ReceiveMatcher::DropUnexpectedLocked(uint64_t comm) {
   for (auto it = unexpected_.begin(); it != unexpected_.end();) {
     if (it->first.tag.comm == comm) {
-      for (const Unexpected& message : it->second) ReleaseLocked(it->first.peer, message.length);
+      for (const Unexpected& message : it->second) ReleaseLocked(it->first.peer, message.charge);
       unexpected_.erase(it++);
     } else {
       ++it;
@@ -375,13 +368,8 @@ void ReceiveMatcher::DropUnexpectedLocked(uint64_t comm) {
   }
 }
 
-void ReceiveMatcher::ReleaseLocked(const std::string& peer, uint64_t length) {
-  auto it = held_.find(peer);
-  if (it == held_.end()) return;
-  const uint64_t released = std::min(it->second, length);
-  it->second -= released;
-  total_held_ -= std::min(total_held_, released);
-  if (it->second == 0) held_.erase(it);
+void ReceiveMatcher::ReleaseLocked(const std::string& peer, uint64_t charge) {
+  if (credits_ != nullptr && charge > 0) credits_->Release(peer, charge);
 }
 
 absl::Status ReceiveMatcher::AbortReason(uint64_t comm) const {
@@ -424,18 +412,23 @@ void ReceiveMatcher::Shutdown(const absl::Status& status) {
   pending_.clear();
   for (PendingRecv* recv : claimed_) recv->cancelled.store(true, std::memory_order_release);
   unexpected_.clear();
-  held_.clear();
-  total_held_ = 0;
 }
 
 absl::flat_hash_map<std::string, LinkStats> ReceiveMatcher::RecvLinkStats() const {
   absl::MutexLock lock(&mu_);
   absl::flat_hash_map<std::string, LinkStats> links = links_;
   for (const auto& [peer, count] : refused_) links[peer].peer = peer;
+  absl::flat_hash_map<std::string, uint64_t> violations;
+  if (credits_ != nullptr) violations = credits_->Violations();
+  for (const auto& [peer, count] : violations) links[peer].peer = peer;
   for (auto& [peer, link] : links) {
     auto it = refused_.find(peer);
     link.counters.push_back(
         LinkCounter{std::string(kRefusedMessagesCounter), it == refused_.end() ? 0 : it->second});
+    if (credits_ == nullptr) continue;
+    auto violated = violations.find(peer);
+    link.counters.push_back(LinkCounter{std::string(kCreditViolationsCounter),
+                                        violated == violations.end() ? 0 : violated->second});
   }
   return links;
 }

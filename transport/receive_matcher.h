@@ -10,6 +10,13 @@
 // buffer, so a stream transport can read the payload from its socket straight into it (no extra
 // copy); otherwise it is a fresh buffer that becomes an unexpected message.
 //
+// Flow control (transport/flow_control.h): given the endpoint's ReceiveCredits, the matcher
+// charges every eager message as it begins, returns the charge once the message is delivered or
+// dropped, refuses (as discard(), with violation()) an eager message beyond its sender's credit,
+// drops a rendezvous-sized message that finds no receive posted, and asks for a clear-to-send when
+// a receive of rendezvous size is posted. It never waits for room: what a peer may have kept here
+// is bounded by the credit it was granted, so a transport reads every message as it comes.
+//
 // Thread-safe. Receive-side link counters (rx bytes and messages, link up) are kept here too, so
 // that a completed Recv is always already reflected in them.
 
@@ -31,6 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/log_limiter.h"
+#include "transport/flow_control.h"
 #include "transport/transport.h"
 
 namespace baton::transport {
@@ -54,8 +62,14 @@ class ReceiveMatcher {
     Delivery& operator=(Delivery&&) = default;
 
     // True when nobody wants the payload (its communicator is aborted, the posted receive had the
-    // wrong length, or the matcher is shut down): the transport must consume and drop it.
+    // wrong length, the matcher is shut down, it is of rendezvous size and no receive is posted
+    // for it, or it is refused): the transport must consume and drop it.
     bool discard() const { return kind_ == Kind::kDiscard; }
+    // True when the message is refused because its sender had too little credit for it (counted
+    // in kCreditViolationsCounter): the sender breaks the protocol, and what it sends next may
+    // be lost too. The transport drops it and fails the link's receives (TCP: DataLoss naming
+    // the peer, and it closes the peer's connections).
+    bool violation() const { return violation_; }
     // Where the payload goes; exactly as long as the message unless discard() or consuming().
     ByteSpan buffer() const { return buffer_; }
     // True when the posted receive consumes the message (Endpoint::PostConsume): the payload goes
@@ -87,28 +101,16 @@ class ReceiveMatcher {
     PendingRecv* recv_ = nullptr;           // kPosted
     std::unique_ptr<std::byte[]> storage_;  // kUnexpected
     ByteSpan buffer_;
+    uint64_t charge_ = 0;  // the credit charged for it, returned once it is delivered or dropped
+    bool violation_ = false;
   };
 
-  // `max_unexpected_bytes` bounds the payload kept for receives not yet posted, per peer: a
-  // delivery that would exceed it waits in BeginDelivery until the receiver takes messages, the
-  // matching receive is posted, or the communicator is aborted or forgotten. For a stream
-  // transport that means its reader stops reading, so the sender is held back by the stream's
-  // own flow control instead of the receiver's memory growing. Whatever the bound, a peer may
-  // always have kMinUnexpectedMessages messages of the arriving message's size held, so that an
-  // algorithm sending a few chunks ahead never stalls on its own traffic, whatever chunk size its
-  // communicator uses. 0: no bound.
   // `message_overhead_bytes` is what the transport adds to every message on its link (TCP: its
   // frame header), counted in rx_bytes with each message's payload; 0 for none (in memory).
-  // `max_unexpected_bytes_total` bounds the same over all peers together (0: no bound), so that
-  // many peers, or frames for communicators that never form, cannot pile up more than that; the
-  // kMinUnexpectedMessages a peer may always hold still apply, so that no peer's progress waits
-  // on another's receiver.
-  static constexpr uint64_t kMinUnexpectedMessages = 16;
-  explicit ReceiveMatcher(uint64_t max_unexpected_bytes = 0, uint64_t message_overhead_bytes = 0,
-                          uint64_t max_unexpected_bytes_total = 0)
-      : max_unexpected_bytes_(max_unexpected_bytes),
-        max_unexpected_bytes_total_(max_unexpected_bytes_total),
-        message_overhead_bytes_(message_overhead_bytes) {}
+  // `credits` (not owned; may be null: no flow control, and no bound on what is kept unexpected)
+  // is the endpoint's receive side of flow control, which the matcher charges and releases.
+  explicit ReceiveMatcher(uint64_t message_overhead_bytes = 0, ReceiveCredits* credits = nullptr)
+      : message_overhead_bytes_(message_overhead_bytes), credits_(credits) {}
   ReceiveMatcher(const ReceiveMatcher&) = delete;
   ReceiveMatcher& operator=(const ReceiveMatcher&) = delete;
   // No Recv may be running and no Delivery outstanding.
@@ -120,7 +122,8 @@ class ReceiveMatcher {
   // shutdown status, or RecvDeadlineExceeded at `deadline`. While the payload is being written
   // into `data` the deadline is the writer's to enforce (see Delivery::deadline), so neither Wait
   // nor the destructor returns while `data` is still being written. A message already kept
-  // unexpected is copied into `data` before this returns.
+  // unexpected is copied into `data` before this returns. A receive of rendezvous size that goes
+  // pending asks for its message (ReceiveCredits::Posted).
   // `on_arrival` as for Endpoint::PostRecv: the thread that completes the write (Post itself,
   // or the transport in FinishDelivery) runs it before completing the receive.
   std::unique_ptr<PostedRecv> Post(const std::string& peer, const Tag& tag, ByteSpan data,
@@ -137,14 +140,9 @@ class ReceiveMatcher {
     return Post(peer, tag, data, deadline)->Wait();
   }
 
-  // Starts delivering a message of `length` payload bytes from `peer`, after waiting for room if
-  // it would be kept unexpected beyond the bound (see the constructor). Every Delivery must be
-  // passed to FinishDelivery exactly once.
+  // Starts delivering a message of `length` payload bytes from `peer`; never waits. Every
+  // Delivery must be passed to FinishDelivery exactly once.
   Delivery BeginDelivery(const std::string& peer, const Tag& tag, uint64_t length);
-  // BeginDelivery, except that it returns nullopt instead of waiting for room: for a transport
-  // thread that must not block on a receiver, because the receiver may be itself.
-  std::optional<Delivery> TryBeginDelivery(const std::string& peer, const Tag& tag,
-                                           uint64_t length);
   // Completes a delivery. `status` is OK when the whole payload was written to buffer() (or
   // consumed, for discard()); otherwise the posted receive fails with `status` and an unexpected
   // message is dropped. DataLoss means that the message arrived whole but corrupt (its checksum
@@ -178,7 +176,7 @@ class ReceiveMatcher {
   void Shutdown(const absl::Status& status);
 
   // Receive-side counters per peer: peer, rx_bytes, rx_messages and up are filled in, and the
-  // counter kRefusedMessagesCounter.
+  // counters kRefusedMessagesCounter and (with credits) kCreditViolationsCounter.
   absl::flat_hash_map<std::string, LinkStats> RecvLinkStats() const;
 
  private:
@@ -210,8 +208,9 @@ class ReceiveMatcher {
     std::unique_ptr<std::byte[]> data;
     uint64_t length = 0;
     // Not OK for a message that arrived corrupt (FinishDelivery with DataLoss): its receive fails
-    // with this. Such an entry holds no data and counts no bytes (length 0).
+    // with this. Such an entry holds no data and no credit (length 0).
     absl::Status error;
+    uint64_t charge = 0;  // the credit it holds
   };
 
   std::unique_ptr<PostedRecv> PostImpl(const std::string& peer, const Tag& tag, ByteSpan data,
@@ -220,31 +219,25 @@ class ReceiveMatcher {
                                        Endpoint::ArrivalCallback on_arrival);
   // Writes a whole message kept unexpected into `recv`'s buffer, or hands it to its consumer.
   static void Fill(PendingRecv& recv, const std::byte* data, uint64_t length);
-  std::optional<Delivery> StartDelivery(const std::string& peer, const Tag& tag, uint64_t length,
-                                        bool wait_for_room) ABSL_LOCKS_EXCLUDED(mu_);
   void CompleteLocked(PendingRecv* recv, absl::Status result) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The error that prevents receiving on `comm` now (shut down or aborted), or OK.
   absl::Status BlockingErrorLocked(uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CountLocked(const std::string& peer, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Returns `length` bytes of `peer`'s unexpected-message allowance.
-  void ReleaseLocked(const std::string& peer, uint64_t length) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops the unexpected messages of `comm`, releasing their allowance.
+  // Returns `charge` to `peer`'s credit.
+  void ReleaseLocked(const std::string& peer, uint64_t charge) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the unexpected messages of `comm`, releasing their credit.
   void DropUnexpectedLocked(uint64_t comm) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // True when Restrict(comm, ...) did not name `peer`: its messages of `comm` are refused.
   bool RefusedLocked(const std::string& peer, uint64_t comm) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
-  const uint64_t max_unexpected_bytes_;
-  const uint64_t max_unexpected_bytes_total_;
   const uint64_t message_overhead_bytes_;
+  ReceiveCredits* const credits_;
   mutable absl::Mutex mu_;
   absl::Status closed_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, absl::Status> aborted_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, PendingRecv*> pending_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<PendingRecv*> claimed_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<Key, std::deque<Unexpected>> unexpected_ ABSL_GUARDED_BY(mu_);
-  // Per peer: payload bytes of unexpected messages kept or being read.
-  absl::flat_hash_map<std::string, uint64_t> held_ ABSL_GUARDED_BY(mu_);
-  uint64_t total_held_ ABSL_GUARDED_BY(mu_) = 0;  // the sum of held_
   // Per lost peer: why, and which loss it was (the losses_ count then).
   struct Lost {
     absl::Status status;

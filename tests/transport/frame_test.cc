@@ -36,7 +36,7 @@ TEST(FrameTest, WireLayoutIsLittleEndian) {
                                              .part = 0x31323334},
                                          0x0000000000000345});
   const std::array<int, kFrameHeaderBytes> expected = {
-      'B',  'T',  'N',  'F',  2,    2,    0,    0,     // magic, version, type, flags
+      'B',  'T',  'N',  'F',  3,    2,    0,    0,     // magic, version, type, flags
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // comm
       0x18, 0x17, 0x16, 0x15, 0x14, 0x13, 0x12, 0x11,  // seq
       0x24, 0x23, 0x22, 0x21, 0x34, 0x33, 0x32, 0x31,  // step, part

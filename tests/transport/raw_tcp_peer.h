@@ -100,6 +100,18 @@ inline void WriteFrame(int fd, const FrameHeader& header, ConstByteSpan payload)
   WriteRaw(fd, payload);
 }
 
+// A credit frame (transport/flow_control.h) as a raw peer's first frame after the handshake, on
+// a plain connection: enough credit that the endpoint never waits for more, nor sends by
+// rendezvous.
+inline CreditPayload GenerousCredit() {
+  return EncodeCredit(
+      CreditGrant{.epoch = 1, .limit = uint64_t{1} << 50, .eager_max = uint64_t{1} << 40});
+}
+inline void WriteGrant(int fd) {
+  const CreditPayload payload = GenerousCredit();
+  WriteFrame(fd, FrameHeader{FrameType::kCredit, Tag{}, payload.size()}, payload);
+}
+
 // The connecting side of the handshake, introducing `fd`'s end as `address` to the endpoint
 // whose address is `acceptor` (empty: the address `fd` is connected to), with no key (as the
 // endpoints here have none).
@@ -117,18 +129,29 @@ inline void WriteHello(int fd, const std::string& address, std::string acceptor 
                      Deadline(absl::Seconds(10)), [] { return false; })
           .status();
   EXPECT_TRUE(introduced.ok()) << introduced;
+  WriteGrant(fd);
+  // The endpoint's first frame, its credit, read here: a raw peer that closed with it unread
+  // would reset the connection, and the endpoint could lose what the peer sent before.
+  std::array<std::byte, kFrameHeaderBytes + kCreditPayloadBytes> credit;
+  size_t read = 0;
+  EXPECT_TRUE(ReadFull(fd, credit, Deadline(absl::Seconds(10)), &read).ok());
+  absl::StatusOr<FrameHeader> header =
+      DecodeFrameHeader(std::span(credit).first<kFrameHeaderBytes>());
+  EXPECT_TRUE(header.ok() && header->type == FrameType::kCredit) << "no credit frame first";
 }
 
-// The accepting side of the handshake, as the raw listener at `self`: the connecting endpoint's
-// address.
+// The accepting side of the handshake, as the raw listener at `self`, then its grant
+// (WriteGrant): the connecting endpoint's address.
 inline std::string AcceptHello(int fd, const std::string& self) {
   absl::StatusOr<tcp::Admitted> admitted =
       tcp::Admit(fd, self, nullptr, /*seal=*/false, Deadline(absl::Seconds(10)));
   EXPECT_TRUE(admitted.ok()) << admitted.status();
+  if (admitted.ok()) WriteGrant(fd);
   return admitted.ok() ? admitted->peer : "";
 }
 
-inline FrameHeader ReadHeader(int fd) {
+// The next frame's header, whatever its type (ReadHeader skips flow control).
+inline FrameHeader ReadAnyHeader(int fd) {
   std::array<std::byte, kFrameHeaderBytes> bytes;
   size_t read = 0;
   const absl::Status status = ReadFull(fd, bytes, Deadline(absl::Seconds(10)), &read);
@@ -136,6 +159,22 @@ inline FrameHeader ReadHeader(int fd) {
   absl::StatusOr<FrameHeader> header = DecodeFrameHeader(bytes);
   EXPECT_TRUE(header.ok()) << header.status();
   return header.ok() ? *header : FrameHeader{};
+}
+
+// The header of the next frame on a plain connection that is not a credit or clear-to-send
+// frame (those are read and dropped).
+inline FrameHeader ReadHeader(int fd) {
+  while (true) {
+    const FrameHeader header = ReadAnyHeader(fd);
+    if (header.type != FrameType::kCredit && header.type != FrameType::kClearToSend) {
+      return header;
+    }
+    std::array<std::byte, kCreditPayloadBytes> payload;
+    size_t read = 0;
+    EXPECT_TRUE(ReadFull(fd, std::span(payload).first(header.payload_bytes),
+                         Deadline(absl::Seconds(10)), &read)
+                    .ok());
+  }
 }
 
 inline std::string ReadString(int fd, size_t size) {
@@ -185,12 +224,17 @@ inline void ExpectEveryReceivePathDelivers(Endpoint& from, Endpoint& to, size_t 
   EXPECT_TRUE(consumed_into == consumed_data);
 }
 
-// True once the endpoint has closed the raw connection (EOF or reset).
+// True once the endpoint has closed the raw connection (EOF or reset) within `timeout`; what it
+// sent before (its credit frame, say) is read and dropped.
 inline bool ClosedWithin(int fd, absl::Duration timeout) {
-  pollfd pfd{fd, POLLIN, 0};
-  if (poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout))) != 1) return false;
-  char byte;
-  return recv(fd, &byte, 1, 0) <= 0;
+  const absl::Time until = absl::Now() + timeout;
+  while (true) {
+    pollfd pfd{fd, POLLIN, 0};
+    const int64_t wait = absl::ToInt64Milliseconds(until - absl::Now());
+    if (wait <= 0 || poll(&pfd, 1, static_cast<int>(wait)) != 1) return false;
+    std::array<char, 4096> bytes;
+    if (recv(fd, bytes.data(), bytes.size(), 0) <= 0) return true;
+  }
 }
 
 }  // namespace baton::transport

@@ -44,7 +44,7 @@ void Deliver(ReceiveMatcher& matcher, const std::string& peer, const Tag& tag, s
 }
 
 TEST(ReceiveMatcherTest, UnexpectedMessageIsReceivedLater) {
-  ReceiveMatcher matcher(/*max_unexpected_bytes=*/0, /*message_overhead_bytes=*/kFrameHeaderBytes);
+  ReceiveMatcher matcher(/*message_overhead_bytes=*/kFrameHeaderBytes);
   ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(kPeer, Tag{.seq = 1}, 3);
   ASSERT_FALSE(delivery.discard());
   std::memcpy(delivery.buffer().data(), "abc", 3);
@@ -253,85 +253,136 @@ TEST(ReceiveMatcherTest, ALossBeforeACommunicatorFormedDoesNotFailItsReceives) {
             absl::StatusCode::kDeadlineExceeded);
 }
 
-TEST(ReceiveMatcherTest, UnexpectedBytesPerPeerAreBoundedUntilTheReceiverCatchesUp) {
-  // 100-byte messages against a 1000-byte bound: the 16 messages any peer may always have held
-  // (1600 bytes) are the larger allowance.
-  ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
-  for (uint64_t seq = 0; seq < 16; ++seq) Deliver(matcher, kPeer, Tag{.seq = seq}, 100, 'a');
-  // Another peer has its own allowance.
-  Deliver(matcher, "peer-b", Tag{.seq = 1}, 900, 'b');
-  // The 17th message from kPeer waits.
-  auto blocked =
-      std::async(std::launch::async, [&] { Deliver(matcher, kPeer, Tag{.seq = 16}, 100, 'c'); });
-  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
-  // Taking the first message makes room.
+// With flow control the matcher never waits for room: a message within its sender's credit is
+// kept, one beyond it is refused (discard() with violation(), not kept, counted), and another
+// peer's credit is its own.
+TEST(ReceiveMatcherTest, AMessageBeyondItsSendersCreditIsRefusedNotKept) {
+  // 1000 bytes of window: eager up to 250 bytes of charge (186 of payload).
+  ReceiveCredits credits(/*window=*/1000, /*total=*/0);
+  ReceiveMatcher matcher(/*message_overhead_bytes=*/0, &credits);
+  credits.Attach(kPeer);
+  credits.Attach("peer-b");
+  // 100 bytes cost 164: six fit in 1000, the seventh does not.
+  for (uint64_t seq = 0; seq < 6; ++seq) Deliver(matcher, kPeer, Tag{.seq = seq}, 100, 'a');
+  ReceiveMatcher::Delivery refused = matcher.BeginDelivery(kPeer, Tag{.seq = 6}, 100);
+  EXPECT_TRUE(refused.discard());
+  EXPECT_TRUE(refused.violation());
+  matcher.FinishDelivery(std::move(refused), absl::OkStatus());
+  // Another peer has its own credit.
+  Deliver(matcher, "peer-b", Tag{.seq = 1}, 100, 'b');
   std::vector<std::byte> buffer(100);
+  ASSERT_TRUE(matcher.Recv("peer-b", Tag{.seq = 1}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  // The refused message was not kept; those within the credit were.
+  EXPECT_EQ(matcher.Recv(kPeer, Tag{.seq = 6}, buffer, absl::Now() + absl::Milliseconds(20)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 5}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(buffer[0], std::byte{'a'});
+  const LinkStats stats = matcher.RecvLinkStats().at(kPeer);
+  EXPECT_EQ(stats.Counter(kCreditViolationsCounter), 1u);
+  EXPECT_EQ(stats.rx_messages, 6u);
+}
+
+// Taking messages returns their credit, batched: a grant is queued once half the window (here:
+// more than window - eager_max would leave too little) is owed, not per message.
+TEST(ReceiveMatcherTest, TakingMessagesReturnsTheirCreditInBatches) {
+  ReceiveCredits credits(/*window=*/1000, /*total=*/0);
+  ReceiveMatcher matcher(/*message_overhead_bytes=*/0, &credits);
+  const CreditGrant first = credits.Attach(kPeer);
+  EXPECT_EQ(first.limit, 1000u);
+  for (uint64_t seq = 0; seq < 6; ++seq) Deliver(matcher, kPeer, Tag{.seq = seq}, 100, 'a');
+  std::vector<std::byte> buffer(100);
+  // 164 owed: below the threshold (500), nothing to send yet.
   ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 0}, buffer, absl::Now() + absl::Seconds(5)).ok());
-  EXPECT_EQ(blocked.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = 16}, buffer, absl::Now() + absl::Seconds(5)).ok());
-  EXPECT_EQ(buffer[99], std::byte{'c'});
-}
-
-// The total bound holds across peers (frames for communicators that never form, from many
-// claimed peers, cannot add up past it), while each peer keeps its 16 messages.
-TEST(ReceiveMatcherTest, UnexpectedBytesOfAllPeersTogetherAreBounded) {
-  // 10-byte messages: a peer may always hold 160 bytes; each may hold 1000, all together 1500.
-  ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000, /*message_overhead_bytes=*/0,
-                         /*max_unexpected_bytes_total=*/1500);
-  for (uint64_t seq = 0; seq < 100; ++seq) Deliver(matcher, "peer-a", Tag{.seq = seq}, 10, 'a');
-  for (uint64_t seq = 0; seq < 50; ++seq) Deliver(matcher, "peer-b", Tag{.seq = seq}, 10, 'b');
-  // 1500 held: peer-b's next waits, though peer-b is far below its own bound.
-  auto blocked =
-      std::async(std::launch::async, [&] { Deliver(matcher, "peer-b", Tag{.seq = 50}, 10, 'c'); });
-  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
-  // A third peer still gets its 16 messages past the total.
-  for (uint64_t seq = 0; seq < 16; ++seq) Deliver(matcher, "peer-c", Tag{.seq = seq}, 10, 'd');
-  // Taking one of peer-a's messages makes room for peer-b's.
-  std::vector<std::byte> buffer(10);
-  ASSERT_TRUE(matcher.Recv("peer-a", Tag{.seq = 0}, buffer, absl::Now() + absl::Seconds(5)).ok());
-  // peer-c's 160 bytes count too: once they are taken, peer-b's message fits.
-  for (uint64_t seq = 0; seq < 16; ++seq) {
-    ASSERT_TRUE(
-        matcher.Recv("peer-c", Tag{.seq = seq}, buffer, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_TRUE(credits.TakeOutgoing(absl::InfinitePast()).empty());
+  for (uint64_t seq = 1; seq < 4; ++seq) {
+    ASSERT_TRUE(matcher.Recv(kPeer, Tag{.seq = seq}, buffer, absl::Now() + absl::Seconds(5)).ok());
   }
-  EXPECT_EQ(blocked.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  ASSERT_TRUE(matcher.Recv("peer-b", Tag{.seq = 50}, buffer, absl::Now() + absl::Seconds(5)).ok());
-  EXPECT_EQ(buffer[0], std::byte{'c'});
+  // 656 owed: one grant, which raises the limit by all of it.
+  ReceiveCredits::Outgoing outgoing = credits.TakeOutgoing(absl::InfinitePast());
+  ASSERT_EQ(outgoing.grants, std::vector<std::string>{kPeer});
+  EXPECT_EQ(credits.Current(kPeer)->limit, 1000u + 4 * CreditCharge(100));
 }
 
-TEST(ReceiveMatcherTest, APostedReceiveIsDeliveredEvenWhenThePeersAllowanceIsFull) {
-  ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
-  for (uint64_t seq = 0; seq < 16; ++seq) Deliver(matcher, kPeer, Tag{.seq = seq}, 100, 'a');
-  std::vector<std::byte> buffer(100);
-  auto receiver = std::async(std::launch::async, [&] {
-    return matcher.Recv(kPeer, Tag{.seq = 99}, buffer, absl::Now() + absl::Seconds(10));
-  });
-  // Once the receive for seq 99 is posted, its message goes straight into it, past the full
-  // allowance. (Until then this delivery waits.)
-  Deliver(matcher, kPeer, Tag{.seq = 99}, 100, 'p');
-  ASSERT_TRUE(receiver.get().ok());
-  EXPECT_EQ(buffer[0], std::byte{'p'});
-}
-
-TEST(ReceiveMatcherTest, AbortingACommunicatorReleasesItsAllowanceAndWakesTheWaiter) {
-  ReceiveMatcher matcher(/*max_unexpected_bytes=*/1000);
-  // 16 messages of 800 fill the allowance (16 x 800 is above the bound): the 17th waits.
-  for (uint64_t seq = 0; seq < 16; ++seq) {
-    Deliver(matcher, kPeer, Tag{.comm = 1, .seq = seq}, 800, 'a');
+// A message that lands in a receive already posted is charged (its sender could not know) and
+// returned at once; one beyond the credit is refused even then.
+TEST(ReceiveMatcherTest, AMessageIntoAPostedReceiveIsChargedAndReturnedAtOnce) {
+  ReceiveCredits credits(/*window=*/1000, /*total=*/0);
+  ReceiveMatcher matcher(/*message_overhead_bytes=*/0, &credits);
+  credits.Attach(kPeer);
+  for (uint64_t round = 0; round < 20; ++round) {
+    std::vector<std::byte> buffer(100);
+    auto receiver = std::async(std::launch::async, [&] {
+      return matcher.Recv(kPeer, Tag{.seq = round}, buffer, absl::Now() + absl::Seconds(10));
+    });
+    ReceiveMatcher::Delivery delivery = ClaimPostedReceive(matcher, Tag{.seq = round}, buffer);
+    ASSERT_FALSE(delivery.discard());
+    std::memset(delivery.buffer().data(), 'p', 100);
+    matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
+    ASSERT_TRUE(receiver.get().ok());
+    EXPECT_EQ(buffer[0], std::byte{'p'});
+    // The sender's view: what it had granted minus what it sent, refreshed by the grants queued.
+    (void)credits.TakeOutgoing(absl::InfinitePast());
   }
-  auto blocked = std::async(std::launch::async,
-                            [&] { Deliver(matcher, kPeer, Tag{.comm = 2, .seq = 1}, 800, 'b'); });
-  EXPECT_EQ(blocked.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout);
+  // 20 messages of 164 went through a window of 1000: their credit came back as they landed.
+  EXPECT_GE(credits.Current(kPeer)->limit, 20 * CreditCharge(100));
+  EXPECT_EQ(matcher.RecvLinkStats().at(kPeer).Counter(kCreditViolationsCounter), 0u);
+}
+
+// Abort, Forget and Restrict drop unexpected messages, and return their credit.
+TEST(ReceiveMatcherTest, DroppingUnexpectedMessagesReturnsTheirCredit) {
+  ReceiveCredits credits(/*window=*/1000, /*total=*/0);
+  ReceiveMatcher matcher(/*message_overhead_bytes=*/0, &credits);
+  credits.Attach(kPeer);
+  for (uint64_t seq = 0; seq < 2; ++seq)
+    Deliver(matcher, kPeer, Tag{.comm = 1, .seq = seq}, 100, 'a');
+  for (uint64_t seq = 0; seq < 2; ++seq)
+    Deliver(matcher, kPeer, Tag{.comm = 2, .seq = seq}, 100, 'b');
+  for (uint64_t seq = 0; seq < 2; ++seq)
+    Deliver(matcher, kPeer, Tag{.comm = 3, .seq = seq}, 100, 'c');
+  // Full: a seventh would be refused.
   matcher.Abort(1, absl::CancelledError("gone"));
-  EXPECT_EQ(blocked.wait_for(std::chrono::seconds(10)), std::future_status::ready);
-  std::vector<std::byte> buffer(800);
-  ASSERT_TRUE(
-      matcher.Recv(kPeer, Tag{.comm = 2, .seq = 1}, buffer, absl::Now() + absl::Seconds(5)).ok());
-  // A message far larger than the bound is admitted: 16 of its size always are.
-  Deliver(matcher, kPeer, Tag{.comm = 2, .seq = 2}, 50000, 'z');
-  std::vector<std::byte> large(50000);
-  ASSERT_TRUE(
-      matcher.Recv(kPeer, Tag{.comm = 2, .seq = 2}, large, absl::Now() + absl::Seconds(5)).ok());
+  matcher.Forget(2);
+  const std::vector<std::string> others = {"peer-b"};
+  matcher.Restrict(3, others);
+  // All six came back; a grant went once four were owed (656 of 1000, past the threshold of
+  // 500), the last two stay owed until more are.
+  EXPECT_EQ(credits.TakeOutgoing(absl::InfinitePast()).grants, std::vector<std::string>{kPeer});
+  EXPECT_EQ(credits.Current(kPeer)->limit, 1000u + 4 * CreditCharge(100));
+  for (uint64_t seq = 0; seq < 4; ++seq) {
+    Deliver(matcher, kPeer, Tag{.comm = 4, .seq = seq}, 100, 'd');
+  }
+  EXPECT_EQ(matcher.RecvLinkStats().at(kPeer).Counter(kCreditViolationsCounter), 0u);
+}
+
+// A receive of rendezvous size asks for its message when it is posted; such a message is
+// delivered into it, and dropped (never kept) when no receive is posted.
+TEST(ReceiveMatcherTest, ARendezvousMessageGoesOnlyIntoAPostedReceive) {
+  ReceiveCredits credits(/*window=*/1000, /*total=*/0);
+  ReceiveMatcher matcher(/*message_overhead_bytes=*/0, &credits);
+  credits.Attach(kPeer);
+  ASSERT_FALSE(credits.Eager(5000));
+  // Unasked: dropped, costs no credit, is not a violation.
+  Deliver(matcher, kPeer, Tag{.seq = 1}, 5000, 'x');
+  std::vector<std::byte> large(5000);
+  EXPECT_EQ(matcher.Recv(kPeer, Tag{.seq = 1}, large, absl::Now() + absl::Milliseconds(20)).code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // (That receive asked for its message too, which had come and gone.)
+  EXPECT_EQ(credits.TakeOutgoing(absl::InfinitePast()).clear_to_send.size(), 1u);
+  std::unique_ptr<PostedRecv> posted =
+      matcher.Post(kPeer, Tag{.seq = 2}, large, absl::Now() + absl::Seconds(10));
+  ReceiveCredits::Outgoing outgoing = credits.TakeOutgoing(absl::InfinitePast());
+  ASSERT_EQ(outgoing.clear_to_send.size(), 1u);
+  EXPECT_EQ(outgoing.clear_to_send[0].first, kPeer);
+  EXPECT_EQ(outgoing.clear_to_send[0].second.tag, (Tag{.seq = 2}));
+  EXPECT_EQ(outgoing.clear_to_send[0].second.length, 5000u);
+  Deliver(matcher, kPeer, Tag{.seq = 2}, 5000, 'r');
+  ASSERT_TRUE(posted->Wait().ok());
+  EXPECT_EQ(large[4999], std::byte{'r'});
+  // A small receive asks for nothing.
+  std::unique_ptr<PostedRecv> small =
+      matcher.Post(kPeer, Tag{.seq = 3}, std::span(large).first(10), absl::Now());
+  EXPECT_TRUE(credits.TakeOutgoing(absl::InfinitePast()).empty());
+  EXPECT_EQ(matcher.RecvLinkStats().at(kPeer).Counter(kCreditViolationsCounter), 0u);
 }
 
 }  // namespace

@@ -211,6 +211,16 @@ TEST(TcpIntegrityTest, PayloadsCrossInTheClearWithATagPerRecord) {
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   ASSERT_TRUE(admitted->sealed.has_value()) << "the endpoint asked for authentication";
   EXPECT_FALSE(admitted->sealed->open.encrypts());
+  // Flow control: the raw peer grants credit, and the endpoint's first frame is its own credit.
+  WriteRaw(conn.get(), AuthenticateFrame(admitted->sealed->seal,
+                                         FrameHeader{.type = FrameType::kCredit,
+                                                     .tag = Tag{},
+                                                     .payload_bytes = kCreditPayloadBytes,
+                                                     .authenticated = true},
+                                         GenerousCredit()));
+  size_t credit_wire = 0;
+  EXPECT_EQ(ReadAuthenticatedFrame(conn.get(), admitted->sealed->open, &credit_wire).header.type,
+            FrameType::kCredit);
   size_t wire = 0;
   for (const OutMessage& message : messages) {
     const RawFrame frame = ReadAuthenticatedFrame(conn.get(), admitted->sealed->open, &wire);
@@ -617,7 +627,10 @@ class Interceptor {
       if (!header.ok()) break;
       // (On a hello, a protection flag is a request, not records.)
       const bool data = header->type == FrameType::kData;
-      const size_t trailer = !data              ? 0
+      const bool handshake = header->type == FrameType::kHello ||
+                             header->type == FrameType::kChallenge ||
+                             header->type == FrameType::kProof;
+      const size_t trailer = handshake          ? 0
                              : header->checksum ? kFrameChecksumBytes
                              : header->in_records()
                                  ? kSealTagBytes * SealedRecords(header->payload_bytes)

@@ -187,6 +187,16 @@ TEST(TcpSealTest, NothingOfThePayloadCrossesTheWireInTheClear) {
   ASSERT_TRUE(admitted.ok()) << admitted.status();
   EXPECT_EQ(admitted->peer, endpoint->address());
   ASSERT_TRUE(admitted->sealed.has_value()) << "the endpoint asked for a sealed connection";
+  // Flow control: the raw peer grants credit, and the endpoint's first frame is its own credit.
+  WriteRaw(conn.get(), SealFrame(admitted->sealed->seal,
+                                 FrameHeader{.type = FrameType::kCredit,
+                                             .tag = Tag{},
+                                             .payload_bytes = kCreditPayloadBytes,
+                                             .sealed = true},
+                                 GenerousCredit()));
+  std::string credit_wire;
+  EXPECT_EQ(ReadSealedFrame(conn.get(), admitted->sealed->open, &credit_wire).header.type,
+            FrameType::kCredit);
   std::string wire;
   for (const OutMessage& message : messages) {
     const RawFrame frame = ReadSealedFrame(conn.get(), admitted->sealed->open, &wire);

@@ -566,6 +566,7 @@ struct LingeringPair {
 LingeringPair NewLingeringPair() {
   TcpOptions options = Options("127.0.0.1:0");
   options.reader_linger = absl::Minutes(10);
+  options.max_unexpected_bytes_per_peer = uint64_t{256} << 20;
   absl::StatusOr<std::unique_ptr<Endpoint>> a = NewTcpEndpoint(options);
   absl::StatusOr<std::unique_ptr<Endpoint>> b = NewTcpEndpoint(options);
   if (!a.ok() || !b.ok()) {
@@ -600,6 +601,9 @@ LingeringPair NewLingeringPair() {
 // the peer's bytes arrived.
 absl::Status ExchangeLarge(Endpoint& self, const std::string& peer, std::byte fill,
                            bool post_after_send) {
+  // Eager: at most a quarter of the window (NewLingeringPair's), as a message sent before its
+  // receive is posted must be, or both sends wait for the other's receive
+  // (transport/flow_control.h).
   constexpr size_t kBytes = size_t{48} << 20;
   std::vector<std::byte> out(kBytes, fill);
   std::vector<std::byte> in(kBytes);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <future>
@@ -17,8 +18,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "transport/flow_control.h"
 #include "transport/forwarding_endpoint.h"
 #include "transport/inmemory/inmemory_transport.h"
 #include "transport/tcp/frame.h"
@@ -88,9 +91,11 @@ class TransportHarness {
 class InMemoryHarness final : public TransportHarness {
  public:
   // `connection_data`: links carry nothing until the endpoints exchanged connection data
-  // (InMemoryFabricOptions::require_connection_data), which MakeEndpoints does.
-  explicit InMemoryHarness(bool connection_data = false)
-      : fabric_(NewInMemoryFabric({.require_connection_data = connection_data})) {}
+  // (InMemoryFabricOptions::require_connection_data), which MakeEndpoints does. `window`:
+  // InMemoryFabricOptions::max_unexpected_bytes_per_peer (0: no flow control).
+  explicit InMemoryHarness(bool connection_data = false, uint64_t window = 0)
+      : fabric_(NewInMemoryFabric({.require_connection_data = connection_data,
+                                   .max_unexpected_bytes_per_peer = window})) {}
   absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) override {
     return fabric_->CreateEndpoint(absl::StrCat("mem-", index));
   }
@@ -105,14 +110,17 @@ class InMemoryHarness final : public TransportHarness {
 
 class TcpHarness final : public TransportHarness {
  public:
-  explicit TcpHarness(int streams_per_peer = 1, bool checksum = false, bool seal = false)
-      : streams_per_peer_(streams_per_peer), checksum_(checksum), seal_(seal) {}
+  // `window`: TcpOptions::max_unexpected_bytes_per_peer; 0 keeps the default.
+  explicit TcpHarness(int streams_per_peer = 1, bool checksum = false, bool seal = false,
+                      uint64_t window = 0)
+      : streams_per_peer_(streams_per_peer), checksum_(checksum), seal_(seal), window_(window) {}
   absl::StatusOr<std::unique_ptr<Endpoint>> NewEndpoint(int index) override {
     TcpOptions options;
     options.listen_address = "127.0.0.1:0";  // loopback and port 0 only, in every test
     options.streams_per_peer = streams_per_peer_;
     options.checksum = checksum_;
     options.seal = seal_;
+    if (window_ > 0) options.max_unexpected_bytes_per_peer = window_;
     return NewTcpEndpoint(options);
   }
   void KillEndpoint(std::vector<std::unique_ptr<Endpoint>>& endpoints, int index) override {
@@ -124,6 +132,7 @@ class TcpHarness final : public TransportHarness {
   const int streams_per_peer_;
   const bool checksum_;
   const bool seal_;
+  const uint64_t window_;
 };
 
 // An endpoint that forwards everything but PostConsume, so that the interface's own PostConsume
@@ -282,10 +291,14 @@ TEST_P(TransportConformanceTest, LargeMessagesPostedBeforeAndAfterArrival) {
     EXPECT_TRUE(received == sent) << "64 MiB payload differs (posted receive)";
   }
   {
-    // Sent first (buffered as an unexpected message, or still in flight).
-    ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 1, .seq = 2}, sent, Deadline()));
+    // Sent first (buffered as an unexpected message, or still in flight: with flow control a
+    // message this large waits for its receive, so the send runs beside it).
+    auto send = std::async(std::launch::async, [&] {
+      return ep(0).Send(addr(1), Tag{.comm = 1, .seq = 2}, sent, Deadline());
+    });
     std::vector<std::byte> received(kSize);
     ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 1, .seq = 2}, received, Deadline()));
+    ASSERT_OK(send.get());
     EXPECT_TRUE(received == sent) << "64 MiB payload differs (unexpected message)";
   }
 }
@@ -1232,6 +1245,160 @@ INSTANTIATE_TEST_SUITE_P(
                        }},
         TransportParam{"InMemoryDefaultConsume",
                        [] { return std::make_unique<DefaultConsumeHarness>(); }}),
+    [](const ::testing::TestParamInfo<TransportParam>& info) { return info.param.name; });
+
+// Flow control (transport/flow_control.h), for every transport that has it: run with a window
+// of kWindow, so that eager messages are at most 960 bytes and larger ones go by rendezvous.
+constexpr uint64_t kWindow = 4096;
+class FlowControlConformanceTest : public TransportConformanceTest {};
+
+// A sender that runs ahead of a receiver that has posted nothing is held back once its window is
+// used, loses nothing, and completes as the receives are posted.
+TEST_P(FlowControlConformanceTest, ASmallWindowHoldsASenderBackUntilReceivesArePosted) {
+  MakeEndpoints(2);
+  constexpr uint64_t kMessages = 40;
+  constexpr size_t kSize = 500;  // a charge of 564: 7 fit in the window
+  auto sender = std::async(std::launch::async, [&]() -> absl::Status {
+    for (uint64_t seq = 0; seq < kMessages; ++seq) {
+      BATON_RETURN_IF_ERROR(
+          ep(0).Send(addr(1), Tag{.comm = 1, .seq = seq}, Pattern(kSize, seq), Deadline()));
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(WaitUntil([&] { return StatsFor(ep(1), addr(0)).rx_messages >= 1; }));
+  // Held back: the sender has not finished, and the receiver holds no more than the window.
+  EXPECT_EQ(sender.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  EXPECT_LE(StatsFor(ep(1), addr(0)).rx_messages, kWindow / CreditCharge(kSize));
+  for (uint64_t seq = 0; seq < kMessages; ++seq) {
+    std::vector<std::byte> received(kSize);
+    ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 1, .seq = seq}, received, Deadline()));
+    EXPECT_TRUE(received == Pattern(kSize, seq)) << "message " << seq;
+  }
+  ASSERT_OK(sender.get());
+  EXPECT_EQ(StatsFor(ep(1), addr(0)).rx_messages, kMessages);
+  EXPECT_EQ(StatsFor(ep(1), addr(0)).Counter(kCreditViolationsCounter), 0u);
+}
+
+// A message larger than the window goes by rendezvous: nothing of it arrives before its receive
+// is posted, and it arrives whole after.
+TEST_P(FlowControlConformanceTest, AMessageLargerThanTheWindowWaitsForItsReceive) {
+  MakeEndpoints(2);
+  constexpr size_t kSize = size_t{64} << 10;
+  const std::vector<std::byte> sent = Pattern(kSize, 3);
+  // The link is up (a first message), so that only the rendezvous holds the large one back.
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 1, .seq = 1}, {}, Deadline()));
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 1, .seq = 1}, {}, Deadline()));
+  auto sender = std::async(std::launch::async, [&] {
+    return ep(0).Send(addr(1), Tag{.comm = 1, .seq = 2}, sent, Deadline());
+  });
+  EXPECT_EQ(sender.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  EXPECT_EQ(StatsFor(ep(1), addr(0)).rx_messages, 1u) << "it came before its receive";
+  std::vector<std::byte> received(kSize);
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 1, .seq = 2}, received, Deadline()));
+  ASSERT_OK(sender.get());
+  EXPECT_TRUE(received == sent);
+}
+
+// Every endpoint of a ring posts its receives from prev, then sends to next, while pairs exchange
+// both ways at once: with windows far smaller than the messages, everything completes.
+TEST_P(FlowControlConformanceTest, LargeMessagesBothWaysAtOnceDoNotDeadlock) {
+  constexpr int kEndpoints = 3;
+  constexpr uint32_t kParts = 6;
+  MakeEndpoints(kEndpoints);
+  // Rendezvous, eager and empty messages, mixed.
+  auto size_of = [](uint32_t part) -> size_t {
+    return part % 3 == 0 ? (size_t{96} << 10) + part : part % 3 == 1 ? 700 : 0;
+  };
+  auto run = [&](int self) -> absl::Status {
+    const int next = (self + 1) % kEndpoints;
+    const int prev = (self + kEndpoints - 1) % kEndpoints;
+    std::vector<std::vector<std::byte>> in(2 * kParts);
+    std::vector<std::unique_ptr<PostedRecv>> posted;
+    for (uint32_t part = 0; part < kParts; ++part) {
+      in[part].resize(size_of(part));
+      posted.push_back(ep(self).PostRecv(addr(prev), Tag{.comm = 5, .seq = 1, .part = part},
+                                         in[part], Deadline(), nullptr));
+      // The exchange of step 2 with both neighbours.
+      in[kParts + part].resize(size_of(part));
+      posted.push_back(ep(self).PostRecv(addr(next), Tag{.comm = 5, .seq = 2, .part = part},
+                                         in[kParts + part], Deadline(), nullptr));
+    }
+    for (uint32_t part = 0; part < kParts; ++part) {
+      const std::vector<std::byte> out = Pattern(size_of(part), self * 100 + part);
+      BATON_RETURN_IF_ERROR(
+          ep(self).Send(addr(next), Tag{.comm = 5, .seq = 1, .part = part}, out, Deadline()));
+      BATON_RETURN_IF_ERROR(
+          ep(self).Send(addr(prev), Tag{.comm = 5, .seq = 2, .part = part}, out, Deadline()));
+    }
+    for (uint32_t part = 0; part < kParts; ++part) {
+      BATON_RETURN_IF_ERROR(posted[2 * part]->Wait());
+      BATON_RETURN_IF_ERROR(posted[2 * part + 1]->Wait());
+      if (in[part] != Pattern(size_of(part), prev * 100 + part) ||
+          in[kParts + part] != Pattern(size_of(part), next * 100 + part)) {
+        return absl::DataLossError(absl::StrCat("wrong bytes in part ", part));
+      }
+    }
+    return absl::OkStatus();
+  };
+  std::vector<std::future<absl::Status>> runs;
+  for (int self = 0; self < kEndpoints; ++self) {
+    runs.push_back(std::async(std::launch::async, run, self));
+  }
+  for (int self = 0; self < kEndpoints; ++self) EXPECT_OK(runs[self].get());
+}
+
+// Abort fails a send that waits for credit, or for its clear-to-send, at once with the abort
+// reason; the deadline fails one naming the peer and the tag.
+TEST_P(FlowControlConformanceTest, AbortFailsASendWaitingForCreditAtOnce) {
+  MakeEndpoints(2);
+  auto fill = std::async(std::launch::async, [&]() -> absl::Status {
+    for (uint64_t seq = 0; seq < 100; ++seq) {
+      BATON_RETURN_IF_ERROR(
+          ep(0).Send(addr(1), Tag{.comm = 1, .seq = seq}, Pattern(500, seq), Deadline()));
+    }
+    return absl::OkStatus();
+  });
+  auto rendezvous = std::async(std::launch::async, [&] {
+    return ep(0).Send(addr(1), Tag{.comm = 2, .seq = 1}, Pattern(size_t{64} << 10, 1), Deadline());
+  });
+  ASSERT_TRUE(WaitUntil([&] { return StatsFor(ep(1), addr(0)).rx_messages >= 1; }));
+  EXPECT_EQ(fill.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  const absl::Time aborted = absl::Now();
+  ep(0).Abort(1, absl::AbortedError("rank 2 gave up"));
+  ep(0).Abort(2, absl::AbortedError("rank 3 gave up"));
+  ASSERT_EQ(fill.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  ASSERT_EQ(rendezvous.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_LT(absl::Now() - aborted, kPrompt);
+  EXPECT_EQ(fill.get().message(), "rank 2 gave up");
+  EXPECT_EQ(rendezvous.get().message(), "rank 3 gave up");
+  // Another communicator's send waits for the receiver to take what comm 1 holds, up to its
+  // deadline, and names the peer and tag then.
+  const absl::Status late = ep(0).Send(addr(1), Tag{.comm = 3, .seq = 9}, Pattern(900, 9),
+                                       absl::Now() + absl::Milliseconds(200));
+  if (!late.ok()) {
+    EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded) << late;
+    EXPECT_THAT(late.message(), HasSubstr(addr(1)));
+    EXPECT_THAT(late.message(), HasSubstr("op 9"));
+  }
+  // Forgetting comm 1 at the receiver returns its credit: comm 3 goes through.
+  ep(1).Forget(1);
+  ASSERT_OK(ep(0).Send(addr(1), Tag{.comm = 3, .seq = 10}, Pattern(900, 10), Deadline()));
+  std::vector<std::byte> received(900);
+  ASSERT_OK(ep(1).Recv(addr(0), Tag{.comm = 3, .seq = 10}, received, Deadline()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, FlowControlConformanceTest,
+    ::testing::Values(
+        TransportParam{
+            "InMemory",
+            [] { return std::make_unique<InMemoryHarness>(/*connection_data=*/false, kWindow); }},
+        TransportParam{"Tcp",
+                       [] { return std::make_unique<TcpHarness>(1, false, false, kWindow); }},
+        TransportParam{"TcpThreeStreams",
+                       [] { return std::make_unique<TcpHarness>(3, false, false, kWindow); }},
+        TransportParam{"TcpSealed",
+                       [] { return std::make_unique<TcpHarness>(1, false, true, kWindow); }}),
     [](const ::testing::TestParamInfo<TransportParam>& info) { return info.param.name; });
 
 }  // namespace

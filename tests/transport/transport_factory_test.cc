@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "transport/exposure_table.h"
+#include "transport/flow_control.h"
 #include "transport/inmemory/inmemory_transport.h"
 #include "transport/receive_matcher.h"
 #include "transport/tcp/tcp_transport.h"
@@ -108,18 +109,20 @@ TEST(TcpTransportTest, CountsChecksumAndSealFailuresRefusedMessagesAndWritesAndR
   const std::vector<LinkStats> stats = a->Stats();
   ASSERT_EQ(stats.size(), 1u);
   // Sorted by name, as LinkStats promises.
-  ASSERT_EQ(stats[0].counters.size(), 5u);
+  ASSERT_EQ(stats[0].counters.size(), 6u);
   EXPECT_EQ(stats[0].counters[0].name, kChecksumFailuresCounter);
   EXPECT_EQ(stats[0].counters[0].value, 0u);
-  EXPECT_EQ(stats[0].counters[1].name, kRefusedMessagesCounter);
+  EXPECT_EQ(stats[0].counters[1].name, kCreditViolationsCounter);
   EXPECT_EQ(stats[0].counters[1].value, 0u);
-  EXPECT_EQ(stats[0].counters[2].name, kRefusedWritesCounter);
+  EXPECT_EQ(stats[0].counters[2].name, kRefusedMessagesCounter);
   EXPECT_EQ(stats[0].counters[2].value, 0u);
-  EXPECT_EQ(stats[0].counters[3].name, kRetransmitsCounter);
-  EXPECT_EQ(stats[0].counters[4].name, kSealFailuresCounter);
-  EXPECT_EQ(stats[0].counters[4].value, 0u);
+  EXPECT_EQ(stats[0].counters[3].name, kRefusedWritesCounter);
+  EXPECT_EQ(stats[0].counters[3].value, 0u);
+  EXPECT_EQ(stats[0].counters[4].name, kRetransmitsCounter);
+  EXPECT_EQ(stats[0].counters[5].name, kSealFailuresCounter);
+  EXPECT_EQ(stats[0].counters[5].value, 0u);
   EXPECT_EQ(stats[0].Counter("checksum_failures"), 0u);
-  EXPECT_EQ(stats[0].Counter("retransmits"), stats[0].counters[3].value);
+  EXPECT_EQ(stats[0].Counter("retransmits"), stats[0].counters[4].value);
   EXPECT_EQ(stats[0].Counter("no_such_counter"), 0u);
 }
 

@@ -7,11 +7,14 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/secure_random.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "transport/exposure_table.h"
+#include "transport/flow_control.h"
 #include "transport/receive_matcher.h"
 
 namespace baton::transport {
@@ -21,8 +24,13 @@ class InMemoryFabricImpl;
 
 class InMemoryEndpoint final : public Endpoint {
  public:
-  InMemoryEndpoint(InMemoryFabricImpl* fabric, std::string address)
-      : fabric_(fabric), address_(std::move(address)) {}
+  InMemoryEndpoint(InMemoryFabricImpl* fabric, std::string address,
+                   const InMemoryFabricOptions& options)
+      : fabric_(fabric),
+        address_(std::move(address)),
+        receive_credits_(options.max_unexpected_bytes_per_peer, options.max_unexpected_bytes_total),
+        matcher_(/*message_overhead_bytes=*/0,
+                 options.max_unexpected_bytes_per_peer > 0 ? &receive_credits_ : nullptr) {}
   ~InMemoryEndpoint() override;
 
   std::string address() const override { return address_; }
@@ -30,11 +38,17 @@ class InMemoryEndpoint final : public Endpoint {
                     absl::Time deadline) override;
   std::unique_ptr<PostedRecv> PostRecv(const std::string& peer, const Tag& tag, ByteSpan data,
                                        absl::Time deadline, ArrivalCallback on_arrival) override {
-    return matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
+    std::unique_ptr<PostedRecv> posted =
+        matcher_.Post(peer, tag, data, deadline, std::move(on_arrival));
+    FlushCredits();
+    return posted;
   }
   std::unique_ptr<PostedRecv> PostConsume(const std::string& peer, const Tag& tag, size_t length,
                                           absl::Time deadline, PieceConsumer consume) override {
-    return matcher_.PostConsume(peer, tag, length, deadline, std::move(consume));
+    std::unique_ptr<PostedRecv> posted =
+        matcher_.PostConsume(peer, tag, length, deadline, std::move(consume));
+    FlushCredits();
+    return posted;
   }
   std::unique_ptr<ExposedRegion> ExposeRegion(const std::string& peer, uint64_t comm,
                                               const RegionSlice& slice,
@@ -46,22 +60,32 @@ class InMemoryEndpoint final : public Endpoint {
   absl::StatusOr<std::string> ConnectionData(const std::string& peer) override;
   absl::Status Connect(const std::string& peer, std::string_view remote_data) override;
   void Abort(uint64_t comm, const absl::Status& reason) override {
+    send_credits_.Abort(comm, reason);
     matcher_.Abort(comm, reason);
     exposures_.Abort(comm, reason);
+    FlushCredits();
   }
   void Forget(uint64_t comm) override {
+    send_credits_.Forget(comm);
     matcher_.Forget(comm);
     exposures_.Forget(comm);
     tally_.Forget(comm);
+    FlushCredits();
   }
   void Restrict(uint64_t comm, std::span<const std::string> peers) override {
     matcher_.Restrict(comm, peers);
+    FlushCredits();
   }
   std::vector<LinkStats> Stats() const override;
 
   ReceiveMatcher& matcher() { return matcher_; }
   ExposureTable& exposures() { return exposures_; }
+  ReceiveCredits& receive_credits() { return receive_credits_; }
+  SendCredits& send_credits() { return send_credits_; }
   void CountSent(const std::string& peer, uint64_t length, bool ok);
+  // Hands what receive_credits_ has queued (grants, clear-to-sends) to the senders' SendCredits.
+  // Called, with no lock held, after every call that may release credit or post a receive.
+  void FlushCredits();
   // The connection data this endpoint makes for `peer` (made on first use), and whether it has
   // taken `token` from `peer` in Connect.
   std::string TokenFor(const std::string& peer) ABSL_LOCKS_EXCLUDED(links_mu_);
@@ -71,6 +95,8 @@ class InMemoryEndpoint final : public Endpoint {
  private:
   InMemoryFabricImpl* const fabric_;
   const std::string address_;
+  ReceiveCredits receive_credits_;
+  SendCredits send_credits_;
   ReceiveMatcher matcher_;
   ExposureTable exposures_;
   WriteTally tally_;
@@ -86,7 +112,7 @@ class InMemoryEndpoint final : public Endpoint {
 
 class InMemoryFabricImpl final : public InMemoryFabric {
  public:
-  explicit InMemoryFabricImpl(InMemoryFabricOptions options) : options_(options) {}
+  explicit InMemoryFabricImpl(const InMemoryFabricOptions& options) : options_(options) {}
   ~InMemoryFabricImpl() override {
     absl::MutexLock lock(&mu_);
     if (!endpoints_.empty()) {
@@ -100,7 +126,7 @@ class InMemoryFabricImpl final : public InMemoryFabric {
       return absl::AlreadyExistsError(
           absl::StrCat("an in-memory endpoint with address ", address, " already exists"));
     }
-    auto endpoint = std::make_unique<InMemoryEndpoint>(this, address);
+    auto endpoint = std::make_unique<InMemoryEndpoint>(this, address, options_);
     endpoints_.emplace(address, Entry{endpoint.get(), false});
     return endpoint;
   }
@@ -118,10 +144,12 @@ class InMemoryFabricImpl final : public InMemoryFabric {
         entry.killed = true;
         const absl::Status killed =
             absl::UnavailableError(absl::StrCat("endpoint ", address, " was killed"));
+        entry.endpoint->send_credits().Shutdown(killed);
         entry.endpoint->matcher().Shutdown(killed);
         entry.endpoint->exposures().Shutdown(killed);
       } else {
         entry.endpoint->matcher().PeerLost(address, lost);
+        entry.endpoint->send_credits().Retire(address);
         entry.endpoint->exposures().PeerLost(address, lost);
       }
     }
@@ -135,6 +163,7 @@ class InMemoryFabricImpl final : public InMemoryFabric {
         absl::StrCat("lost connection from peer ", address, ": endpoint closed"));
     for (auto& [other_address, entry] : endpoints_) {
       entry.endpoint->matcher().PeerLost(address, lost);
+      entry.endpoint->send_credits().Retire(address);
       entry.endpoint->exposures().PeerLost(address, lost);
     }
   }
@@ -145,6 +174,13 @@ class InMemoryFabricImpl final : public InMemoryFabric {
   absl::Status DeliverWrite(InMemoryEndpoint& sender, const std::string& peer, uint64_t comm,
                             uint64_t key, uint64_t offset, ConstByteSpan data,
                             std::optional<ExposureTable::Notify> notify, absl::Time deadline);
+
+  // Runs `f` on the live endpoint at `address`, if there is one, under the directory's lock.
+  void WithEndpoint(const std::string& address, absl::FunctionRef<void(InMemoryEndpoint&)> f) {
+    absl::ReaderMutexLock lock(&mu_);
+    auto it = endpoints_.find(address);
+    if (it != endpoints_.end() && !it->second.killed) f(*it->second.endpoint);
+  }
 
   bool require_connection_data() const { return options_.require_connection_data; }
   // The connection data the endpoint `peer` made for `address`; Unavailable without such a peer.
@@ -221,23 +257,92 @@ absl::Status InMemoryFabricImpl::AwaitPeer(const std::string& peer, const std::s
 absl::Status InMemoryFabricImpl::Deliver(InMemoryEndpoint& sender, const std::string& peer,
                                          const Tag& tag, ConstByteSpan data, absl::Time deadline) {
   const std::string sender_address = sender.address();
+  SendCredits& credits = sender.send_credits();
+  const uint64_t charge = CreditCharge(data.size());
+  bool paid = false;  // credit was waited for and taken, in paid_epoch
+  uint64_t paid_epoch = 0;
+  bool cleared = false;  // the clear-to-send is taken
   while (true) {
+    // What to wait for, outside the directory's lock (a Kill must not wait for a send).
+    enum class Wait { kPeer, kCredit, kClearToSend } wait = Wait::kPeer;
+    uint64_t epoch = 0;
+    InMemoryEndpoint* delivered_to = nullptr;
+    InMemoryEndpoint* linked = nullptr;  // linked now: may have clear-to-sends for the sender
     {
       absl::ReaderMutexLock lock(&mu_);
       absl::Status error;
       if (InMemoryEndpoint* target = TargetLocked(sender, peer, TagToString(tag), &error)) {
-        ReceiveMatcher& matcher = target->matcher();
-        matcher.PeerConnected(sender_address);
-        ReceiveMatcher::Delivery delivery = matcher.BeginDelivery(sender_address, tag, data.size());
-        delivery.Write(data);
-        matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
-        return absl::OkStatus();
+        InMemoryEndpoint& receiver = *target;
+        // The link's one epoch, granted when the sender first sends (TCP: first connects).
+        if (!credits.Latest(peer).has_value()) {
+          credits.Grant(peer, receiver.receive_credits().Attach(sender_address));
+          linked = &receiver;
+        }
+        epoch = credits.Latest(peer).value_or(0);
+        const uint64_t eager_max = credits.EagerMax(peer, epoch).value_or(0);
+        const bool unbounded = options_.max_unexpected_bytes_per_peer == 0;
+        bool go = false;
+        if (unbounded || (paid && paid_epoch == epoch && charge <= eager_max)) {
+          go = true;
+        } else if (charge > eager_max) {
+          go = cleared;
+          wait = Wait::kClearToSend;
+        } else {
+          if (paid) credits.Refund(peer, paid_epoch, charge);
+          paid = false;
+          go = credits.TryTake(peer, epoch, charge);
+          wait = Wait::kCredit;
+        }
+        if (go) {
+          ReceiveMatcher& matcher = receiver.matcher();
+          matcher.PeerConnected(sender_address);
+          ReceiveMatcher::Delivery delivery =
+              matcher.BeginDelivery(sender_address, tag, data.size());
+          delivery.Write(data);
+          matcher.FinishDelivery(std::move(delivery), absl::OkStatus());
+          delivered_to = &receiver;
+        }
+      } else if (!error.ok()) {
+        return error;
       }
-      if (!error.ok()) return error;
+    }
+    // Endpoints are unregistered only when destroyed, and a sender's peer may not be destroyed
+    // while it sends to it.
+    if (linked != nullptr && linked != delivered_to) linked->FlushCredits();
+    if (delivered_to != nullptr) {
+      delivered_to->FlushCredits();
+      return absl::OkStatus();
+    }
+    bool retry = false;
+    if (wait == Wait::kCredit) {
+      BATON_RETURN_IF_ERROR(credits.Take(peer, epoch, tag, charge, deadline, &retry));
+      paid = !retry;
+      paid_epoch = epoch;
+      continue;
+    }
+    if (wait == Wait::kClearToSend) {
+      BATON_RETURN_IF_ERROR(credits.AwaitClearToSend(peer, tag, deadline, &retry));
+      cleared = !retry;
+      continue;
     }
     if (absl::Status found = AwaitPeer(peer, TagToString(tag), deadline); !found.ok()) {
       return found;
     }
+  }
+}
+
+void InMemoryEndpoint::FlushCredits() {
+  ReceiveCredits::Outgoing outgoing = receive_credits_.TakeOutgoing(absl::InfinitePast());
+  for (const std::string& peer : outgoing.grants) {
+    const std::optional<CreditGrant> grant = receive_credits_.Current(peer);
+    if (!grant.has_value()) continue;
+    fabric_->WithEndpoint(
+        peer, [&](InMemoryEndpoint& sender) { sender.send_credits().Grant(address_, *grant); });
+  }
+  for (const auto& entry : outgoing.clear_to_send) {
+    fabric_->WithEndpoint(entry.first, [&](InMemoryEndpoint& sender) {
+      sender.send_credits().ClearToSend(address_, entry.second);
+    });
   }
 }
 
@@ -284,6 +389,7 @@ absl::StatusOr<std::string> InMemoryFabricImpl::TokenOf(const std::string& peer,
 }
 
 InMemoryEndpoint::~InMemoryEndpoint() {
+  send_credits_.Shutdown(absl::UnavailableError("endpoint shut down"));
   fabric_->Unregister(address_);
   matcher_.Shutdown(absl::UnavailableError("endpoint shut down"));
   exposures_.Shutdown(absl::UnavailableError("endpoint shut down"));
@@ -431,7 +537,7 @@ std::unique_ptr<Transport> InMemoryFabricImpl::NewTransport(const std::string& a
 
 }  // namespace
 
-std::unique_ptr<InMemoryFabric> NewInMemoryFabric(InMemoryFabricOptions options) {
+std::unique_ptr<InMemoryFabric> NewInMemoryFabric(const InMemoryFabricOptions& options) {
   return std::make_unique<InMemoryFabricImpl>(options);
 }
 

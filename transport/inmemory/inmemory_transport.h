@@ -3,9 +3,15 @@
 // An in-process transport for tests: endpoints created on one Fabric exchange messages through
 // memory, and write one-sided into the regions their peers expose (a copy under the fabric's
 // lock). A fabric can also take an endpoint down to simulate a lost peer, and ask for connection
-// data to be exchanged per pair (InMemoryFabricOptions). Messages cost no bytes beyond their
-// payload: LinkStats count payload bytes only.
+// data to be exchanged per pair and for flow control (InMemoryFabricOptions). Messages cost no
+// bytes beyond their payload: LinkStats count payload bytes only.
+//
+// With a window (InMemoryFabricOptions), its endpoints use flow control as TCP's do
+// (transport/flow_control.h): each grants each peer that window, a send waits for credit or a
+// clear-to-send, and the links report kCreditViolationsCounter. Without (the default), a send
+// never waits and nothing bounds what a receiver keeps unexpected.
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -44,8 +50,12 @@ struct InMemoryFabricOptions {
   // connected both ways fails with FailedPrecondition naming the peer. Off: there is no
   // connection data (Endpoint's defaults).
   bool require_connection_data = false;
+  // As TcpOptions' fields of the same names: the credit each endpoint grants each peer (0: no
+  // flow control), and what those windows may add up to per endpoint (0: no bound).
+  uint64_t max_unexpected_bytes_per_peer = 0;
+  uint64_t max_unexpected_bytes_total = 0;
 };
 
-std::unique_ptr<InMemoryFabric> NewInMemoryFabric(InMemoryFabricOptions options = {});
+std::unique_ptr<InMemoryFabric> NewInMemoryFabric(const InMemoryFabricOptions& options = {});
 
 }  // namespace baton::transport

@@ -146,6 +146,8 @@ void TcpEndpoint::ReapFinishedReaders() {
 void TcpEndpoint::StartReaderLocked(const std::shared_ptr<Conn>& conn) {
   ++connections_[conn->peer];
   matcher_.PeerConnected(conn->peer);
+  // Sent first by the Send that opened the connection (see ReadLoop for an accepted one).
+  conn->first_grant = receive_credits_.Attach(conn->peer);
   conn->reader = std::thread([this, conn] {
     SetThreadName("baton-tcp-read");
     ReadLoop(conn, /*accepted=*/false);

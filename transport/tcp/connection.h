@@ -12,17 +12,20 @@ inline absl::Status ShutDownError() { return absl::UnavailableError("endpoint sh
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/spin.h"
 #include "transport/auth/record_cipher.h"
+#include "transport/flow_control.h"
 #include "transport/tcp/frame.h"
 #include "transport/tcp/socket.h"
 #include "transport/transport.h"
@@ -93,6 +96,10 @@ struct Connection {
   // Send that finds the connection dead connects afresh unless it belongs to that operation,
   // whose earlier frames may then have been lost with the connection.
   std::optional<OperationId> last_operation;
+  // Flow control (transport/flow_control.h): the grant this endpoint sends first on a connection
+  // it opened, set before the connection is shared and sent by the Send that holds `busy` before
+  // anything else.
+  std::optional<CreditGrant> first_grant;
 
   // The read side. Frames are read by one thread at a time, the one that holds `reading`: the
   // reader thread, or a thread waiting for a small receive from the peer, which reads for
@@ -106,6 +113,9 @@ struct Connection {
   bool wanted ABSL_GUARDED_BY(read_mu) = false;
   bool reader_polling ABSL_GUARDED_BY(read_mu) = false;  // the reader thread waits in poll()
   absl::Status ended ABSL_GUARDED_BY(read_mu);           // why the connection ended, once it has
+  // The epoch of the peer's credit on this connection: 0 until its first credit frame arrives.
+  // Data goes out on the connection only against credit of that epoch.
+  uint64_t credit_epoch ABSL_GUARDED_BY(read_mu) = 0;
   FileDescriptor kick;  // eventfd that takes the reader out of poll()
   // Only the thread that holds `reading` touches these.
   std::optional<BufferedReader> in;    // set with fd
@@ -113,5 +123,13 @@ struct Connection {
   std::vector<std::byte> scratch;
   AdaptiveSpin read_spin{absl::ZeroDuration()};  // how long a waiting thread spins (AwaitFrame)
 };
+
+// Writes `messages` as frames of `type` on `stream`, which the caller holds (`busy`), in the
+// connection's protection: sealed or authenticated records, or plain frames (with a checksum if
+// `checksum`). Defined in stream_pool.cc. A sealed or authenticated connection must be dropped
+// unless this succeeds (the record numbers would be out of step).
+absl::Status WriteFramesOn(Connection& stream, FrameType type, std::span<const OutMessage> messages,
+                           bool checksum, absl::Time deadline, absl::FunctionRef<bool()> cancelled,
+                           absl::FunctionRef<void()> on_full, size_t* written);
 
 }  // namespace baton::transport::tcp

@@ -46,10 +46,18 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
     PrepareReadSide(*conn);
     ++connections_[conn->peer];
     matcher_.PeerConnected(conn->peer);
-    // Sends to the peer may use it from now on.
-    out_[conn->peer].push_back(conn);
+    conn->first_grant = receive_credits_.Attach(conn->peer);
   }
   const std::string& peer = conn->peer;  // immutable from here on
+  if (accepted) {
+    // The first frame on the connection from this end, before any Send may use it: the epoch
+    // of the credit it carries tells the peer which credit its data on it is charged to. A write
+    // that fails shows in the read below.
+    (void)WriteFirstGrant(*conn, absl::Now() + handshake_timeout_);
+    absl::MutexLock lock(&mu_);
+    // Sends to the peer may use it from now on.
+    out_[peer].push_back(conn);
+  }
   while (TakeReaderTurn(*conn)) {
     bool kicked = false;
     if (!conn->pending.has_value() && !conn->in->buffered()) {
@@ -86,11 +94,13 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
     ended = conn->ended;
   }
   absl::MutexLock lock(&mu_);
+  receive_credits_.Detach(peer);
   // Under mu_, so that a reconnection's PeerConnected cannot be overtaken by this PeerLost.
   if (--connections_[peer] == 0) {
     connections_.erase(peer);
     const absl::Status lost = absl::UnavailableError(
         absl::StrCat("lost connection from peer ", peer, ": ", ended.message()));
+    send_credits_.Retire(peer);
     matcher_.PeerLost(peer, lost);
     WritesLost(peer, lost);
   }
@@ -109,7 +119,10 @@ bool TcpEndpoint::TakeReaderTurn(Conn& conn) {
     conn.read_mu.Await(absl::Condition(&free));
     if (!conn.ended.ok()) return false;
     const absl::Duration idle = absl::Now() - conn.last_read_for_receive;
-    if (idle >= reader_linger_ || conn.wanted) break;
+    if (idle >= reader_linger_ || conn.wanted ||
+        credit_waiters_.load(std::memory_order_acquire) > 0) {
+      break;
+    }
     conn.read_mu.AwaitWithTimeout(absl::Condition(&stop_lingering), reader_linger_ - idle);
   }
   conn.wanted = false;
@@ -172,24 +185,21 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
     BATON_RETURN_IF_ERROR(ReadWrite(conn, header, limit));
     return FrameRead::kDone;
   }
+  if (header.type == FrameType::kCredit || header.type == FrameType::kClearToSend) {
+    BATON_RETURN_IF_ERROR(ReadCreditFrame(conn, header, limit));
+    return FrameRead::kDone;
+  }
   if (header.type != FrameType::kData) {
     BATON_RETURN_IF_ERROR(ReadPingOrPong(conn, header, limit));
     return FrameRead::kDone;
   }
-  if (!for_receive) {
-    BATON_RETURN_IF_ERROR(ReadPayload(
-        conn, header, matcher_.BeginDelivery(peer, header.tag, header.payload_bytes), limit));
-    return FrameRead::kDone;
-  }
-  std::optional<ReceiveMatcher::Delivery> delivery;
-  if (header.payload_bytes <= kReadForReceiveMaxBytes) {
-    delivery = matcher_.TryBeginDelivery(peer, header.tag, header.payload_bytes);
-  }
-  if (!delivery.has_value()) {
+  if (for_receive && header.payload_bytes > kReadForReceiveMaxBytes) {
     conn.pending = header;
     return FrameRead::kLeftToReader;
   }
-  BATON_RETURN_IF_ERROR(ReadPayload(conn, header, *std::move(delivery), limit));
+  // Never waits: the sender's credit bounds what may be kept unexpected (flow_control.h).
+  BATON_RETURN_IF_ERROR(ReadPayload(
+      conn, header, matcher_.BeginDelivery(peer, header.tag, header.payload_bytes), limit));
   return FrameRead::kDone;
 }
 
@@ -216,6 +226,18 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
     return body.Finish(limit, nullptr);
   };
 
+  if (delivery.violation()) {
+    // The peer sent more than its credit: it does not follow the protocol, and what it sends
+    // next may be dropped too, so its receives fail now rather than wait for it, and its
+    // connections close (an honest peer never gets here).
+    matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
+    CountError(peer);
+    absl::Status error = absl::DataLossError(
+        absl::StrCat("peer ", peer, " sent a message (", TagToString(header.tag), ") of ",
+                     header.payload_bytes, " bytes beyond the credit it was granted; dropped it"));
+    DataLostFrom(peer, error);
+    return error;
+  }
   if (delivery.discard()) {
     // Nobody wanted it, but a link that corrupts data (or someone who alters it) is an error all
     // the same.

@@ -117,6 +117,12 @@ absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in) {
     case static_cast<uint8_t>(FrameType::kProof):
       exactly(kHandshakeProofBytes);
       break;
+    case static_cast<uint8_t>(FrameType::kCredit):
+      exactly(kCreditPayloadBytes);
+      break;
+    case static_cast<uint8_t>(FrameType::kClearToSend):
+      exactly(kClearToSendPayloadBytes);
+      break;
     default:
       return absl::DataLossError(absl::StrCat("unknown frame type ", type));
   }
@@ -144,6 +150,30 @@ void EncodeFrameChecksum(uint32_t crc, FrameChecksumBytes out) {
 
 uint32_t DecodeFrameChecksum(ConstFrameChecksumBytes in) {
   return GetLittleEndian<uint32_t>(in.data());
+}
+
+CreditPayload EncodeCredit(const CreditGrant& grant) {
+  CreditPayload payload;
+  PutLittleEndian<uint64_t>(grant.epoch, payload.data());
+  PutLittleEndian<uint64_t>(grant.limit, payload.data() + 8);
+  PutLittleEndian<uint64_t>(grant.eager_max, payload.data() + 16);
+  return payload;
+}
+
+CreditGrant DecodeCredit(const CreditPayload& payload) {
+  return CreditGrant{GetLittleEndian<uint64_t>(payload.data()),
+                     GetLittleEndian<uint64_t>(payload.data() + 8),
+                     GetLittleEndian<uint64_t>(payload.data() + 16)};
+}
+
+ClearToSendPayload EncodeClearToSend(uint64_t length) {
+  ClearToSendPayload payload;
+  PutLittleEndian<uint64_t>(length, payload.data());
+  return payload;
+}
+
+uint64_t DecodeClearToSend(const ClearToSendPayload& payload) {
+  return GetLittleEndian<uint64_t>(payload.data());
 }
 
 }  // namespace baton::transport

@@ -8,7 +8,8 @@
 //        0    4 magic          kFrameMagic: the bytes "BTNF"
 //        4    1 version        kFrameVersion
 //        5    1 type           FrameType: 1 = data, 2 = hello, 3 = ping, 4 = pong,
-//                              5 = challenge, 6 = proof, 7 = write, 8 = write ack
+//                              5 = challenge, 6 = proof, 7 = write, 8 = write ack,
+//                              9 = credit, 10 = clear-to-send
 //        6    2 flags          bit 0: kFrameFlagChecksum (data and write frames only);
 //                              bit 1: kFrameFlagSealed, bit 2: kFrameFlagAuthenticated
 //                              (below); the others are 0
@@ -81,13 +82,26 @@
 // the receiving endpoint to answer with a pong frame carrying the same payload, over any
 // connection with the sender; Endpoint::RoundTrip times it. Pings and pongs are not counted in
 // LinkStats either.
+//
+// Credit and clear-to-send frames carry flow control (transport/flow_control.h), and are not
+// counted in LinkStats either. A credit frame (tag all zero, kCreditPayloadBytes of payload:
+// epoch, limit and eager_max, each a little-endian uint64) is the receiver's CreditGrant to the
+// sender of data on the connection; every endpoint sends one as its first frame on every
+// connection once the handshake is done, which tells the other end the epoch of the link that
+// connection belongs to, and more on any connection of that epoch as it returns credit. A
+// clear-to-send frame (the tag of the message asked for, kClearToSendPayloadBytes of payload: the
+// length of the receive, little-endian) tells the sender that a receive of rendezvous size is
+// posted for that message.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "transport/auth/handshake.h"
+#include "transport/flow_control.h"
 #include "transport/transport.h"
 
 namespace baton::transport {
@@ -95,7 +109,9 @@ namespace baton::transport {
 inline constexpr size_t kFrameHeaderBytes = 40;
 inline constexpr uint32_t kFrameMagic = 0x464E5442;  // "BTNF" read as a little-endian uint32
 // 2: the keyed handshake (version 1 had a hello without a nonce, and no challenge or proof).
-inline constexpr uint8_t kFrameVersion = 2;
+// 3: one-sided writes (write and write ack frames) and flow control (credit and clear-to-send
+// frames), without which an endpoint of version 3 would wait for credit from its peer forever.
+inline constexpr uint8_t kFrameVersion = 3;
 // Largest payload a single frame may carry; a header announcing more is treated as corrupt.
 inline constexpr uint64_t kMaxFramePayloadBytes = uint64_t{1} << 30;
 // The handshake frames' payloads are auth/handshake.h's: kMaxHelloAddressBytes,
@@ -106,6 +122,8 @@ inline constexpr uint64_t kWriteAckPayloadBytes = 16;
 // What a one-sided write costs on the wire besides its bytes: two frame headers and the
 // descriptor.
 inline constexpr uint64_t kWriteOverheadBytes = 2 * kFrameHeaderBytes + kWriteDescriptorBytes;
+inline constexpr uint64_t kCreditPayloadBytes = 24;
+inline constexpr uint64_t kClearToSendPayloadBytes = 8;
 // Flags of FrameHeader's flags field.
 inline constexpr uint16_t kFrameFlagChecksum = 0x0001;
 inline constexpr size_t kFrameChecksumBytes = 4;
@@ -133,6 +151,8 @@ enum class FrameType : uint8_t {
   kProof = 6,
   kWrite = 7,
   kWriteAck = 8,
+  kCredit = 9,
+  kClearToSend = 10,
 };
 
 struct FrameHeader {
@@ -178,12 +198,21 @@ void EncodeFrameHeader(const FrameHeader& header, FrameHeaderBytes out);
 // the payload length is not
 // what the frame type allows: at most kMaxFramePayloadBytes for data and write; a nonce and 1 to
 // kMaxHelloAddressBytes of address for hello; exactly kPingPayloadBytes for ping and pong,
-// kChallengePayloadBytes for challenge, kHandshakeProofBytes for proof and
-// kWriteAckPayloadBytes for write ack.
+// kChallengePayloadBytes for challenge, kHandshakeProofBytes for proof, kWriteAckPayloadBytes
+// for write ack, kCreditPayloadBytes for credit and kClearToSendPayloadBytes for clear-to-send.
 absl::StatusOr<FrameHeader> DecodeFrameHeader(ConstFrameHeaderBytes in);
 
 // The checksum trailer of a frame with kFrameFlagChecksum, in wire format and back.
 void EncodeFrameChecksum(uint32_t crc, FrameChecksumBytes out);
 uint32_t DecodeFrameChecksum(ConstFrameChecksumBytes in);
+
+// The payload of a credit frame, and of a clear-to-send frame (the length), in wire format and
+// back.
+using CreditPayload = std::array<std::byte, kCreditPayloadBytes>;
+using ClearToSendPayload = std::array<std::byte, kClearToSendPayloadBytes>;
+CreditPayload EncodeCredit(const CreditGrant& grant);
+CreditGrant DecodeCredit(const CreditPayload& payload);
+ClearToSendPayload EncodeClearToSend(uint64_t length);
+uint64_t DecodeClearToSend(const ClearToSendPayload& payload);
 
 }  // namespace baton::transport

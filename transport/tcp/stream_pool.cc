@@ -202,6 +202,24 @@ absl::Status WriteAuthenticatedFrames(int fd, FrameType type, std::span<const Ou
 
 }  // namespace
 
+absl::Status WriteFramesOn(Connection& stream, FrameType type, std::span<const OutMessage> messages,
+                           bool checksum, absl::Time deadline, absl::FunctionRef<bool()> cancelled,
+                           absl::FunctionRef<void()> on_full, size_t* written) {
+  const int fd = stream.fd.get();
+  if (stream.seal.has_value() && stream.seal->encrypts()) {
+    return WriteSealedFrames(fd, type, messages, *stream.seal, deadline, cancelled, on_full,
+                             written);
+  }
+  if (stream.seal.has_value()) {
+    return WriteAuthenticatedFrames(fd, type, messages, *stream.seal, deadline, cancelled, on_full,
+                                    written);
+  }
+  if (checksum) {
+    return WriteChecksummedFrames(fd, type, messages, deadline, cancelled, on_full, written);
+  }
+  return WriteFrames(fd, type, messages, deadline, cancelled, on_full, written);
+}
+
 std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::PreferredLocked(
     const std::string& peer, const std::vector<std::shared_ptr<Conn>>& conns,
     absl::FunctionRef<bool(const Conn&)> usable) const {
@@ -252,9 +270,17 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
   size_t written = 0;
   absl::Status status;
   bool sealed = false;  // the connection's frames are records: sealed or authenticated
-  for (int attempt = 0;; ++attempt) {
-    BATON_ASSIGN_OR_RETURN(stream, AcquireStream(peer, tag, operation, total, deadline));
-    const int fd = stream->fd.get();
+  SendCredit credit;
+  for (int fresh = 0;;) {
+    absl::StatusOr<std::shared_ptr<Conn>> acquired =
+        AcquireStream(peer, tag, operation, total, deadline);
+    if (!acquired.ok()) {
+      if (credit.paid_epoch.has_value()) {
+        send_credits_.Refund(peer, *credit.paid_epoch, credit.charge);
+      }
+      return acquired.status();
+    }
+    stream = *std::move(acquired);
     sealed = stream->seal.has_value();
     // Only data and write frames carry a checksum, and never sealed or authenticated ones
     // (frame.h).
@@ -267,19 +293,41 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
       dead = stream->finished;
       same_operation = operation.has_value() && stream->last_operation == operation;
     }
-    if (dead && (same_operation || attempt == kMaxFreshConnections)) {
+    if (dead && (same_operation || fresh == kMaxFreshConnections)) {
       // The peer went away since this operation's last send on the connection (its reader saw
       // it go): what the operation sent there may not have arrived, so this is an error rather
       // than a silent reconnect.
       ReleaseStream(peer, stream, /*healthy=*/false);
+      if (credit.paid_epoch.has_value())
+        send_credits_.Refund(peer, *credit.paid_epoch, credit.charge);
       CountError(peer);
       return absl::UnavailableError(absl::StrCat("lost connection to peer ", peer, " (",
                                                  TagToString(tag),
                                                  "): peer closed the connection"));
     }
+    if (!dead && !WriteFirstGrant(*stream, deadline).ok()) dead = true;
     if (dead) {
       ReleaseStream(peer, stream, /*healthy=*/false);
+      ++fresh;
       continue;
+    }
+    if (type == FrameType::kData) {
+      absl::StatusOr<CreditAction> action = TakeCredit(peer, stream, messages, deadline, credit);
+      if (!action.ok()) {
+        CountError(peer);
+        return action.status();
+      }
+      if (*action == CreditAction::kRetry) continue;
+      if (*action == CreditAction::kDead) {
+        ++fresh;
+        continue;
+      }
+      if (*action == CreditAction::kOneByOne) {
+        for (const OutMessage& message : messages) {
+          BATON_RETURN_IF_ERROR(SendFrames(peer, type, std::span(&message, 1), deadline));
+        }
+        return absl::OkStatus();
+      }
     }
     size_t frame_bytes = total;
     for (const OutMessage& message : messages) {
@@ -288,21 +336,28 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
     }
     auto cancelled = [this, &tag] { return SendCancelled(tag.comm); };
     auto on_full = [this] { StopLingering(); };
-    if (sealed && stream->seal->encrypts()) {
-      status = WriteSealedFrames(fd, type, messages, *stream->seal, deadline, cancelled, on_full,
-                                 &written);
-    } else if (sealed) {
-      status = WriteAuthenticatedFrames(fd, type, messages, *stream->seal, deadline, cancelled,
-                                        on_full, &written);
-    } else if (checksum) {
-      status = WriteChecksummedFrames(fd, type, messages, deadline, cancelled, on_full, &written);
-    } else {
-      status = WriteFrames(fd, type, messages, deadline, cancelled, on_full, &written);
+    status =
+        WriteFramesOn(*stream, type, messages, checksum, deadline, cancelled, on_full, &written);
+    if (!status.ok() && credit.write_epoch.has_value()) {
+      // Credit back for the frames whose header did not go out whole: the receiver never charged
+      // them. (One whose header went out is charged there, and its charge comes back with a grant
+      // once the receiver drops what it read of it.)
+      uint64_t unsent = 0;
+      size_t start = 0;
+      for (const OutMessage& message : messages) {
+        if (written < start + kFrameHeaderBytes) unsent += CreditCharge(message.data.size());
+        start += kFrameHeaderBytes + message.data.size() +
+                 (sealed ? kSealTagBytes * SealedRecords(message.data.size()) : 0) +
+                 (checksum ? kFrameChecksumBytes : 0);
+      }
+      send_credits_.Refund(peer, *credit.write_epoch, unsent);
+      credit.write_epoch.reset();
     }
     if (absl::IsUnavailable(status) && written == 0 && !same_operation &&
-        attempt < kMaxFreshConnections) {
+        fresh < kMaxFreshConnections) {
       // The connection had failed (reset by the peer) before a byte of this send went out.
       ReleaseStream(peer, stream, /*healthy=*/false);
+      ++fresh;
       continue;
     }
     total = frame_bytes;

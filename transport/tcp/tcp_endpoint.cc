@@ -31,6 +31,9 @@ TcpEndpoint::~TcpEndpoint() {
   }
   if (pong_thread_.joinable()) pong_thread_.join();
   StopWrites();
+  send_credits_.Shutdown(ShutDownError());
+  receive_credits_.Stop();
+  if (credit_thread_.joinable()) credit_thread_.join();
   matcher_.Shutdown(ShutDownError());
   const uint64_t one = 1;
   if (write(wake_.get(), &one, sizeof(one)) != sizeof(one)) {
@@ -59,6 +62,7 @@ void TcpEndpoint::Abort(uint64_t comm, const absl::Status& reason) {
     absl::MutexLock lock(&mu_);
     aborted_[comm] = reason.ok() ? absl::CancelledError("communicator aborted") : reason;
   }
+  send_credits_.Abort(comm, reason);
   matcher_.Abort(comm, reason);
   AbortWrites(comm, reason.ok() ? absl::CancelledError("communicator aborted") : reason);
 }
@@ -68,6 +72,7 @@ void TcpEndpoint::Forget(uint64_t comm) {
     absl::MutexLock lock(&mu_);
     aborted_.erase(comm);
   }
+  send_credits_.Forget(comm);
   matcher_.Forget(comm);
   ForgetWrites(comm);
 }
@@ -124,9 +129,11 @@ std::vector<LinkStats> TcpEndpoint::Stats() const {
     auto it = retransmits.find(peer);
     link.counters.push_back(
         LinkCounter{std::string(kRetransmitsCounter), it == retransmits.end() ? 0 : it->second});
-    if (std::none_of(link.counters.begin(), link.counters.end(),
-                     [](const LinkCounter& c) { return c.name == kRefusedMessagesCounter; })) {
-      link.counters.push_back(LinkCounter{std::string(kRefusedMessagesCounter), 0});
+    for (const std::string_view shared : {kRefusedMessagesCounter, kCreditViolationsCounter}) {
+      if (std::none_of(link.counters.begin(), link.counters.end(),
+                       [shared](const LinkCounter& c) { return c.name == shared; })) {
+        link.counters.push_back(LinkCounter{std::string(shared), 0});
+      }
     }
     std::sort(link.counters.begin(), link.counters.end(),
               [](const LinkCounter& a, const LinkCounter& b) { return a.name < b.name; });

@@ -10,6 +10,7 @@
 //   stream_pool.cc        sending: framing, the connections per peer, connecting
 //   round_trip.cc         ping/pong (RoundTrip) and the pong thread
 //   remote_write.cc       one-sided writes (ExposeRegion, PostWrite) and the write-ack thread
+//   credit_flow.cc        flow control: credit and clear-to-send frames, and the credit thread
 
 #include <algorithm>
 #include <array>
@@ -66,8 +67,8 @@ class TcpEndpoint final : public Endpoint {
                                   options.spare_connections_per_peer),
         checksum_(options.checksum),
         protection_(AskedProtection(options)),
-        matcher_(options.max_unexpected_bytes_per_peer, kFrameHeaderBytes,
-                 options.max_unexpected_bytes_total) {}
+        receive_credits_(options.max_unexpected_bytes_per_peer, options.max_unexpected_bytes_total),
+        matcher_(kFrameHeaderBytes, &receive_credits_) {}
   ~TcpEndpoint() override;
 
   // Starts accepting connections; called once, right after construction.
@@ -81,6 +82,10 @@ class TcpEndpoint final : public Endpoint {
       PongLoop();
     });
     StartWrites();
+    credit_thread_ = std::thread([this] {
+      SetThreadName("baton-credit");
+      CreditLoop();
+    });
   }
 
   std::string address() const override { return address_; }
@@ -147,9 +152,10 @@ class TcpEndpoint final : public Endpoint {
   // The reader thread's turn to read: waits while threads read for their receives (and
   // reader_linger_ after), then takes `reading`. False once the connection has ended.
   bool TakeReaderTurn(Conn& conn);
-  // Reads one frame (or what `pending` left of one) and delivers it. With `for_receive` (a
-  // thread reading for its own receive) it does not wait on room for unexpected messages, nor
-  // read a payload over kReadForReceiveMaxBytes: such a frame is left to the reader thread. Only
+  // Reads one frame (or what `pending` left of one) and delivers it, never waiting for room
+  // (flow control bounds what a peer may send ahead). With `for_receive` (a thread reading for
+  // its own receive) it does not read a payload over kReadForReceiveMaxBytes: such a frame is
+  // left to the reader thread. Only
   // the delivery into a posted receive may wait past `limit` (until that receive's deadline); a
   // frame that stays half-sent past both ends the connection as broken, since the stream can no
   // longer be kept in step. An error ends the connection.
@@ -222,6 +228,32 @@ class TcpEndpoint final : public Endpoint {
   // which alone are counted in LinkStats).
   absl::Status SendFrames(const std::string& peer, FrameType type,
                           std::span<const OutMessage> messages, absl::Time deadline);
+  // Flow control (credit_flow.cc). What SendFrames does about credit for data frames once it
+  // holds `stream`: write them (the credit is taken, or the clear-to-send), try again (the
+  // stream is released: credit was waited for, or the connection ended before the peer's first
+  // credit frame came), or send the messages one at a time (the stream is released).
+  enum class CreditAction { kWrite, kRetry, kDead, kOneByOne };
+  struct SendCredit {
+    std::optional<uint64_t> paid_epoch;   // credit waited for and taken in this epoch
+    std::optional<uint64_t> write_epoch;  // the credit of the write about to happen
+    uint64_t charge = 0;
+    bool cleared = false;  // the clear-to-send of a rendezvous message is taken
+  };
+  absl::StatusOr<CreditAction> TakeCredit(const std::string& peer,
+                                          const std::shared_ptr<Conn>& stream,
+                                          std::span<const OutMessage> messages, absl::Time deadline,
+                                          SendCredit& credit);
+  // The epoch of the peer's credit on `conn` (its first credit frame): Unavailable if the
+  // connection ends first, DeadlineExceeded (naming the peer and `tag`) or the abort reason.
+  absl::StatusOr<uint64_t> AwaitCreditEpoch(Conn& conn, const Tag& tag, absl::Time deadline);
+  // Writes `conn.first_grant`, if it is still to be sent, on `conn`, which the caller holds.
+  absl::Status WriteFirstGrant(Conn& conn, absl::Time deadline);
+  // A credit or clear-to-send frame's payload, read after its header, handed to send_credits_.
+  absl::Status ReadCreditFrame(Conn& conn, const FrameHeader& header, absl::Time limit);
+  // Sends what receive_credits_ has to send (grants and clear-to-sends), until shutdown. Its own
+  // thread, for the reason PongLoop has one.
+  void CreditLoop();
+
   // A ping or pong frame's payload, read after its header; a ping is queued for PongLoop, a pong
   // completes its RoundTrip.
   absl::Status ReadPingOrPong(Conn& conn, const FrameHeader& header, absl::Time limit);
@@ -258,6 +290,14 @@ class TcpEndpoint final : public Endpoint {
   LogLimiter refused_log_{5, absl::Minutes(1)};
   LogLimiter accept_error_log_{5, absl::Minutes(1)};
   LogLimiter peer_error_log_{20, absl::Minutes(1)};
+  // Flow control: what this endpoint grants its peers (charged by matcher_, so declared first),
+  // and what they grant it.
+  ReceiveCredits receive_credits_;
+  SendCredits send_credits_;
+  std::thread credit_thread_;
+  // Sends waiting for credit or a clear-to-send: while there are any, no reader lingers (the
+  // frames they wait for come on any connection with the peer).
+  std::atomic<int> credit_waiters_{0};
   ReceiveMatcher matcher_;
   std::thread listener_thread_;
 

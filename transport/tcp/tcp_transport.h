@@ -22,13 +22,17 @@ struct TcpOptions {
   std::string listen_address = "127.0.0.1:0";
   // Host that peers should use to reach this endpoint; empty means the listen host.
   std::string advertise_host;
-  // Payload kept per peer for receives not posted yet (but always room for 16 messages of the
-  // arriving message's size); beyond it the endpoint stops reading that peer's connection until
-  // the receiver catches up, so TCP holds the sender back (ReceiveMatcher). 0: no bound.
+  // Flow control (transport/flow_control.h): the credit this endpoint grants each peer, which
+  // bounds what the peer may have sent that no receive has taken yet. Messages of up to a quarter
+  // of it (less 64 bytes) are sent eagerly against that credit; larger ones wait until their
+  // receive is posted (rendezvous). The endpoint reads every frame as it comes and never stops
+  // reading a connection to hold a sender back; a peer that sends beyond its credit has the
+  // message dropped, its receives failed with DataLoss and its connections closed. 0: no flow
+  // control (every message eager, nothing bounded).
   uint64_t max_unexpected_bytes_per_peer = uint64_t{64} << 20;
-  // The same over all peers together (the per-peer room for 16 messages still applies): frames
-  // for communicators that have not formed here, from however many peers, hold at most about
-  // this much. 0: no bound.
+  // What the credit of all the peers linked at once may add up to: a peer that links while the
+  // others hold this much is granted less, down to half of max_unexpected_bytes_per_peer (never
+  // less, so that its eager messages always fit). 0: no bound.
   uint64_t max_unexpected_bytes_total = uint64_t{256} << 20;
   // How long a thread waiting for a small message (at most 64 KiB) spins on its connection before
   // it sleeps in poll(): busy at first, then yielding its core (SpinUntil). It spins only while
@@ -100,10 +104,11 @@ inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 
 // Starts listening and returns the endpoint. Its address() is "<advertise host>:<bound port>".
 // Its LinkStats count each message's 40-byte frame header (frame.h) in the bytes (not a checksum
-// trailer or seal tags), and carry three counters: kChecksumFailuresCounter, the messages from
-// the peer whose checksum did not match, kSealFailuresCounter, those with a sealed or
-// authenticated record that did not open, and kRetransmitsCounter, the segments the kernel
-// retransmitted on the link's connections.
+// trailer or seal tags, nor credit and clear-to-send frames), and carry these counters:
+// kChecksumFailuresCounter, the messages from the peer whose checksum did not match,
+// kSealFailuresCounter, those with a sealed or authenticated record that did not open,
+// kRetransmitsCounter, the segments the kernel retransmitted on the link's connections, and
+// kCreditViolationsCounter, the messages the peer sent beyond its credit.
 //
 // A send that finds its connection closed or reset by the peer (a peer that restarted at its
 // address, say) before it wrote a byte on it connects afresh, with the handshake, within its
