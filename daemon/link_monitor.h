@@ -58,6 +58,7 @@ struct LinkTraffic {
   uint64_t seal_failures = 0;      // LinkStats counter "seal_failures"
   bool up = false;
   uint64_t credit_violations = 0;  // LinkStats counter "credit_violations"
+  uint64_t refused_writes = 0;     // LinkStats counter "refused_writes"
 
   static LinkTraffic From(const transport::LinkStats& stats) {
     return LinkTraffic{stats.peer,
@@ -71,7 +72,8 @@ struct LinkTraffic {
                        stats.Counter("checksum_failures"),
                        stats.Counter("seal_failures"),
                        stats.up,
-                       stats.Counter("credit_violations")};
+                       stats.Counter("credit_violations"),
+                       stats.Counter("refused_writes")};
   }
 };
 

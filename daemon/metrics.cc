@@ -202,6 +202,11 @@ class PrometheusMetrics final : public Metrics {
                "Messages from a peer dropped because it sent them beyond the credit it was "
                "granted (flow control); its receives failed and its connections were closed.",
                MetricType::Counter);
+    auto refused_writes =
+        Family("baton_link_refused_writes_total",
+               "One-sided writes from a peer refused: under a key that is unknown, revoked or "
+               "exposed to another peer or communicator, or outside the exposed region.",
+               MetricType::Counter);
     auto up = Family("baton_link_up", "1 while a connection with the peer is established.",
                      MetricType::Gauge);
     auto rtt = Family("baton_link_rtt_seconds",
@@ -235,6 +240,7 @@ class PrometheusMetrics final : public Metrics {
       AddSample(checksum_failures, labels, static_cast<double>(traffic.checksum_failures));
       AddSample(seal_failures, labels, static_cast<double>(traffic.seal_failures));
       AddSample(credit_violations, labels, static_cast<double>(traffic.credit_violations));
+      AddSample(refused_writes, labels, static_cast<double>(traffic.refused_writes));
       AddSample(up, labels, traffic.up ? 1 : 0);
       if (!link.health) continue;
       const LinkHealth& health = *link.health;
@@ -320,13 +326,13 @@ class PrometheusMetrics final : public Metrics {
     auto sessions =
         Family("baton_client_sessions", "Client sessions open on this daemon.", MetricType::Gauge);
     AddSample(sessions, {Label("local_node", local)}, node.sessions().Count());
-    for (auto* family : {&tx_bytes,      &rx_bytes,          &tx_messages, &rx_messages,
-                         &errors,        &retransmits,       &refused,     &checksum_failures,
-                         &seal_failures, &credit_violations, &up,          &rtt,
-                         &data_rtt,      &bandwidth,         &probes,      &flagged,
-                         &peer_up,       &communicators,     &ranks,       &channels,
-                         &completed,     &arena_ops,         &arena_bytes, &arena_time,
-                         &arena_phases,  &refused_total,     &sessions}) {
+    for (auto* family : {&tx_bytes,      &rx_bytes,          &tx_messages,    &rx_messages,
+                         &errors,        &retransmits,       &refused,        &checksum_failures,
+                         &seal_failures, &credit_violations, &refused_writes, &up,
+                         &rtt,           &data_rtt,          &bandwidth,      &probes,
+                         &flagged,       &peer_up,           &communicators,  &ranks,
+                         &channels,      &completed,         &arena_ops,      &arena_bytes,
+                         &arena_time,    &arena_phases,      &refused_total,  &sessions}) {
       families.push_back(std::move(*family));
     }
   }

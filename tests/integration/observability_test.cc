@@ -137,6 +137,11 @@ TEST(ObservabilityTest, ProbesTimeSplitStatusAndDepartedPeers) {
     EXPECT_TRUE(samples.contains("baton_link_retransmits_total" + labels));
     ASSERT_TRUE(samples.contains("baton_link_checksum_failures_total" + labels));
     EXPECT_EQ(samples["baton_link_checksum_failures_total" + labels], 0);
+    // Protocol refusals, none between honest daemons.
+    ASSERT_TRUE(samples.contains("baton_link_credit_violations_total" + labels));
+    EXPECT_EQ(samples["baton_link_credit_violations_total" + labels], 0);
+    ASSERT_TRUE(samples.contains("baton_link_refused_writes_total" + labels));
+    EXPECT_EQ(samples["baton_link_refused_writes_total" + labels], 0);
     const std::string with = labels.substr(0, labels.size() - 1);
     EXPECT_GE(samples[absl::StrCat("baton_link_probes_total", with, ",outcome=\"ok\"}")], 1);
     EXPECT_TRUE(
