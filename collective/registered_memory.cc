@@ -170,14 +170,11 @@ std::unique_ptr<ScratchPool::Buffer::Block> ScratchPool::Allocate(size_t bytes) 
 ScratchPool::Buffer ScratchPool::Unpooled(size_t bytes) { return Buffer(nullptr, Allocate(bytes)); }
 
 void ScratchPool::Return(std::unique_ptr<Buffer::Block> block) {
-  std::unique_ptr<Buffer::Block> freed;  // deregistered and freed without the lock
+  std::unique_ptr<Buffer::Block> freed;  // deregistered and freed after the lock is released
   absl::MutexLock lock(&mu_);
   lent_.erase(std::find(lent_.begin(), lent_.end(), block.get()));
   if (idle_bytes_ + block->size > keep_bytes_) {
     freed = std::move(block);
-    mu_.Unlock();
-    freed.reset();
-    mu_.Lock();
     return;
   }
   idle_bytes_ += block->size;

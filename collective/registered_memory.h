@@ -90,6 +90,10 @@ class ScratchPool final : public RegionLookup {
     std::byte* data() const { return data_; }
     size_t size() const { return size_; }
     transport::ByteSpan span() const { return transport::ByteSpan(data_, size_); }
+    // Its registration with the pool's endpoint; null when unpooled or not registered.
+    const transport::MemoryRegion* region() const {
+      return block_ == nullptr ? nullptr : block_->region.get();
+    }
 
    private:
     friend class ScratchPool;

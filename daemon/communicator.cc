@@ -379,13 +379,7 @@ absl::Status Communicator::RunPointToPointStaged(int rank, const OpRequest& requ
   const collective::ScratchPool::Buffer staged = options_.scratch != nullptr
                                                      ? options_.scratch->Take(bytes)
                                                      : collective::ScratchPool::Unpooled(bytes);
-  const transport::MemoryRegion* region = nullptr;
-  if (options_.scratch != nullptr) {
-    if (std::optional<transport::RegionSlice> slice =
-            options_.scratch->Find(staged.data(), bytes)) {
-      region = slice->region;
-    }
-  }
+  const transport::MemoryRegion* region = staged.region();
   if (spec.collective == collective::Collective::kSend) {
     BATON_RETURN_IF_ERROR(request.device->Copy(staged.data(), request.send, bytes));
     staged_bytes += bytes;

@@ -203,6 +203,17 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
   return FrameRead::kDone;
 }
 
+absl::Status TcpEndpoint::ReadControlPayload(Conn& conn, const FrameHeader& header, ByteSpan into,
+                                             absl::Time limit) {
+  PayloadReader body(*conn.in, header, conn.open.has_value() ? &*conn.open : nullptr);
+  size_t read = 0;
+  absl::Status status = body.Read(into, limit, nullptr, &read);
+  if (status.ok()) status = body.Finish(limit, nullptr);
+  if (!body.intact()) return IntegrityFailure(conn.peer, header);
+  if (!status.ok()) CountError(conn.peer);
+  return status;
+}
+
 absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
                                       ReceiveMatcher::Delivery delivery, absl::Time limit) {
   const std::string& peer = conn.peer;
@@ -216,15 +227,7 @@ absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
     return status;
   };
   // Consumes the rest of a payload nobody wants, and what follows it, to keep the stream in step.
-  auto drain = [&]() -> absl::Status {
-    while (body.left() > 0) {
-      const size_t chunk =
-          static_cast<size_t>(std::min<uint64_t>(body.left(), conn.scratch.size()));
-      size_t read = 0;
-      BATON_RETURN_IF_ERROR(body.Read(ByteSpan(conn.scratch.data(), chunk), limit, nullptr, &read));
-    }
-    return body.Finish(limit, nullptr);
-  };
+  auto drain = [&] { return body.Skip(conn.scratch, limit); };
 
   if (delivery.violation()) {
     // The peer sent more than its credit: it does not follow the protocol, and what it sends

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "transport/tcp/payload_reader.h"
 #include "transport/tcp/tcp_endpoint.h"
 
 namespace baton::transport::tcp {
@@ -142,16 +141,8 @@ absl::StatusOr<TcpEndpoint::CreditAction> TcpEndpoint::TakeCredit(
 
 absl::Status TcpEndpoint::ReadCreditFrame(Conn& conn, const FrameHeader& header, absl::Time limit) {
   std::array<std::byte, std::max(kCreditPayloadBytes, kClearToSendPayloadBytes)> payload{};
-  PayloadReader body(*conn.in, header, conn.open.has_value() ? &*conn.open : nullptr);
-  size_t read = 0;
-  absl::Status status =
-      body.Read(ByteSpan(payload.data(), header.payload_bytes), limit, nullptr, &read);
-  if (status.ok()) status = body.Finish(limit, nullptr);
-  if (!body.intact()) return IntegrityFailure(conn.peer, header);
-  if (!status.ok()) {
-    CountError(conn.peer);
-    return status;
-  }
+  BATON_RETURN_IF_ERROR(
+      ReadControlPayload(conn, header, ByteSpan(payload.data(), header.payload_bytes), limit));
   if (header.type == FrameType::kClearToSend) {
     ClearToSendPayload length;
     std::copy_n(payload.begin(), length.size(), length.begin());

@@ -106,6 +106,15 @@ absl::Status PayloadReader::ReadTagAndOpen(absl::Time deadline,
   return absl::OkStatus();
 }
 
+absl::Status PayloadReader::Skip(ByteSpan scratch, absl::Time deadline) {
+  while (left_ > 0) {
+    size_t read = 0;
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left_, scratch.size()));
+    BATON_RETURN_IF_ERROR(Read(scratch.first(chunk), deadline, nullptr, &read));
+  }
+  return Finish(deadline, nullptr);
+}
+
 absl::Status PayloadReader::Finish(absl::Time deadline,
                                    const absl::FunctionRef<bool()>* cancelled) {
   if (open_ != nullptr) {

@@ -45,6 +45,9 @@ class PayloadReader {
   // Once all of the payload has been read: reads what still follows it (a checksum trailer, the
   // rest of the last record's tag, or the record of an empty sealed payload). Errors as Read.
   absl::Status Finish(absl::Time deadline, const absl::FunctionRef<bool()>* cancelled);
+  // Reads and drops the rest of a payload nobody wants, through `scratch` (not empty), then
+  // Finish: the stream stays in step. Errors as Read.
+  absl::Status Skip(ByteSpan scratch, absl::Time deadline);
 
   // Payload bytes not read yet.
   uint64_t left() const { return left_; }

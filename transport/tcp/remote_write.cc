@@ -238,18 +238,8 @@ absl::Status TcpEndpoint::ReadWrite(Conn& conn, const FrameHeader& header, absl:
     return out_of_step("its bytes came without their descriptor");
   }
   std::array<std::byte, kWriteDescriptorBytes> raw;
-  {
-    PayloadReader body(*conn.in, header, open);
-    size_t read = 0;
-    absl::Status status = body.Read(raw, limit, nullptr, &read);
-    if (status.ok()) status = body.Finish(limit, nullptr);
-    // Checked before it is acted on: a descriptor altered on the way never names a region.
-    if (!body.intact()) return IntegrityFailure(peer, header);
-    if (!status.ok()) {
-      CountError(peer);
-      return status;
-    }
-  }
+  // Checked before it is acted on: a descriptor altered on the way never names a region.
+  BATON_RETURN_IF_ERROR(ReadControlPayload(conn, header, raw, limit));
   absl::StatusOr<WriteDescriptor> descriptor = WriteDescriptor::Decode(raw);
   if (!descriptor.ok()) return out_of_step(descriptor.status().message());
 
@@ -272,15 +262,7 @@ absl::Status TcpEndpoint::ReadWrite(Conn& conn, const FrameHeader& header, absl:
   }
   PayloadReader body(*conn.in, *data_header, open);
   // Consumes the rest of bytes that go nowhere, to keep the stream in step.
-  auto drain = [&]() -> absl::Status {
-    while (body.left() > 0) {
-      const size_t chunk =
-          static_cast<size_t>(std::min<uint64_t>(body.left(), conn.scratch.size()));
-      size_t read = 0;
-      BATON_RETURN_IF_ERROR(body.Read(ByteSpan(conn.scratch.data(), chunk), limit, nullptr, &read));
-    }
-    return body.Finish(limit, nullptr);
-  };
+  auto drain = [&] { return body.Skip(conn.scratch, limit); };
   const uint64_t comm = header.tag.comm;
   absl::StatusOr<ExposureTable::Write> write =
       exposures_.BeginWrite(peer, comm, descriptor->key, descriptor->offset, descriptor->length);
@@ -342,15 +324,7 @@ absl::Status TcpEndpoint::ReadWrite(Conn& conn, const FrameHeader& header, absl:
 
 absl::Status TcpEndpoint::ReadWriteAck(Conn& conn, const FrameHeader& header, absl::Time limit) {
   std::array<std::byte, kWriteAckPayloadBytes> payload;
-  PayloadReader body(*conn.in, header, conn.open.has_value() ? &*conn.open : nullptr);
-  size_t read = 0;
-  absl::Status status = body.Read(payload, limit, nullptr, &read);
-  if (status.ok()) status = body.Finish(limit, nullptr);
-  if (!body.intact()) return IntegrityFailure(conn.peer, header);
-  if (!status.ok()) {
-    CountError(conn.peer);
-    return status;
-  }
+  BATON_RETURN_IF_ERROR(ReadControlPayload(conn, header, payload, limit));
   absl::StatusOr<WriteAck> ack = WriteAck::Decode(payload);
   if (!ack.ok()) {
     CountError(conn.peer);

@@ -15,7 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
-#include "transport/tcp/payload_reader.h"
 #include "transport/tcp/tcp_endpoint.h"
 
 namespace baton::transport::tcp {
@@ -52,15 +51,7 @@ absl::StatusOr<absl::Duration> TcpEndpoint::RoundTrip(const std::string& peer,
 
 absl::Status TcpEndpoint::ReadPingOrPong(Conn& conn, const FrameHeader& header, absl::Time limit) {
   std::array<std::byte, kPingPayloadBytes> payload;
-  PayloadReader body(*conn.in, header, conn.open.has_value() ? &*conn.open : nullptr);
-  size_t read = 0;
-  absl::Status status = body.Read(payload, limit, nullptr, &read);
-  if (status.ok()) status = body.Finish(limit, nullptr);
-  if (!body.intact()) return IntegrityFailure(conn.peer, header);
-  if (!status.ok()) {
-    CountError(conn.peer);
-    return status;
-  }
+  BATON_RETURN_IF_ERROR(ReadControlPayload(conn, header, payload, limit));
   const absl::Time now = absl::Now();
   absl::MutexLock lock(&pings_mu_);
   if (header.type == FrameType::kPing) {

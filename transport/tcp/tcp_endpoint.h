@@ -160,6 +160,12 @@ class TcpEndpoint final : public Endpoint {
   // frame that stays half-sent past both ends the connection as broken, since the stream can no
   // longer be kept in step. An error ends the connection.
   absl::StatusOr<FrameRead> ReadFrame(Conn& conn, bool for_receive, absl::Time limit);
+  // Reads the whole payload of a small control frame (ping, pong, credit, clear-to-send, write
+  // descriptor, write ack: their size is fixed, frame.h) into `into`, exactly as long, opening or
+  // verifying its records. A payload that is not what was sent is an integrity failure; any
+  // other error is counted on the link.
+  absl::Status ReadControlPayload(Conn& conn, const FrameHeader& header, ByteSpan into,
+                                  absl::Time limit);
   absl::Status ReadPayload(Conn& conn, const FrameHeader& header, ReceiveMatcher::Delivery delivery,
                            absl::Time limit);
   // Called by a thread about to wait for `recv`: reads the peer's connection itself until the
