@@ -50,11 +50,13 @@ class CountingDevice final : public device::OperationDevice {
 struct OperationRunner::PeerCheck {
   Signature own;
   Signature theirs;  // written by the transport
-  std::unique_ptr<transport::PostedRecv> recv;
   // Set by the arrival callback (in the transport's thread): `disagreement` first, then
   // `arrived` (release), so that `arrived` (acquire) makes `disagreement` readable.
   absl::Status disagreement;
   std::atomic<bool> arrived{false};
+  // Declared last, so destroyed first: its destructor waits for a delivery (and its arrival
+  // callback, which uses every field above) still in progress in the transport's thread.
+  std::unique_ptr<transport::PostedRecv> recv;
 };
 
 CheckNeighbours SignatureCheckNeighbours(int self, int size) {
