@@ -58,9 +58,10 @@ void RegisterOptions(OptionSet& options, Config& config) {
                       "operation before it sleeps; only while operations have been coming within "
                       "that time (0 to 1ms; longer trades CPU for latency)");
   options.AddDuration("receive_spin", &config.receive_spin,
-                      "how long a thread waiting for a small message (at most 64 KiB) from a peer "
-                      "daemon spins, yielding its core, before it sleeps; only while messages have "
-                      "been arriving within that time (0 to 1ms; longer trades CPU for latency)");
+                      "how long a thread waiting for a message from a peer daemon looks at the "
+                      "connection, yielding its core, before it sleeps (the progress engine's "
+                      "spin); only while messages have been arriving within that time (0 to 1ms; "
+                      "longer trades CPU for latency)");
   options.AddBool("tuner_learn", &config.tuner_learn,
                   "let the daemons choose all_reduce algorithms by the times they measured as well "
                   "as by their cost model, trying each close candidate on a few operations; a "

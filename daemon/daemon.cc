@@ -131,7 +131,10 @@ class DaemonImpl final : public Daemon {
         static_cast<int>(config_.max_pending_data_handshakes_per_source);
     tcp.listen_address = config_.data_listen;
     tcp.advertise_host = config_.advertise_host;
-    tcp.receive_spin = config_.receive_spin;
+    // One progress engine for the daemon: every transport's waits go through it.
+    progress_ = std::make_unique<transport::ProgressEngine>(
+        transport::ProgressEngine::Options{.spin = config_.receive_spin});
+    tcp.progress = progress_.get();
     tcp.streams_per_peer = static_cast<int>(config_.tcp_streams);
     tcp.checksum = config_.data_checksum;
     tcp.seal = config_.data_encryption;
@@ -197,6 +200,7 @@ class DaemonImpl final : public Daemon {
         std::make_unique<Node>(config_, self, endpoint_.get(), metrics_.get(), std::move(topology),
                                peer_credentials_, std::move(select), std::move(*device));
     metrics_->SetNode(node_.get());
+    metrics_->SetProgress(progress_.get());
     if (data_keys_ != nullptr) {
       data_keys_->Bind(
           [node = node_.get()](const std::string& data_address, absl::Time deadline) {
@@ -365,6 +369,8 @@ class DaemonImpl final : public Daemon {
   absl::Notification shutting_down_;
   PeerTlsCredentials peer_credentials_;
   std::unique_ptr<DataKeys> data_keys_;  // with TLS; outlives the transports, which use it
+  // Outlives the transports and their endpoints, which wait through it.
+  std::unique_ptr<transport::ProgressEngine> progress_;
   std::vector<std::unique_ptr<transport::Transport>> transports_;
   std::vector<std::unique_ptr<transport::Endpoint>> transport_endpoints_;  // transports_[i]'s
   // Routes each peer to the endpoint of its transport; what the node uses.

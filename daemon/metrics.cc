@@ -136,6 +136,11 @@ class PrometheusMetrics final : public Metrics {
     node_ = node;
   }
 
+  void SetProgress(const transport::ProgressEngine* progress) override {
+    absl::MutexLock lock(&mu_);
+    progress_ = progress;
+  }
+
   void OnOperation(const OpRecord& record) override {
     absl::MutexLock lock(&mu_);
     const OpSeries& series = SeriesLocked(record.kind, record.algorithm);
@@ -159,6 +164,7 @@ class PrometheusMetrics final : public Metrics {
     {
       absl::MutexLock lock(&mu_);
       if (node_ != nullptr) AppendNodeState(*node_, families);
+      if (progress_ != nullptr) AppendProgress(*progress_, families);
     }
     AppendProcess(families);
     std::ostringstream out;
@@ -337,6 +343,24 @@ class PrometheusMetrics final : public Metrics {
     }
   }
 
+  void AppendProgress(const transport::ProgressEngine& progress,
+                      std::vector<prometheus::MetricFamily>& families) const {
+    auto waits = Family("baton_progress_waits_total",
+                        "Waits of the threads that drive the data plane while an operation waits, "
+                        "by how they ended: work found while looking (spin), work found after "
+                        "sleeping on readiness (sleep), the completion came another way (woken), "
+                        "nothing within the wait's slice (timeout).",
+                        prometheus::MetricType::Counter);
+    const transport::ProgressEngine::Stats stats = progress.stats();
+    for (const auto& [ended, count] :
+         {std::pair{"spin", stats.spun}, std::pair{"sleep", stats.slept},
+          std::pair{"woken", stats.woken}, std::pair{"timeout", stats.timed_out}}) {
+      AddSample(waits, {Label("local_node", node_name_), Label("ended", ended)},
+                static_cast<double>(count));
+    }
+    families.push_back(std::move(waits));
+  }
+
   // The standard process metrics (as Prometheus' client libraries export them), from /proc.
   void AppendProcess(std::vector<prometheus::MetricFamily>& families) const {
     using prometheus::MetricType;
@@ -423,6 +447,7 @@ class PrometheusMetrics final : public Metrics {
   prometheus::Family<prometheus::Counter>& unregistered_;
   absl::Mutex mu_;
   Node* node_ ABSL_GUARDED_BY(mu_) = nullptr;
+  const transport::ProgressEngine* progress_ ABSL_GUARDED_BY(mu_) = nullptr;
   absl::flat_hash_map<std::pair<int, std::string>, OpSeries> series_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, prometheus::Counter*> staged_series_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<int, prometheus::Counter*> unregistered_series_ ABSL_GUARDED_BY(mu_);

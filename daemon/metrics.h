@@ -9,6 +9,7 @@
 
 #include "daemon/communicator.h"
 #include "daemon/node.h"
+#include "transport/progress.h"
 
 namespace baton::daemon {
 
@@ -20,6 +21,9 @@ class Metrics : public OpObserver {
   ~Metrics() override = default;
 
   virtual void SetNode(Node* node) = 0;
+  // The daemon's progress engine, whose waits are counted (baton_progress_waits_total); must
+  // outlive the metrics.
+  virtual void SetProgress(const transport::ProgressEngine* progress) = 0;
   // The Prometheus text exposition of every metric.
   virtual std::string Render() = 0;
 };

@@ -34,9 +34,8 @@ std::unique_ptr<Endpoint> NewEndpoint(bool checksum) {
   return endpoint.ok() ? *std::move(endpoint) : nullptr;
 }
 
-// Sizes that take every way a payload is read: none, a few bytes, at most 64 KiB (read by the
-// thread waiting for it), and large ones of several 256 KiB pieces that end mid-piece (read by
-// the connection's reader thread).
+// Sizes that take every way a payload is read: none, a few bytes, within the read-ahead and
+// beyond it, and large ones of several 256 KiB pieces that end mid-piece.
 const std::vector<size_t> kSizes = {
     0, 1, 4097, size_t{64} << 10, (size_t{1} << 20) + 7, (size_t{3} << 20) + 5};
 
@@ -271,6 +270,52 @@ TEST(TcpChecksumTest, AReceiveThatGivesUpMidMessageLeavesAnIntactMessageIntact) 
   EXPECT_TRUE(next_into == next);
   EXPECT_EQ(StatsFor(*endpoint, peer).Counter(kChecksumFailuresCounter), 0u);
   EXPECT_FALSE(ClosedWithin(raw.get(), absl::Milliseconds(50)));
+}
+
+// A payload that arrives in parts, far apart, is read across several turns of the waiting thread
+// (each parks it, with its checksum so far and, for a consumed receive, the piece half-filled)
+// and arrives intact, into a buffer and to a consumer.
+TEST(TcpChecksumTest, APayloadThatArrivesSlowlyIsReadAcrossTurns) {
+  std::unique_ptr<Endpoint> endpoint = NewEndpoint(/*checksum=*/true);
+  ASSERT_NE(endpoint, nullptr);
+  const std::string peer = "slow-peer:1";
+  FileDescriptor raw = RawConnect(endpoint->address());
+  WriteHello(raw.get(), peer);
+  const std::vector<std::byte> message = Pattern((size_t{1} << 20) + 11, 9);
+  for (const bool consume : {false, true}) {
+    const Tag tag{.seq = consume ? 2u : 1u};
+    std::vector<std::byte> into(message.size());
+    std::unique_ptr<PostedRecv> posted =
+        consume ? endpoint->PostConsume(peer, tag, message.size(), Deadline(),
+                                        [&into](size_t offset, ConstByteSpan piece) {
+                                          std::copy(piece.begin(), piece.end(),
+                                                    into.begin() + static_cast<ptrdiff_t>(offset));
+                                        })
+                : endpoint->PostRecv(peer, tag, into, Deadline(), nullptr);
+    auto waited = std::async(std::launch::async, [&posted] { return posted->Wait(); });
+    std::array<std::byte, kFrameHeaderBytes> header;
+    EncodeFrameHeader(FrameHeader{FrameType::kData, tag, message.size(), /*checksum=*/true},
+                      header);
+    WriteRaw(raw.get(), header);
+    // Parts that end mid-piece (pieces are 256 KiB), each after more than a slice (20 ms).
+    const std::vector<size_t> cuts = {1000, (size_t{1} << 18) + 77, (size_t{3} << 18) + 5,
+                                      message.size()};
+    size_t at = 0;
+    for (const size_t cut : cuts) {
+      absl::SleepFor(absl::Milliseconds(50));
+      WriteRaw(raw.get(), std::span(message).subspan(at, cut - at));
+      at = cut;
+    }
+    std::array<std::byte, kFrameChecksumBytes> trailer;
+    EncodeFrameChecksum(Crc32c(0, message), trailer);
+    WriteRaw(raw.get(), std::span(trailer).first(1));
+    absl::SleepFor(absl::Milliseconds(50));
+    WriteRaw(raw.get(), std::span(trailer).subspan(1));
+    const absl::Status status = waited.get();
+    EXPECT_TRUE(status.ok()) << status << (consume ? " (consumed)" : "");
+    EXPECT_TRUE(into == message) << (consume ? "consumed" : "into a buffer");
+  }
+  EXPECT_EQ(StatsFor(*endpoint, peer).Counter(kChecksumFailuresCounter), 0u);
 }
 
 }  // namespace

@@ -41,8 +41,8 @@ std::unique_ptr<Endpoint> NewEndpoint(bool seal, bool checksum = false) {
   return endpoint.ok() ? *std::move(endpoint) : nullptr;
 }
 
-// Every way a payload is read: none, a few bytes, at most 64 KiB (read by the thread waiting for
-// it), exactly one record, and several records ending mid-record (read by the reader thread).
+// Every way a payload is read: none, a few bytes, within the read-ahead and beyond it, exactly one
+// record, and several records ending mid-record.
 const std::vector<size_t> kSizes = {
     0, 1, 4097, size_t{64} << 10, kSealedRecordBytes, (size_t{1} << 20) + 7, (size_t{3} << 20) + 5};
 

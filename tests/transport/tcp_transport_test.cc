@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -558,6 +559,12 @@ TEST(TcpTransportTest, ANegativeReceiveSpinIsInvalid) {
   EXPECT_EQ(NewTcpEndpoint(negative).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+std::vector<std::byte> Pattern(size_t size, int seed) {
+  std::vector<std::byte> bytes(size);
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<std::byte>((i * 131 + seed * 7) % 251);
+  return bytes;
+}
+
 // Two endpoints whose reader threads linger for 10 minutes (TcpOptions::reader_linger) after
 // a small message each way, read by the waiting threads themselves (posted before it came).
 struct LingeringPair {
@@ -598,7 +605,8 @@ LingeringPair NewLingeringPair() {
 
 // Sends 48 MiB to `peer` (more than the sockets hold) and receives as much from it, posting the
 // receive before the send or, with `post_after_send`, only once the send is done; checks that
-// the peer's bytes arrived.
+// the peer's bytes arrived and, for a receive posted first, that this thread read them itself
+// (while its send waited for room, then while it waited): none of them crossed a hand-off.
 absl::Status ExchangeLarge(Endpoint& self, const std::string& peer, std::byte fill,
                            bool post_after_send) {
   // Eager: at most a quarter of the window (NewLingeringPair's), as a message sent before its
@@ -609,14 +617,20 @@ absl::Status ExchangeLarge(Endpoint& self, const std::string& peer, std::byte fi
   std::vector<std::byte> in(kBytes);
   const absl::Time deadline = Deadline(absl::Seconds(10));
   std::unique_ptr<PostedRecv> posted;
-  if (!post_after_send)
-    posted = self.PostRecv(peer, Tag{.seq = 4}, std::span(in), deadline, nullptr);
+  std::thread::id delivered_by;
+  if (!post_after_send) {
+    posted = self.PostRecv(peer, Tag{.seq = 4}, std::span(in), deadline,
+                           [&delivered_by] { delivered_by = std::this_thread::get_id(); });
+  }
   BATON_RETURN_IF_ERROR(self.Send(peer, Tag{.seq = 4}, std::span(out), deadline));
   if (post_after_send)
     posted = self.PostRecv(peer, Tag{.seq = 4}, std::span(in), deadline, nullptr);
   BATON_RETURN_IF_ERROR(posted->Wait());
   for (std::byte x : in) {
     if (x == fill || x == std::byte{0}) return absl::DataLossError("wrong bytes received");
+  }
+  if (!post_after_send && delivered_by != std::this_thread::get_id()) {
+    return absl::InternalError("the message was delivered by another thread");
   }
   return absl::OkStatus();
 }
@@ -636,9 +650,43 @@ void ExpectLingeringPairExchanges(bool post_after_send) {
 }
 
 // Both sides post their receive, then send: each send finishes only once the other side reads,
-// so posting a receive that only the reader thread serves must end that reader's linger.
-TEST(TcpTransportTest, PostingALargeReceiveEndsTheReadersLinger) {
+// and neither side's reader thread reads (they linger): each send reads what comes in while it
+// waits for room, and the thread that waits reads the rest.
+TEST(TcpTransportTest, AnExchangeOfLargeMessagesIsReadByTheThreadsThatSend) {
   ExpectLingeringPairExchanges(/*post_after_send=*/false);
+}
+
+// A receive of any size is read by the thread that waits for it (transport/progress.h): the
+// message never crosses a hand-off from the connection's reader thread.
+TEST(TcpTransportTest, ALargeReceiveIsReadByTheThreadThatWaitsForIt) {
+  std::unique_ptr<Endpoint> receiver = NewLoopbackEndpoint();
+  std::unique_ptr<Endpoint> sender = NewLoopbackEndpoint();
+  ASSERT_NE(receiver, nullptr);
+  ASSERT_NE(sender, nullptr);
+  ASSERT_TRUE(sender->Send(receiver->address(), Tag{.seq = 1}, Bytes("hi"), Deadline()).ok());
+  ASSERT_EQ(RecvString(*receiver, sender->address(), Tag{.seq = 1}, 2), "hi");
+  const std::vector<std::byte> message = Pattern(size_t{4} << 20, 3);
+  for (uint64_t seq = 2; seq < 5; ++seq) {
+    std::vector<std::byte> into(message.size());
+    std::thread::id delivered_by;
+    std::unique_ptr<PostedRecv> posted =
+        receiver->PostRecv(sender->address(), Tag{.seq = seq}, std::span(into), Deadline(),
+                           [&delivered_by] { delivered_by = std::this_thread::get_id(); });
+    std::thread::id waited_by;
+    auto waited = std::async(std::launch::async, [&posted, &waited_by] {
+      waited_by = std::this_thread::get_id();
+      return posted->Wait();
+    });
+    // Sent once the receiver's thread reads for its receive.
+    const absl::Time until = absl::Now() + absl::Seconds(30);
+    while (TcpReceivesReading(*receiver, sender->address()) == 0 && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_TRUE(sender->Send(receiver->address(), Tag{.seq = seq}, message, Deadline()).ok());
+    ASSERT_TRUE(waited.get().ok());
+    EXPECT_TRUE(into == message);
+    EXPECT_EQ(delivered_by, waited_by) << "delivered by another thread, message " << seq;
+  }
 }
 
 TEST(TcpTransportTest, ANegativeReaderLingerIsInvalid) {

@@ -9,8 +9,10 @@ inline absl::Status ShutDownError() { return absl::UnavailableError("endpoint sh
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -26,7 +28,10 @@ inline absl::Status ShutDownError() { return absl::UnavailableError("endpoint sh
 #include "common/spin.h"
 #include "transport/auth/record_cipher.h"
 #include "transport/flow_control.h"
+#include "transport/progress.h"
+#include "transport/receive_matcher.h"
 #include "transport/tcp/frame.h"
+#include "transport/tcp/payload_reader.h"
 #include "transport/tcp/socket.h"
 #include "transport/transport.h"
 
@@ -41,25 +46,12 @@ static_assert(kPieceBytes % Endpoint::kPieceAlignment == 0);
 // records (PayloadReader).
 static_assert(kPieceBytes == kSealedRecordBytes);
 
-// A receive of at most this many bytes is read by the thread that waits for it (see
-// TcpEndpoint::ReadForReceive); larger ones are left to the connection's reader thread, which
-// reads them while the waiting thread sends, so that both directions of bulk data keep moving.
-constexpr size_t kReadForReceiveMaxBytes = size_t{64} << 10;
-// A thread reading for its receive looks at least this often whether the receive has failed
-// (aborted, peer lost, shut down) or its message came over another connection.
+// A thread reading a connection while it waits for its receive looks at least this often whether
+// the receive has failed (aborted, peer lost, shut down) or its message came over another
+// connection; a payload it reads meanwhile is parked (InFrame) and read on by the next turn.
 constexpr absl::Duration kReadForReceiveSlice = absl::Milliseconds(20);
 
-// This thread's eventfd, for being told that the receive it reads for has completed elsewhere;
-// -1 if none could be made.
-inline int ThreadEvent() {
-  thread_local const FileDescriptor event(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  return event.get();
-}
-
-inline void Signal(int event) {
-  const uint64_t one = 1;
-  (void)!write(event, &one, sizeof(one));  // a full counter is as good as a signal
-}
+inline void Signal(int event) { ProgressEngine::Signal(event); }
 
 inline void Drain(int event) {
   uint64_t count = 0;
@@ -68,6 +60,26 @@ inline void Drain(int event) {
 
 // An operation as the send side tells them apart: its communicator and sequence number.
 using OperationId = std::pair<uint64_t, uint64_t>;
+
+// A data frame whose payload is partly read: whoever held the connection's read turn left it when
+// its turn ended (a thread waiting for another receive whose slice ran out, a send that reads
+// what has arrived while it waits for room, the reader thread giving way to a waiting thread),
+// and whoever takes the turn next reads on from where it stopped. Nothing else is read from the
+// connection until it is done, so the stream stays in step.
+struct InFrame {
+  InFrame(BufferedReader& in, const FrameHeader& frame_header, RecordCipher* open,
+          ReceiveMatcher::Delivery frame_delivery)
+      : header(frame_header), body(in, frame_header, open), delivery(std::move(frame_delivery)) {}
+
+  const FrameHeader header;
+  PayloadReader body;
+  // Where the payload goes; none once the receiver has given up (deadline, abort), when the
+  // rest is read only to be dropped.
+  std::optional<ReceiveMatcher::Delivery> delivery;
+  // A consumed payload (Endpoint::PostConsume): how much of the piece being read into the
+  // connection's scratch buffer is there.
+  size_t piece_filled = 0;
+};
 
 // One TCP connection with a peer, whichever side opened it. Frames flow both ways: its reader
 // thread reads what the peer sends, and Sends to the peer write to it, one at a time. Carrying
@@ -107,6 +119,9 @@ struct Connection {
   absl::Mutex read_mu;
   bool reading ABSL_GUARDED_BY(read_mu) = false;
   int readers_waiting ABSL_GUARDED_BY(read_mu) = 0;  // threads reading for their receive
+  // readers_waiting as the reader thread sees it while it reads a payload without read_mu: it
+  // parks the payload and gives its turn away once a waiting thread wants the turn.
+  std::atomic<int> turn_wanted{0};
   absl::Time last_read_for_receive ABSL_GUARDED_BY(read_mu) = absl::InfinitePast();
   // Someone waits for what only the reader thread reads (a large receive, or a frame a waiting
   // thread left to it): the reader thread reads again without lingering.
@@ -120,6 +135,7 @@ struct Connection {
   // Only the thread that holds `reading` touches these.
   std::optional<BufferedReader> in;    // set with fd
   std::optional<FrameHeader> pending;  // a frame header read but left for the reader thread
+  std::unique_ptr<InFrame> in_frame;   // a data frame's payload partly read
   std::vector<std::byte> scratch;
   AdaptiveSpin read_spin{absl::ZeroDuration()};  // how long a waiting thread spins (AwaitFrame)
 };

@@ -58,11 +58,28 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
     // Sends to the peer may use it from now on.
     out_[peer].push_back(conn);
   }
+  // The reader thread gives way to a thread that waits for a receive on the connection: it parks
+  // the payload it is reading, and the waiting thread reads on.
+  auto wanted = [&conn] { return conn->turn_wanted.load(std::memory_order_acquire) > 0; };
+  const absl::FunctionRef<bool()> give_way = wanted;
+  const ReadTurn turn{.give_way = &give_way};
   while (TakeReaderTurn(*conn)) {
     bool kicked = false;
     if (!conn->pending.has_value() && !conn->in->buffered()) {
+      // A receive's payload parked half-read is looked at again by its deadline and every slice
+      // (it may have been aborted), even if nothing more arrives.
+      const bool receive_parked = conn->in_frame != nullptr &&
+                                  conn->in_frame->delivery.has_value() &&
+                                  !conn->in_frame->delivery->discard();
+      int timeout_ms = -1;
+      if (receive_parked) {
+        const absl::Duration wait = std::clamp(conn->in_frame->delivery->deadline() - absl::Now(),
+                                               absl::ZeroDuration(), kReadForReceiveSlice);
+        timeout_ms =
+            static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1))));
+      }
       std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{conn->kick.get(), POLLIN, 0}};
-      const int n = poll(fds.data(), conn->kick.valid() ? 2 : 1, -1);
+      const int n = poll(fds.data(), conn->kick.valid() ? 2 : 1, timeout_ms);
       const int poll_errno = errno;
       kicked = n > 0 && fds[1].revents != 0;
       if (kicked) Drain(conn->kick.get());
@@ -77,10 +94,9 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
                             "tcp endpoint {}: poll on the connection from peer {} failed: errno {}",
                             address_, peer, poll_errno);
       }
-      kicked = kicked || n == 0 || (n < 0 && poll_errno == EINTR);
+      kicked = kicked || (n == 0 && !receive_parked) || (n < 0 && poll_errno == EINTR);
     }
-    absl::StatusOr<FrameRead> frame =
-        kicked ? FrameRead::kDone : ReadFrame(*conn, /*for_receive=*/false, absl::InfiniteFuture());
+    absl::StatusOr<FrameRead> frame = kicked ? FrameRead::kDone : ReadFrame(*conn, turn);
     absl::MutexLock lock(&conn->read_mu);
     conn->reading = false;
     if (!frame.ok() && conn->ended.ok()) conn->ended = frame.status();
@@ -91,7 +107,19 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
   absl::Status ended;
   {
     absl::MutexLock lock(&conn->read_mu);
+    // Nobody takes the turn once the connection has ended; whoever holds it gives it back.
+    conn->read_mu.Await(absl::Condition(
+        +[](bool* reading) { return !*reading; }, &conn->reading));
     ended = conn->ended;
+  }
+  if (conn->in_frame != nullptr) {
+    // A payload parked half-read: its receive fails with the connection.
+    if (conn->in_frame->delivery.has_value()) {
+      matcher_.FinishDelivery(std::move(*conn->in_frame->delivery),
+                              absl::UnavailableError(absl::StrCat("lost connection from peer ",
+                                                                  peer, ": ", ended.message())));
+    }
+    conn->in_frame.reset();
   }
   absl::MutexLock lock(&mu_);
   receive_credits_.Detach(peer);
@@ -120,7 +148,7 @@ bool TcpEndpoint::TakeReaderTurn(Conn& conn) {
     if (!conn.ended.ok()) return false;
     const absl::Duration idle = absl::Now() - conn.last_read_for_receive;
     if (idle >= reader_linger_ || conn.wanted ||
-        credit_waiters_.load(std::memory_order_acquire) > 0) {
+        answers_awaited_.load(std::memory_order_acquire) > 0) {
       break;
     }
     conn.read_mu.AwaitWithTimeout(absl::Condition(&stop_lingering), reader_linger_ - idle);
@@ -131,9 +159,11 @@ bool TcpEndpoint::TakeReaderTurn(Conn& conn) {
   return true;
 }
 
-absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool for_receive,
-                                                              absl::Time limit) {
+absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, const ReadTurn& turn) {
+  if (conn.in_frame != nullptr) return ReadPayload(conn, turn);
   const std::string& peer = conn.peer;
+  const bool for_receive = turn.for_receive;
+  const absl::Time limit = turn.limit;
   FrameHeader header;
   if (conn.pending.has_value()) {
     header = *conn.pending;
@@ -142,8 +172,8 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
     std::array<std::byte, kFrameHeaderBytes> buffer;
     size_t read = 0;
     if (absl::Status status = conn.in->Read(buffer, limit, &read); !status.ok()) {
-      if (for_receive && read == 0 && absl::IsDeadlineExceeded(status)) {
-        return FrameRead::kLeftToReader;  // nothing consumed: the stream is still in step
+      if (read == 0 && absl::IsDeadlineExceeded(status)) {
+        return FrameRead::kNothing;  // nothing consumed: the stream is still in step
       }
       // EOF between frames is how a peer goes away; anything else is a broken link.
       if (read > 0 || !absl::IsUnavailable(status)) CountError(peer);
@@ -193,14 +223,88 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadFrame(Conn& conn, bool f
     BATON_RETURN_IF_ERROR(ReadPingOrPong(conn, header, limit));
     return FrameRead::kDone;
   }
-  if (for_receive && header.payload_bytes > kReadForReceiveMaxBytes) {
-    conn.pending = header;
-    return FrameRead::kLeftToReader;
-  }
   // Never waits: the sender's credit bounds what may be kept unexpected (flow_control.h).
-  BATON_RETURN_IF_ERROR(ReadPayload(
-      conn, header, matcher_.BeginDelivery(peer, header.tag, header.payload_bytes), limit));
-  return FrameRead::kDone;
+  ReceiveMatcher::Delivery delivery =
+      matcher_.BeginDelivery(peer, header.tag, header.payload_bytes);
+  if (delivery.violation()) {
+    // The peer sent more than its credit: it does not follow the protocol, and what it sends
+    // next may be dropped too, so its receives fail now rather than wait for it, and its
+    // connections close (an honest peer never gets here).
+    matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
+    CountError(peer);
+    absl::Status error = absl::DataLossError(
+        absl::StrCat("peer ", peer, " sent a message (", TagToString(header.tag), ") of ",
+                     header.payload_bytes, " bytes beyond the credit it was granted; dropped it"));
+    DataLostFrom(peer, error);
+    return error;
+  }
+  conn.in_frame = std::make_unique<InFrame>(
+      *conn.in, header, conn.open.has_value() ? &*conn.open : nullptr, std::move(delivery));
+  return ReadPayload(conn, turn);
+}
+
+void TcpEndpoint::ReadWhileFull(Conn& conn, absl::Time deadline,
+                                absl::FunctionRef<bool()> cancelled, SendReading& state) {
+  // The other connections' reader threads read meanwhile: what the peer needs before it reads
+  // this connection may come over another one (a ring).
+  StopLingering(&conn);
+  if (!conn.kick.valid()) return;  // not introduced yet: only its reader thread reads it
+  {
+    absl::MutexLock lock(&conn.read_mu);
+    if (!state.wanting) {
+      state.wanting = true;
+      ++conn.readers_waiting;
+      conn.turn_wanted.fetch_add(1, std::memory_order_release);
+      if (conn.reader_polling) Signal(conn.kick.get());
+    }
+  }
+  const int fd = conn.fd.get();
+  while (!cancelled()) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return;
+    if (!state.reading) {
+      // Whoever reads it now (its reader thread, a waiting thread) gives the turn back soon.
+      absl::MutexLock lock(&conn.read_mu);
+      if (!conn.reading && conn.ended.ok()) state.reading = conn.reading = true;
+    }
+    const bool buffered = conn.pending.has_value() || conn.in->buffered();
+    if (!state.reading || !buffered) {
+      pollfd watch{fd, static_cast<short>(POLLOUT | (state.reading ? POLLIN : 0)), 0};
+      const absl::Duration wait = std::min(deadline - now, kReadForReceiveSlice);
+      const int n = poll(
+          &watch, 1,
+          static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
+      if (n < 0 && errno != EINTR) return;  // the write reports what is wrong
+      if (n <= 0) continue;
+      // Room, or an error the write reports.
+      if ((watch.revents & (POLLOUT | POLLERR | POLLHUP | POLLNVAL)) != 0) return;
+      if (!state.reading) continue;
+      conn.in->NoteReadable();
+    }
+    // Whatever has arrived, without waiting for more of a payload.
+    const ReadTurn turn{.for_receive = true, .park = absl::Now(), .limit = deadline};
+    absl::StatusOr<FrameRead> frame = ReadFrame(conn, turn);
+    absl::MutexLock lock(&conn.read_mu);  // threads waiting for their turn look again
+    if (!frame.ok() || *frame == FrameRead::kLeftToReader) {
+      if (!frame.ok() && conn.ended.ok()) conn.ended = frame.status();
+      if (frame.ok()) conn.wanted = true;
+      conn.reading = false;
+      state.reading = false;
+      return;
+    }
+  }
+}
+
+void TcpEndpoint::ReleaseTurnAfterSend(Conn& conn, const SendReading& state) {
+  if (!state.wanting) return;
+  absl::MutexLock lock(&conn.read_mu);
+  --conn.readers_waiting;
+  conn.turn_wanted.fetch_sub(1, std::memory_order_release);
+  if (!state.reading) return;
+  conn.reading = false;
+  // The reader thread lingers, as after a thread that read for its receive: the sender is about to
+  // wait for its own receive, likely the payload parked here, and reads on itself.
+  conn.last_read_for_receive = absl::Now();
 }
 
 absl::Status TcpEndpoint::ReadControlPayload(Conn& conn, const FrameHeader& header, ByteSpan into,
@@ -214,86 +318,89 @@ absl::Status TcpEndpoint::ReadControlPayload(Conn& conn, const FrameHeader& head
   return status;
 }
 
-absl::Status TcpEndpoint::ReadPayload(Conn& conn, const FrameHeader& header,
-                                      ReceiveMatcher::Delivery delivery, absl::Time limit) {
+absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadPayload(Conn& conn, const ReadTurn& turn) {
+  InFrame& frame = *conn.in_frame;
   const std::string& peer = conn.peer;
-  PayloadReader body(*conn.in, header, conn.open.has_value() ? &*conn.open : nullptr);
-  // What a read that failed, or finished the payload, means for the link: a payload that is not
-  // what was sent (the stream can no longer be trusted, and the error ends the connection), or
-  // a broken link.
-  auto verdict = [&](absl::Status status) {
-    if (!body.intact()) return IntegrityFailure(peer, header);
-    if (!status.ok()) CountError(peer);
-    return status;
-  };
-  // Consumes the rest of a payload nobody wants, and what follows it, to keep the stream in step.
-  auto drain = [&] { return body.Skip(conn.scratch, limit); };
-
-  if (delivery.violation()) {
-    // The peer sent more than its credit: it does not follow the protocol, and what it sends
-    // next may be dropped too, so its receives fail now rather than wait for it, and its
-    // connections close (an honest peer never gets here).
-    matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
-    CountError(peer);
-    absl::Status error = absl::DataLossError(
-        absl::StrCat("peer ", peer, " sent a message (", TagToString(header.tag), ") of ",
-                     header.payload_bytes, " bytes beyond the credit it was granted; dropped it"));
-    DataLostFrom(peer, error);
-    return error;
-  }
-  if (delivery.discard()) {
-    // Nobody wanted it, but a link that corrupts data (or someone who alters it) is an error all
-    // the same.
-    absl::Status status = verdict(drain());
-    matcher_.FinishDelivery(std::move(delivery), status);
-    return status;
-  }
-  // Straight into the receiver's buffer when a receive is posted, or a piece at a time through
-  // the scratch buffer to its consumer; the delivery says how long the receiver is willing to
-  // wait and whether it has been aborted meanwhile.
-  // A posted receive's own deadline bounds the read into its buffer; `limit` bounds the rest.
-  const absl::Time deadline =
-      delivery.deadline() == absl::InfiniteFuture() ? limit : delivery.deadline();
-  auto cancelled_check = [&delivery] { return delivery.cancelled(); };
-  const absl::FunctionRef<bool()> cancelled = cancelled_check;
-  absl::Status status;
-  if (delivery.consuming()) {
-    // Each piece is whole sealed records, opened before the consumer gets them; a checksum is
-    // only known at the end, and fails the receive then (tcp_transport.h).
-    while (status.ok() && body.left() > 0) {
-      const size_t offset = header.payload_bytes - body.left();
-      const ByteSpan piece(conn.scratch.data(),
-                           std::min<uint64_t>(body.left(), conn.scratch.size()));
-      size_t read = 0;
-      status = body.Read(piece, deadline, &cancelled, &read);
-      if (status.ok()) delivery.Consume(offset, piece);
+  const FrameHeader& header = frame.header;
+  PayloadReader& body = frame.body;
+  // Ends the frame: its delivery, if it still has one, gets `delivered`.
+  auto finish = [&](absl::Status delivered) {
+    if (frame.delivery.has_value()) {
+      matcher_.FinishDelivery(std::move(*frame.delivery), std::move(delivered));
     }
-  } else {
-    size_t read = 0;
-    status = body.Read(delivery.buffer(), deadline, &cancelled, &read);
+    conn.in_frame.reset();
+  };
+  // Whether the reading stopped for the receiver (it was aborted, or its deadline passed) rather
+  // than for the turn; a discarded payload has no receiver.
+  auto receiving = [&] { return frame.delivery.has_value() && !frame.delivery->discard(); };
+  auto receiver_cancelled = [&] { return receiving() && frame.delivery->cancelled(); };
+  auto stop_check = [&] {
+    return receiver_cancelled() || (turn.give_way != nullptr && (*turn.give_way)());
+  };
+  const absl::FunctionRef<bool()> stop = stop_check;
+  while (true) {
+    // Straight into the receiver's buffer, or a piece at a time through the scratch buffer to its
+    // consumer, or (nobody wants it) through the scratch buffer to be dropped, so that the
+    // stream stays in step.
+    const absl::Time deadline =
+        receiving() ? std::min(turn.park, frame.delivery->deadline()) : turn.park;
+    absl::Status status;
+    if (!receiving()) {
+      while (status.ok() && body.left() > 0) {
+        size_t read = 0;
+        const size_t chunk = static_cast<size_t>(std::min<uint64_t>(body.left(), kPieceBytes));
+        status = body.Read(ByteSpan(conn.scratch).first(chunk), deadline, &stop, &read);
+      }
+    } else if (frame.delivery->consuming()) {
+      // Each piece is whole sealed records, opened before the consumer gets them; a checksum is
+      // only known at the end, and fails the receive then (tcp_transport.h).
+      while (status.ok() && (body.left() > 0 || frame.piece_filled > 0)) {
+        const ByteSpan piece(conn.scratch.data(),
+                             std::min<uint64_t>(body.left() + frame.piece_filled, kPieceBytes));
+        size_t read = 0;
+        status = body.Read(piece.subspan(frame.piece_filled), deadline, &stop, &read);
+        frame.piece_filled += read;
+        if (!status.ok()) break;
+        const size_t offset = header.payload_bytes - body.left() - frame.piece_filled;
+        frame.delivery->Consume(offset, piece);
+        frame.piece_filled = 0;
+      }
+    } else {
+      size_t read = 0;
+      const ByteSpan buffer = frame.delivery->buffer();
+      status =
+          body.Read(buffer.subspan(header.payload_bytes - body.left()), deadline, &stop, &read);
+    }
+    if (status.ok()) status = body.Finish(deadline, &stop);
+    if (!body.intact()) {
+      // The payload is not what was sent (or someone alters the stream): the error ends the
+      // connection. A link that corrupts data is an error even where nobody wanted the data.
+      status = IntegrityFailure(peer, header);
+      finish(status);
+      return status;
+    }
+    if (status.ok()) {
+      finish(absl::OkStatus());
+      return FrameRead::kDone;
+    }
+    const bool timed_out = absl::IsDeadlineExceeded(status);
+    if (!timed_out && !absl::IsCancelled(status)) {
+      CountError(peer);
+      finish(absl::UnavailableError(
+          absl::StrCat("lost connection from peer ", peer, ": ", status.message())));
+      return status;
+    }
+    if (receiver_cancelled() ||
+        (timed_out && receiving() && absl::Now() >= frame.delivery->deadline())) {
+      // The receiver gave up, not the link: release it now, then drop the rest of the message.
+      matcher_.FinishDelivery(std::move(*frame.delivery),
+                              timed_out ? RecvDeadlineExceeded(peer, header.tag)
+                                        : absl::CancelledError("receive cancelled"));
+      frame.delivery.reset();
+      continue;
+    }
+    return FrameRead::kParked;  // the turn ended: whoever reads next reads on
   }
-  if (status.ok()) status = body.Finish(deadline, &cancelled);
-  if (!body.intact()) {
-    status = IntegrityFailure(peer, header);
-    matcher_.FinishDelivery(std::move(delivery), status);
-    return status;
-  }
-  if (status.ok()) {
-    matcher_.FinishDelivery(std::move(delivery), absl::OkStatus());
-    return absl::OkStatus();
-  }
-  if (absl::IsDeadlineExceeded(status) || absl::IsCancelled(status)) {
-    // The receiver gave up, not the link: release it now, then skip the rest of the message.
-    matcher_.FinishDelivery(std::move(delivery), absl::IsDeadlineExceeded(status)
-                                                     ? RecvDeadlineExceeded(peer, header.tag)
-                                                     : absl::CancelledError("receive cancelled"));
-    return verdict(drain());
-  }
-  CountError(peer);
-  matcher_.FinishDelivery(std::move(delivery),
-                          absl::UnavailableError(absl::StrCat("lost connection from peer ", peer,
-                                                              ": ", status.message())));
-  return status;
 }
 
 }  // namespace baton::transport::tcp

@@ -12,23 +12,6 @@
 #include "transport/tcp/tcp_endpoint.h"
 
 namespace baton::transport::tcp {
-namespace {
-
-// Counts a send waiting for flow control in TcpEndpoint::credit_waiters_ while it lives.
-class CreditWait {
- public:
-  explicit CreditWait(std::atomic<int>& waiters) : waiters_(waiters) {
-    waiters_.fetch_add(1, std::memory_order_acq_rel);
-  }
-  CreditWait(const CreditWait&) = delete;
-  CreditWait& operator=(const CreditWait&) = delete;
-  ~CreditWait() { waiters_.fetch_sub(1, std::memory_order_acq_rel); }
-
- private:
-  std::atomic<int>& waiters_;
-};
-
-}  // namespace
 
 absl::Status TcpEndpoint::WriteFirstGrant(Conn& conn, absl::Time deadline) {
   if (!conn.first_grant.has_value()) return absl::OkStatus();
@@ -107,7 +90,7 @@ absl::StatusOr<TcpEndpoint::CreditAction> TcpEndpoint::TakeCredit(
     // Waits without holding the connection: the clear-to-send comes when the receiver posts, and
     // meanwhile this endpoint's own credit and clear-to-send frames must get through to the peer.
     ReleaseStream(peer, stream, /*healthy=*/true);
-    const CreditWait waiting(credit_waiters_);
+    const AnswerWait waiting(answers_awaited_);
     StopLingering();
     bool retry = false;
     BATON_RETURN_IF_ERROR(send_credits_.AwaitClearToSend(peer, tag, deadline, &retry));
@@ -131,7 +114,7 @@ absl::StatusOr<TcpEndpoint::CreditAction> TcpEndpoint::TakeCredit(
   }
   // As for a clear-to-send, wait without holding the connection.
   ReleaseStream(peer, stream, /*healthy=*/true);
-  const CreditWait waiting(credit_waiters_);
+  const AnswerWait waiting(answers_awaited_);
   StopLingering();
   bool retry = false;
   BATON_RETURN_IF_ERROR(send_credits_.Take(peer, *epoch, tag, charge, deadline, &retry));

@@ -19,30 +19,20 @@
 
 namespace baton::transport::tcp {
 
-// A receive posted on the TCP endpoint. A small one is read by the thread that waits for it
-// (ReadForReceive), which is told through its eventfd when the message arrives over another
-// connection instead; waiting for a large one tells the reader thread not to linger.
+// A receive posted on the TCP endpoint, read by the thread that waits for it (ReadForReceive),
+// which is told through its eventfd when the message arrives over another connection instead.
 class TcpEndpoint::Recv final : public PostedRecv {
  public:
-  Recv(TcpEndpoint* endpoint, std::string peer, absl::Time deadline, bool read_for_receive)
-      : endpoint_(endpoint),
-        peer_(std::move(peer)),
-        deadline_(deadline),
-        read_for_receive_(read_for_receive) {}
+  Recv(TcpEndpoint* endpoint, std::string peer, absl::Time deadline)
+      : endpoint_(endpoint), peer_(std::move(peer)), deadline_(deadline) {}
 
   absl::Status Wait() override {
-    if (!inner_->Test()) {
-      if (read_for_receive_) {
-        endpoint_->ReadForReceive(*this, /*briefly=*/false);
-      } else {
-        endpoint_->WantReader(peer_);
-      }
-    }
+    if (!inner_->Test()) endpoint_->ReadForReceive(*this, /*briefly=*/false);
     return inner_->Wait();
   }
   bool Test() override { return inner_->Test(); }
   bool WaitBriefly() override {
-    if (!inner_->Test() && read_for_receive_) endpoint_->ReadForReceive(*this, /*briefly=*/true);
+    if (!inner_->Test()) endpoint_->ReadForReceive(*this, /*briefly=*/true);
     return inner_->Test();
   }
 
@@ -52,13 +42,12 @@ class TcpEndpoint::Recv final : public PostedRecv {
   void Arrived() {
     arrived_.store(true, std::memory_order_release);
     const int event = event_.load(std::memory_order_acquire);
-    if (event >= 0 && event != ThreadEvent()) Signal(event);
+    if (event >= 0 && event != ProgressEngine::ThreadEvent()) Signal(event);
   }
 
   TcpEndpoint* const endpoint_;
   const std::string peer_;
   const absl::Time deadline_;
-  const bool read_for_receive_;
   std::atomic<int> event_{-1};        // the eventfd of the thread reading for this receive
   std::atomic<bool> arrived_{false};  // the message is in place (set before it completes)
   // The matcher's. Declared last, so destroyed first: its destructor may wait for a writer whose
@@ -69,7 +58,7 @@ class TcpEndpoint::Recv final : public PostedRecv {
 std::unique_ptr<PostedRecv> TcpEndpoint::PostRecv(const std::string& peer, const Tag& tag,
                                                   ByteSpan data, absl::Time deadline,
                                                   ArrivalCallback on_arrival) {
-  return PostWith(peer, deadline, data.size(), std::move(on_arrival), [&](ArrivalCallback arrived) {
+  return PostWith(peer, deadline, std::move(on_arrival), [&](ArrivalCallback arrived) {
     return matcher_.Post(peer, tag, data, deadline, std::move(arrived));
   });
 }
@@ -77,25 +66,16 @@ std::unique_ptr<PostedRecv> TcpEndpoint::PostRecv(const std::string& peer, const
 std::unique_ptr<PostedRecv> TcpEndpoint::PostConsume(const std::string& peer, const Tag& tag,
                                                      size_t length, absl::Time deadline,
                                                      PieceConsumer consume) {
-  return PostWith(peer, deadline, length, nullptr, [&](ArrivalCallback arrived) {
+  return PostWith(peer, deadline, nullptr, [&](ArrivalCallback arrived) {
     return matcher_.PostConsume(peer, tag, length, deadline, std::move(consume),
                                 std::move(arrived));
   });
 }
 
 std::unique_ptr<PostedRecv> TcpEndpoint::PostWith(
-    const std::string& peer, absl::Time deadline, size_t length, ArrivalCallback on_arrival,
+    const std::string& peer, absl::Time deadline, ArrivalCallback on_arrival,
     absl::FunctionRef<std::unique_ptr<PostedRecv>(ArrivalCallback)> post) {
-  const bool read_for_receive = length <= kReadForReceiveMaxBytes;
-  auto recv = std::make_unique<Recv>(this, peer, deadline, read_for_receive);
-  if (!read_for_receive) {
-    recv->inner_ = post(std::move(on_arrival));
-    // Nobody reads for this receive but the reader thread, so it must not linger from now on:
-    // the thread that posted it may first send a large message to the same peer, and the two
-    // sends can only both finish once both sides read (an exchange).
-    WantReader(peer);
-    return recv;
-  }
+  auto recv = std::make_unique<Recv>(this, peer, deadline);
   recv->inner_ = post([recv = recv.get(), on_arrival = std::move(on_arrival)]() mutable {
     if (on_arrival) std::move(on_arrival)();
     recv->Arrived();
@@ -112,13 +92,6 @@ std::shared_ptr<TcpEndpoint::Conn> TcpEndpoint::ConnFrom(const std::string& peer
   });
 }
 
-void TcpEndpoint::WantReader(const std::string& peer) {
-  const std::shared_ptr<Conn> conn = ConnFrom(peer);
-  if (conn == nullptr) return;
-  absl::MutexLock lock(&conn->read_mu);
-  conn->wanted = true;
-}
-
 int TcpEndpoint::ReceivesReading(const std::string& peer) const {
   std::vector<std::shared_ptr<Conn>> conns;
   {
@@ -133,13 +106,14 @@ int TcpEndpoint::ReceivesReading(const std::string& peer) const {
   return reading;
 }
 
-void TcpEndpoint::StopLingering() {
+void TcpEndpoint::StopLingering(const Conn* except) {
   std::vector<std::shared_ptr<Conn>> conns;
   {
     absl::MutexLock lock(&mu_);
     for (const auto& [peer, list] : out_) conns.insert(conns.end(), list.begin(), list.end());
   }
   for (const std::shared_ptr<Conn>& conn : conns) {
+    if (conn.get() == except) continue;
     absl::MutexLock lock(&conn->read_mu);
     conn->wanted = true;
   }
@@ -147,7 +121,7 @@ void TcpEndpoint::StopLingering() {
 
 void TcpEndpoint::ReadForReceive(Recv& recv, bool briefly) {
   const std::shared_ptr<Conn> conn = ConnFrom(recv.peer_);
-  const int event = ThreadEvent();
+  const int event = ProgressEngine::ThreadEvent();
   if (conn == nullptr || event < 0) return;
   recv.event_.store(event, std::memory_order_release);
   const absl::Time begin = absl::Now();
@@ -155,6 +129,7 @@ void TcpEndpoint::ReadForReceive(Recv& recv, bool briefly) {
   {
     absl::MutexLock lock(&conn->read_mu);
     ++conn->readers_waiting;
+    conn->turn_wanted.fetch_add(1, std::memory_order_release);
     if (conn->reader_polling) Signal(conn->kick.get());
     auto free = [&conn, &recv]() ABSL_SHARED_LOCKS_REQUIRED(conn->read_mu) {
       return !conn->reading || !conn->ended.ok() || recv.arrived_.load(std::memory_order_acquire);
@@ -177,16 +152,24 @@ void TcpEndpoint::ReadForReceive(Recv& recv, bool briefly) {
     // A brief wait lasts the spin from its start, the wait for the turn included.
     const absl::Time until =
         briefly ? std::min(recv.deadline_, begin + conn->read_spin.next()) : recv.deadline_;
+    // Another frame in the way (a large one) is parked once this receive's message has come
+    // another way, and left to whoever reads next.
+    auto arrived = [&recv] { return recv.arrived_.load(std::memory_order_acquire); };
+    const absl::FunctionRef<bool()> give_way = arrived;
     while (!recv.inner_->Test()) {
       const absl::Time now = absl::Now();
       if (now >= until) break;
       if (!conn->pending.has_value() && !conn->in->buffered()) {
-        const Readable readable = AwaitFrame(*conn, recv, event, until);
+        const Readable readable = AwaitFrame(*conn, recv, until);
         if (readable == Readable::kPollFailed) break;  // leave it to the reader thread
         if (readable == Readable::kNotYet) continue;
         conn->in->NoteReadable();
       }
-      absl::StatusOr<FrameRead> frame = ReadFrame(*conn, /*for_receive=*/true, recv.deadline_);
+      const ReadTurn turn{.for_receive = true,
+                          .park = std::min(until, absl::Now() + kReadForReceiveSlice),
+                          .limit = recv.deadline_,
+                          .give_way = &give_way};
+      absl::StatusOr<FrameRead> frame = ReadFrame(*conn, turn);
       if (!frame.ok()) {
         ended = frame.status();
         break;
@@ -203,48 +186,29 @@ void TcpEndpoint::ReadForReceive(Recv& recv, bool briefly) {
     absl::MutexLock lock(&conn->read_mu);
     if (mine) conn->reading = false;
     --conn->readers_waiting;
+    conn->turn_wanted.fetch_sub(1, std::memory_order_release);
     conn->last_read_for_receive = absl::Now();
-    if (left_to_reader) conn->wanted = true;
+    // What is left half-read (or to the reader thread) is read on without lingering.
+    if (left_to_reader || (mine && conn->in_frame != nullptr)) conn->wanted = true;
     if (!ended.ok() && conn->ended.ok()) conn->ended = ended;
   }
   recv.event_.store(-1, std::memory_order_release);
 }
 
-TcpEndpoint::Readable TcpEndpoint::AwaitFrame(Conn& conn, Recv& recv, int event, absl::Time until) {
-  const int fd = conn.fd.get();
-  const absl::Time start = absl::Now();
-  // A thread that sleeps in poll() is woken by the kernel, which on a busy or virtual machine can
-  // take longer than the message itself; spinning (yielding) keeps it on its core instead.
-  pollfd peek{fd, POLLIN, 0};
-  bool readable = false;
-  // Each look is a system call, so it yields from the first (an error shows in ReadFrame).
-  auto arrived_or_readable = [&] {
-    if (recv.arrived_.load(std::memory_order_acquire)) return true;
-    readable = poll(&peek, 1, 0) != 0;
-    return readable;
-  };
-  const bool spun = SpinUntil(std::min(conn.read_spin.next(), until - start),
-                              /*busy=*/absl::ZeroDuration(), arrived_or_readable);
-  if (spun) {
-    if (readable) conn.read_spin.Record(absl::Now() - start);
-    return readable ? Readable::kYes : Readable::kNotYet;
+TcpEndpoint::Readable TcpEndpoint::AwaitFrame(Conn& conn, Recv& recv, absl::Time until) {
+  pollfd watch{conn.fd.get(), POLLIN, 0};
+  auto arrived = [&recv] { return recv.arrived_.load(std::memory_order_acquire); };
+  switch (progress_->Await(std::span(&watch, 1), arrived,
+                           std::min(until, absl::Now() + kReadForReceiveSlice), conn.read_spin)) {
+    case ProgressEngine::Ready::kWork:
+      return Readable::kYes;
+    case ProgressEngine::Ready::kFailed:
+      return Readable::kPollFailed;
+    case ProgressEngine::Ready::kDone:
+    case ProgressEngine::Ready::kTimedOut:
+      return Readable::kNotYet;
   }
-  std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{event, POLLIN, 0}};
-  const absl::Duration wait =
-      std::clamp(until - absl::Now(), absl::ZeroDuration(), kReadForReceiveSlice);
-  const int n =
-      poll(fds.data(), fds.size(),
-           static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
-  if (n < 0 && errno != EINTR) return Readable::kPollFailed;
-  if (fds[1].revents != 0) Drain(event);
-  if (n <= 0 || fds[0].revents == 0) {
-    // The message came another way, or not within the spin (the event may be left over from an
-    // earlier receive): in the latter case, stop spinning.
-    if (!recv.arrived_.load(std::memory_order_acquire)) conn.read_spin.RecordOutlasted();
-    return Readable::kNotYet;
-  }
-  conn.read_spin.Record(absl::Now() - start);
-  return Readable::kYes;
+  return Readable::kNotYet;
 }
 
 }  // namespace baton::transport::tcp

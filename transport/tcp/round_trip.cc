@@ -34,6 +34,9 @@ absl::StatusOr<absl::Duration> TcpEndpoint::RoundTrip(const std::string& peer,
   const OutMessage ping{Tag{}, payload};
   const absl::Time start = absl::Now();
   const absl::Status sent = SendFrames(peer, FrameType::kPing, std::span(&ping, 1), deadline);
+  // The pong is read as it comes, not when a reader's linger ends: the time is the link's.
+  const AnswerWait waiting(answers_awaited_);
+  if (sent.ok()) StopLingering();
   absl::MutexLock lock(&pings_mu_);
   auto answered = [this, id]() ABSL_SHARED_LOCKS_REQUIRED(pings_mu_) {
     return pings_stopping_ || pings_[id] != absl::InfinitePast();

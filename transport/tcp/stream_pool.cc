@@ -335,9 +335,11 @@ absl::Status TcpEndpoint::SendFrames(const std::string& peer, FrameType type,
       if (checksum) frame_bytes += kFrameChecksumBytes;
     }
     auto cancelled = [this, &tag] { return SendCancelled(tag.comm); };
-    auto on_full = [this] { StopLingering(); };
+    SendReading reading;
+    auto on_full = [&] { ReadWhileFull(*stream, deadline, cancelled, reading); };
     status =
         WriteFramesOn(*stream, type, messages, checksum, deadline, cancelled, on_full, &written);
+    ReleaseTurnAfterSend(*stream, reading);
     if (!status.ok() && credit.write_epoch.has_value()) {
       // Credit back for the frames whose header did not go out whole: the receiver never charged
       // them. (One whose header went out is charged there, and its charge comes back with a grant

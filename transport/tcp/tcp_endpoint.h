@@ -37,6 +37,7 @@
 #include "common/log_limiter.h"
 #include "common/thread_name.h"
 #include "transport/exposure_table.h"
+#include "transport/progress.h"
 #include "transport/receive_matcher.h"
 #include "transport/tcp/connection.h"
 #include "transport/tcp/frame.h"
@@ -55,7 +56,12 @@ class TcpEndpoint final : public Endpoint {
       : listener_(std::move(listener)),
         wake_(std::move(wake)),
         address_(std::move(address)),
-        receive_spin_(options.receive_spin),
+        own_progress_(options.progress == nullptr
+                          ? std::make_unique<ProgressEngine>(
+                                ProgressEngine::Options{.spin = options.receive_spin})
+                          : nullptr),
+        progress_(options.progress == nullptr ? own_progress_.get() : options.progress),
+        receive_spin_(progress_->spin()),
         reader_linger_(options.reader_linger),
         streams_per_peer_(static_cast<size_t>(options.streams_per_peer)),
         handshake_keys_(options.handshake_keys),
@@ -119,12 +125,30 @@ class TcpEndpoint final : public Endpoint {
  private:
   using Conn = Connection;
   class Recv;
-  enum class FrameRead { kDone, kLeftToReader };
+  // What a read turn's ReadFrame did: read a frame (kDone), left one to the reader thread
+  // (kLeftToReader: its header is in `pending`), read part of a payload and parked the rest
+  // (kParked: conn.in_frame), or found no whole header yet (kNothing: nothing consumed).
+  enum class FrameRead { kDone, kLeftToReader, kParked, kNothing };
+  // How the thread that holds a connection's read turn reads it.
+  struct ReadTurn {
+    // A thread reading for its own receive, or while its send waits for room: it leaves a
+    // one-sided write (two frames) to the reader thread.
+    bool for_receive = false;
+    // A data payload not read whole by then is parked for the next turn. A receive's own
+    // deadline ends its delivery (RecvDeadlineExceeded) and the rest is dropped.
+    absl::Time park = absl::InfiniteFuture();
+    // A frame header begun, and a control frame, must be whole by then, or the connection ends
+    // as broken (the stream could no longer be kept in step).
+    absl::Time limit = absl::InfiniteFuture();
+    // Parks a payload as soon as this returns true (looked at whenever the socket runs dry);
+    // may be null.
+    const absl::FunctionRef<bool()>* give_way = nullptr;
+  };
 
   // PostRecv and PostConsume: wraps the matcher's receive that `post` makes (given the callback
-  // to run on arrival) in a Recv, read by the waiting thread when `length` is small.
+  // to run on arrival) in a Recv, read by the thread that waits for it.
   std::unique_ptr<PostedRecv> PostWith(
-      const std::string& peer, absl::Time deadline, size_t length, ArrivalCallback on_arrival,
+      const std::string& peer, absl::Time deadline, ArrivalCallback on_arrival,
       absl::FunctionRef<std::unique_ptr<PostedRecv>(ArrivalCallback)> post);
 
   void ListenLoop();
@@ -152,39 +176,47 @@ class TcpEndpoint final : public Endpoint {
   // The reader thread's turn to read: waits while threads read for their receives (and
   // reader_linger_ after), then takes `reading`. False once the connection has ended.
   bool TakeReaderTurn(Conn& conn);
-  // Reads one frame (or what `pending` left of one) and delivers it, never waiting for room
-  // (flow control bounds what a peer may send ahead). With `for_receive` (a thread reading for
-  // its own receive) it does not read a payload over kReadForReceiveMaxBytes: such a frame is
-  // left to the reader thread. Only
-  // the delivery into a posted receive may wait past `limit` (until that receive's deadline); a
-  // frame that stays half-sent past both ends the connection as broken, since the stream can no
-  // longer be kept in step. An error ends the connection.
-  absl::StatusOr<FrameRead> ReadFrame(Conn& conn, bool for_receive, absl::Time limit);
+  // Reads one frame (or what `pending` or `in_frame` left of one) and delivers it, never waiting
+  // for room (flow control bounds what a peer may send ahead), within `turn`. An error ends the
+  // connection.
+  absl::StatusOr<FrameRead> ReadFrame(Conn& conn, const ReadTurn& turn);
   // Reads the whole payload of a small control frame (ping, pong, credit, clear-to-send, write
   // descriptor, write ack: their size is fixed, frame.h) into `into`, exactly as long, opening or
   // verifying its records. A payload that is not what was sent is an integrity failure; any
   // other error is counted on the link.
   absl::Status ReadControlPayload(Conn& conn, const FrameHeader& header, ByteSpan into,
                                   absl::Time limit);
-  absl::Status ReadPayload(Conn& conn, const FrameHeader& header, ReceiveMatcher::Delivery delivery,
-                           absl::Time limit);
-  // Called by a thread about to wait for `recv`: reads the peer's connection itself until the
-  // receive completes, fails or reaches its deadline, or the connection is not ours to read.
+  // Reads on the payload of conn.in_frame, within `turn`: kDone once it is delivered (or dropped),
+  // kParked if the turn ends first. An error fails the delivery and ends the connection.
+  absl::StatusOr<FrameRead> ReadPayload(Conn& conn, const ReadTurn& turn);
+  // A send whose connection's buffer is full reads what the peer sends on that connection
+  // meanwhile, without waiting for any of it (an exchange of large messages then moves both ways
+  // without a hand-off to the reader thread), until the socket takes more, `deadline` or
+  // `cancelled()`. It asks for the read turn the first time and keeps it, once it has it, until
+  // ReleaseTurnAfterSend.
+  struct SendReading {
+    bool wanting = false;  // counted in readers_waiting
+    bool reading = false;  // holds the read turn
+  };
+  void ReadWhileFull(Conn& conn, absl::Time deadline, absl::FunctionRef<bool()> cancelled,
+                     SendReading& state);
+  void ReleaseTurnAfterSend(Conn& conn, const SendReading& state);
+  // Called by a thread about to wait for `recv`, of whatever size: reads the peer's connection
+  // itself until the receive completes, fails or reaches its deadline, or the connection is not
+  // ours to read (the one progress mechanism, transport/progress.h).
   // `briefly`: only while the connection's spin lasts (AwaitFrame), and not at all if another
   // thread is reading the connection.
   void ReadForReceive(Recv& recv, bool briefly);
   enum class Readable { kYes, kNotYet, kPollFailed };
-  // For ReadForReceive, which holds the read turn of `conn`: waits until the connection is
-  // readable, the receive arrived (over another connection: `event` fires), one slice passed or
-  // `until`. Spins first (SpinUntil) while frames have been arriving within receive_spin_.
-  Readable AwaitFrame(Conn& conn, Recv& recv, int event, absl::Time until);
-  // Tells the reader thread of the connection from `peer` not to linger: a receive it alone reads
-  // has been posted or is being waited for.
-  void WantReader(const std::string& peer) ABSL_LOCKS_EXCLUDED(mu_);
-  // Ends the linger of every connection's reader thread (see TcpOptions::reader_linger): called
-  // by a send that waits for room, since the peer may be waiting to send to this endpoint too,
-  // or to one that is, and nobody here may be about to read for a receive.
-  void StopLingering() ABSL_LOCKS_EXCLUDED(mu_);
+  // For ReadForReceive, which holds the read turn of `conn`: waits (ProgressEngine::Await) until
+  // the connection is readable, the receive arrived (over another connection), one slice passed
+  // or `until`.
+  Readable AwaitFrame(Conn& conn, Recv& recv, absl::Time until);
+  // Ends the linger of every connection's reader thread (see TcpOptions::reader_linger) but
+  // `except`'s: called by a send that waits for room (and reads `except` itself), since the peer
+  // may be waiting to send to this endpoint too, or to one that is, and nobody here may be about
+  // to read for a receive.
+  void StopLingering(const Conn* except = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // Of `conns` (`peer`'s) that `usable` accepts: when both sides connected to each other at once,
   // the one opened by the endpoint whose address sorts first, so that both send on it and the
   // acknowledgements ride on data; else any. Null if none.
@@ -280,7 +312,10 @@ class TcpEndpoint final : public Endpoint {
   const Listener listener_;
   const FileDescriptor wake_;  // eventfd that stops ListenLoop
   const std::string address_;
-  const absl::Duration receive_spin_;
+  // The daemon's progress engine (TcpOptions::progress), or the endpoint's own.
+  const std::unique_ptr<ProgressEngine> own_progress_;
+  ProgressEngine* const progress_;
+  const absl::Duration receive_spin_;   // progress_->spin()
   const absl::Duration reader_linger_;  // TcpOptions::reader_linger
   const size_t streams_per_peer_;
   HandshakeKeys* const handshake_keys_;  // may be null
@@ -301,9 +336,23 @@ class TcpEndpoint final : public Endpoint {
   ReceiveCredits receive_credits_;
   SendCredits send_credits_;
   std::thread credit_thread_;
-  // Sends waiting for credit or a clear-to-send: while there are any, no reader lingers (the
-  // frames they wait for come on any connection with the peer).
-  std::atomic<int> credit_waiters_{0};
+  // Sends waiting for credit or a clear-to-send, and round trips waiting for their pong: while
+  // there are any, no reader lingers (the frames they wait for come on any connection with the
+  // peer, and only the reader threads read those nobody reads for).
+  std::atomic<int> answers_awaited_{0};
+  // Counts one such wait in answers_awaited_ while it lives.
+  class AnswerWait {
+   public:
+    explicit AnswerWait(std::atomic<int>& awaited) : awaited_(awaited) {
+      awaited_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    AnswerWait(const AnswerWait&) = delete;
+    AnswerWait& operator=(const AnswerWait&) = delete;
+    ~AnswerWait() { awaited_.fetch_sub(1, std::memory_order_acq_rel); }
+
+   private:
+    std::atomic<int>& awaited_;
+  };
   ReceiveMatcher matcher_;
   std::thread listener_thread_;
 

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "transport/auth/handshake.h"
+#include "transport/progress.h"
 #include "transport/transport.h"
 
 namespace baton::transport {
@@ -34,17 +35,22 @@ struct TcpOptions {
   // others hold this much is granted less, down to half of max_unexpected_bytes_per_peer (never
   // less, so that its eager messages always fit). 0: no bound.
   uint64_t max_unexpected_bytes_total = uint64_t{256} << 20;
-  // How long a thread waiting for a small message (at most 64 KiB) spins on its connection before
-  // it sleeps in poll(): busy at first, then yielding its core (SpinUntil). It spins only while
-  // that connection's messages have been arriving within this time, so a quiet link costs no CPU.
+  // The daemon's progress engine (transport/progress.h), which every wait of the endpoint goes
+  // through; not owned, must outlive the endpoint. Null: the endpoint makes its own, with
+  // receive_spin.
+  ProgressEngine* progress = nullptr;
+  // Without `progress`: how long a thread waiting for a message looks at its connection before it
+  // sleeps in poll(), yielding its core between looks (SpinUntil). It looks only while that
+  // connection's messages have been arriving within this time, so a quiet link costs no CPU.
   // Waking a sleeping thread costs tens of microseconds where cores are few or virtual.
   absl::Duration receive_spin = absl::Microseconds(200);
-  // After the last thread that waited for a small message stops reading its connection, the
-  // connection's reader thread leaves it alone this long before it reads again, unless a receive
-  // that only the reader thread serves (a larger one) is posted: a run of small operations then
-  // never hands the connection back and forth, and frames nobody waits for are read at most this
-  // late. Not negative.
-  absl::Duration reader_linger = absl::Milliseconds(1);
+  // After the last thread that waited for a message (or sent) stops reading its connection, the
+  // connection's reader thread leaves it alone this long before it reads again, unless a send
+  // waits for room or credit, or a round trip for its pong (the frames they need may come
+  // when nobody reads for them): a run of operations then never hands the connection back and
+  // forth (each hand-over costs two thread wake-ups), and frames nobody waits for are read at most
+  // this late (docs/bench/2026-12-06-progress-engine.md measured 1, 5 and 20 ms). Not negative.
+  absl::Duration reader_linger = absl::Milliseconds(5);
   // Connections to each peer that messages of at least kStripeMinBytes take turns on, so that
   // as many threads on each side copy (and reduce) the bulk data of one link in parallel, as
   // NCCL's sockets per thread do. Smaller messages keep to the one connection both sides prefer,
@@ -128,9 +134,10 @@ inline constexpr size_t kStripeMinBytes = size_t{256} << 10;
 // authenticated record that did not open there, and fails.
 absl::StatusOr<std::unique_ptr<Endpoint>> NewTcpEndpoint(const TcpOptions& options);
 
-// How many threads are waiting for a small receive from `peer` on `endpoint` now, reading their
-// connection themselves (or waiting for their turn to): a diagnostic, for a caller that must know
-// a receive is being waited for before its message is sent. 0 for an endpoint NewTcpEndpoint did
+// How many threads are waiting for a receive from `peer` on `endpoint` now, reading their
+// connection themselves (or waiting for their turn to), with the sends to `peer` that read while
+// they wait for room: a diagnostic, for a caller that must know a receive is being waited for
+// before its message is sent. 0 for an endpoint NewTcpEndpoint did
 // not make.
 int TcpReceivesReading(const Endpoint& endpoint, const std::string& peer);
 
