@@ -74,7 +74,7 @@ ProgressEngine::Ready ProgressEngine::Await(std::span<pollfd> watch, absl::Funct
   if (n < 0 && errno != EINTR) return Ready::kFailed;
   bool work = false;
   for (size_t i = 0; i < watch.size(); ++i) {
-    watch[i].revents = n > 0 ? fds[i].revents : 0;
+    watch[i].revents = n > 0 ? fds[i].revents : short{0};
     work = work || watch[i].revents != 0;
   }
   const bool signalled = event >= 0 && n > 0 && fds.back().revents != 0;

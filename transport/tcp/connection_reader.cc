@@ -248,7 +248,8 @@ void TcpEndpoint::ReadWhileFull(Conn& conn, absl::Time deadline,
   // The other connections' reader threads read meanwhile: what the peer needs before it reads
   // this connection may come over another one (a ring).
   StopLingering(&conn);
-  if (!conn.kick.valid()) return;  // not introduced yet: only its reader thread reads it
+  // Not introduced yet (only its reader thread reads it), or left to the reader thread.
+  if (!conn.kick.valid() || state.done) return;
   {
     absl::MutexLock lock(&conn.read_mu);
     if (!state.wanting) {
@@ -263,17 +264,26 @@ void TcpEndpoint::ReadWhileFull(Conn& conn, absl::Time deadline,
     const absl::Time now = absl::Now();
     if (now >= deadline) return;
     if (!state.reading) {
-      // Whoever reads it now (its reader thread, a waiting thread) gives the turn back soon.
+      // Whoever reads it now (its reader thread, a waiting thread) gives the turn back soon: wait
+      // a little for it, then look whether the socket has room meanwhile.
       absl::MutexLock lock(&conn.read_mu);
+      auto free = [&conn]() ABSL_SHARED_LOCKS_REQUIRED(conn.read_mu) {
+        return !conn.reading || !conn.ended.ok();
+      };
+      conn.read_mu.AwaitWithTimeout(absl::Condition(&free),
+                                    std::min(deadline - now, absl::Milliseconds(1)));
       if (!conn.reading && conn.ended.ok()) state.reading = conn.reading = true;
     }
     const bool buffered = conn.pending.has_value() || conn.in->buffered();
     if (!state.reading || !buffered) {
       pollfd watch{fd, static_cast<short>(POLLOUT | (state.reading ? POLLIN : 0)), 0};
-      const absl::Duration wait = std::min(deadline - now, kReadForReceiveSlice);
-      const int n = poll(
-          &watch, 1,
-          static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1)))));
+      // Without the turn, only a look (the loop waits for the turn above).
+      const absl::Duration wait = state.reading
+                                      ? std::min(deadline - absl::Now(), kReadForReceiveSlice)
+                                      : absl::ZeroDuration();
+      const int n = poll(&watch, 1,
+                         static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(
+                             std::max(wait, absl::ZeroDuration()), absl::Milliseconds(1)))));
       if (n < 0 && errno != EINTR) return;  // the write reports what is wrong
       if (n <= 0) continue;
       // Room, or an error the write reports.
@@ -286,10 +296,14 @@ void TcpEndpoint::ReadWhileFull(Conn& conn, absl::Time deadline,
     absl::StatusOr<FrameRead> frame = ReadFrame(conn, turn);
     absl::MutexLock lock(&conn.read_mu);  // threads waiting for their turn look again
     if (!frame.ok() || *frame == FrameRead::kLeftToReader) {
+      // The connection ended, or the next frame is the reader thread's: this send reads no more
+      // (and no longer keeps the reader thread from its turn).
       if (!frame.ok() && conn.ended.ok()) conn.ended = frame.status();
       if (frame.ok()) conn.wanted = true;
       conn.reading = false;
-      state.reading = false;
+      --conn.readers_waiting;
+      conn.turn_wanted.fetch_sub(1, std::memory_order_release);
+      state = SendReading{.done = true};
       return;
     }
   }
@@ -324,10 +338,8 @@ absl::StatusOr<TcpEndpoint::FrameRead> TcpEndpoint::ReadPayload(Conn& conn, cons
   const FrameHeader& header = frame.header;
   PayloadReader& body = frame.body;
   // Ends the frame: its delivery, if it still has one, gets `delivered`.
-  auto finish = [&](absl::Status delivered) {
-    if (frame.delivery.has_value()) {
-      matcher_.FinishDelivery(std::move(*frame.delivery), std::move(delivered));
-    }
+  auto finish = [&](const absl::Status& delivered) {
+    if (frame.delivery.has_value()) matcher_.FinishDelivery(std::move(*frame.delivery), delivered);
     conn.in_frame.reset();
   };
   // Whether the reading stopped for the receiver (it was aborted, or its deadline passed) rather

@@ -197,6 +197,7 @@ class TcpEndpoint final : public Endpoint {
   struct SendReading {
     bool wanting = false;  // counted in readers_waiting
     bool reading = false;  // holds the read turn
+    bool done = false;     // reads no more (the connection ended, or a frame is the reader's)
   };
   void ReadWhileFull(Conn& conn, absl::Time deadline, absl::FunctionRef<bool()> cancelled,
                      SendReading& state);
