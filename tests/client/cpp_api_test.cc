@@ -326,10 +326,12 @@ TEST(CppApiCluster, AsyncRequestsTestAndWait) {
     auto broken = comm.BroadcastAsync(a.data(), a.data(), a.size(), baton::DataType::kFloat32, -1);
     auto barrier = comm.BarrierAsync();
     const baton::Status after = barrier->Wait(30s);
-    EXPECT_EQ(after.code(), baton::StatusCode::kAborted) << after;
+    EXPECT_EQ(after.code(), baton::StatusCode::kAborted) << "rank " << rank << ": " << after;
     EXPECT_NE(after.message().find("was refused"), std::string::npos) << after;
-    EXPECT_TRUE(first->Wait().ok());
-    EXPECT_TRUE(second->Wait().ok());
+    const baton::Status first_status = first->Wait();
+    EXPECT_TRUE(first_status.ok()) << "rank " << rank << ": " << first_status;
+    const baton::Status second_status = second->Wait();
+    EXPECT_TRUE(second_status.ok()) << "rank " << rank << ": " << second_status;
     const baton::Status refused = broken->Wait();
     EXPECT_EQ(refused.code(), baton::StatusCode::kInvalidArgument) << refused;
     EXPECT_TRUE(ElementsAre(gathered.data(), gathered.size(), [](size_t) { return 6.0f; }))
