@@ -177,10 +177,12 @@ class NodeArena {
 
   // A collective this rank runs through the daemon instead (too large for a slot, one the arena
   // does not have, an algorithm asked for) still takes its operation number here, without
-  // waiting: a peer that runs the same operation in the arena, because its call differs, fails
-  // at once naming both calls instead of waiting for its deadline. Every rank of the arena must
-  // record every collective it does not run here. The arena's abort reason if it was aborted.
-  absl::Status RecordDaemonCall(const OpSpec& spec);
+  // waiting for the peers to reach it: a peer that runs the same operation in the arena, because
+  // its call differs, fails at once naming both calls instead of waiting for its deadline. Every
+  // rank of the arena must record every collective it does not run here. It waits only, by
+  // `deadline`, for the peers to reach the operation before it (Begin). The arena's abort reason
+  // if it was aborted.
+  absl::Status RecordDaemonCall(const OpSpec& spec, absl::Time deadline);
 
   // Fails every waiting and later operation of every rank with `reason` (not OK); the first
   // reason stays. Any rank may call it; the daemon calls ArenaOwner::Abort.
@@ -227,8 +229,12 @@ class NodeArena {
   // Local rank `local` as errors name it: "rank 5 (local rank 1)".
   std::string Name(int local) const;
 
-  // Publishes this rank's signature for the next operation and returns its number.
-  uint64_t Begin(const Signature& signature);
+  // Publishes this rank's signature for the next operation and returns its number. Its slots
+  // (signature, input, result, note: two of each, by the number's parity) last held the
+  // operation before the previous one, which a peer may still be reading until it arrives at the
+  // previous one: first waits for that (by `deadline`; at once unless the previous operation was
+  // recorded without waiting, RecordDaemonCall). Errors as AwaitAll.
+  absl::StatusOr<uint64_t> Begin(const Signature& signature, absl::Time deadline);
   // Raises this rank's `flag` (arrived or reduced) to `op` and rings the bell.
   void Raise(std::atomic<uint64_t> RankBlock::*flag, uint64_t op);
   // Waits until every rank's `flag` (or only rank `only`'s, if not -1) reached `op` (of

@@ -273,7 +273,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
                          absl::StatusCode::kAborted, /*from_next_operation=*/true)
           .IgnoreError();  // the daemon is gone, or the communicator: nobody waits
     }
-    if (!numbered && !call.spec.node_part) arena_route_.RecordElsewhere(call).IgnoreError();
+    if (!numbered && !call.spec.node_part) {
+      arena_route_.RecordElsewhere(call, absl::Now() + CallOptions().timeout).IgnoreError();
+    }
     return error;
   }
 
@@ -330,7 +332,9 @@ class CommunicatorImpl final : public Communicator, public GroupMember {
       case RouteKind::kDaemon:
       case RouteKind::kDevice:
         // With an arena the call takes its place there first.
-        if (facts.arena_slot_bytes) BATON_RETURN_IF_ERROR(arena_route_.RecordElsewhere(call));
+        if (facts.arena_slot_bytes) {
+          BATON_RETURN_IF_ERROR(arena_route_.RecordElsewhere(call, absl::Now() + options.timeout));
+        }
         ran = choice.kind == RouteKind::kDevice
                   ? device_route_.Run(call, bytes->send, bytes->recv, options)
                   : ThroughDaemonLocked(call, bytes->send, bytes->recv, options);

@@ -57,8 +57,17 @@ constexpr absl::Duration kSlice = absl::Milliseconds(50);
 using arena::Header;
 using arena::RankBlock;
 
-uint64_t NodeArena::Begin(const Signature& signature) {
-  const uint64_t op = ++next_op_;
+absl::StatusOr<uint64_t> NodeArena::Begin(const Signature& signature, absl::Time deadline) {
+  const uint64_t op = next_op_ + 1;
+  if (op > 2) {
+    // A rank that recorded the previous operation without waiting (RecordDaemonCall) may be here
+    // while a peer still checks the signatures of, or copies out, the one before: that peer is
+    // done with it once it arrives at the previous one. Without this wait the peer read this
+    // operation's signature as the older one's and failed on a mismatch that was not there.
+    const Signature previous = arena::ReadSignature(block(rank_).signatures[(op - 1) % 2]);
+    BATON_RETURN_IF_ERROR(AwaitAll(&RankBlock::arrived, op - 1, previous, deadline));
+  }
+  next_op_ = op;
   block(rank_).signatures[op % 2] = signature;
   return op;
 }
@@ -185,7 +194,7 @@ absl::Status NodeArena::OneRoundWith(const Signature& signature,
                                      absl::FunctionRef<void(std::byte* slot)> fill,
                                      absl::Time deadline, uint64_t& op, absl::Duration& waited) {
   if (absl::Status status = aborted(); !status.ok()) return status;
-  op = Begin(signature);
+  BATON_ASSIGN_OR_RETURN(op, Begin(signature, deadline));
   fill(input(rank_, op));
   Raise(&RankBlock::arrived, op);
   const absl::Time started = absl::Now();

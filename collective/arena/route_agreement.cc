@@ -25,11 +25,12 @@ int64_t SteadyNanoseconds() {
 
 }  // namespace
 
-absl::Status NodeArena::RecordDaemonCall(const OpSpec& spec) {
+absl::Status NodeArena::RecordDaemonCall(const OpSpec& spec, absl::Time deadline) {
   if (absl::Status status = aborted(); !status.ok()) return status;
   const Signature signature = arena::SignatureOf(spec.collective, spec.type, spec.count, spec.op,
                                                  spec.root, arena::kThroughDaemon);
-  Raise(&RankBlock::arrived, Begin(signature));
+  BATON_ASSIGN_OR_RETURN(const uint64_t op, Begin(signature, deadline));
+  Raise(&RankBlock::arrived, op);
   return absl::OkStatus();
 }
 
@@ -37,11 +38,14 @@ absl::StatusOr<NodeArena::RouteAgreement> NodeArena::AgreeOnRoute(const OpSpec& 
                                                                   absl::Time deadline) {
   const Signature signature = arena::SignatureOf(spec.collective, spec.type, spec.count, spec.op,
                                                  spec.root, arena::kAgreeing);
-  // Rank 0's answer, published by the `arrived` that OneRound raises.
-  if (rank_ == 0) block(0).in_arena[(next_op_ + 1) % 2].store(in_arena ? 1 : 0);
+  // Rank 0's answer, written once the operation's slots are free (Begin) and published by the
+  // `arrived` that the round raises.
+  auto answer = [this, in_arena](std::byte* /*slot*/) {
+    if (rank_ == 0) block(0).in_arena[next_op_ % 2].store(in_arena ? 1 : 0);
+  };
   uint64_t n = 0;
   absl::Duration waited;
-  BATON_RETURN_IF_ERROR(OneRound(signature, nullptr, 0, deadline, n, waited));
+  BATON_RETURN_IF_ERROR(OneRoundWith(signature, answer, deadline, n, waited));
   RouteAgreement agreement;
   agreement.in_arena = block(0).in_arena[n % 2].load() != 0;
   // Every rank marked the previous agreed call finished before it arrived here, if it did.

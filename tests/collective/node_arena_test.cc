@@ -336,6 +336,44 @@ TEST(NodeArenaTest, DifferentCallsFailEveryRankNamingBoth) {
   }
 }
 
+// Calls recorded as run through the daemon take their numbers without waiting for the peers to
+// come, but a rank gets at most one operation ahead of the slowest: each number's slots (two, by
+// parity) still hold the operation before the previous one, which a slower peer may be reading.
+// Before, a rank two ahead overwrote its signature while a peer checked the older operation's,
+// and the peer failed on a mismatch that was not there.
+TEST(NodeArenaTest, ARankRecordingDaemonCallsStaysOneOperationAhead) {
+  SharedArena shared(2, kSlot);
+  NodeArena fast = shared.Attach(0);  // local rank 1 never calls
+  OpSpec spec;
+  spec.collective = Collective::kBroadcast;
+  spec.count = 4;
+  const absl::Time soon = absl::Now() + absl::Milliseconds(100);
+  EXPECT_TRUE(fast.RecordDaemonCall(spec, soon).ok());  // operation 1
+  EXPECT_TRUE(fast.RecordDaemonCall(spec, soon).ok());  // 2: its slots were never used
+  // 3 would take operation 1's slots, which the slow rank has not reached yet.
+  const absl::Status third = fast.RecordDaemonCall(spec, soon);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(third)) << third;
+  EXPECT_NE(third.message().find("which has not called operation 2"), std::string::npos) << third;
+}
+
+TEST(NodeArenaTest, ARankAheadGoesOnOnceThePeersReachThePreviousOperation) {
+  SharedArena shared(2, kSlot);
+  OpSpec spec;
+  spec.collective = Collective::kBroadcast;
+  spec.count = 4;
+  std::vector<absl::Status> barrier(2);
+  RunThreads(2, [&](int rank) {
+    NodeArena arena = shared.Attach(rank);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    if (rank == 1) absl::SleepFor(absl::Milliseconds(50));  // the slow one
+    EXPECT_TRUE(arena.RecordDaemonCall(spec, deadline).ok());
+    EXPECT_TRUE(arena.RecordDaemonCall(spec, deadline).ok());
+    barrier[rank] = arena.Barrier(deadline);  // operation 3, in the arena
+  });
+  EXPECT_TRUE(barrier[0].ok()) << barrier[0];
+  EXPECT_TRUE(barrier[1].ok()) << barrier[1];
+}
+
 TEST(NodeArenaTest, ARankThatNeverComesFailsThePeersAtTheirDeadlineNamedByItsCommRank) {
   SharedArena shared(4, kSlot, {4, 5, 6, 7});
   std::vector<absl::Status> status(3);

@@ -36,9 +36,9 @@ absl::Status ArenaRoute::Describe(const Call& call, CallFacts& facts) {
   return absl::OkStatus();
 }
 
-absl::Status ArenaRoute::RecordElsewhere(const Call& call) {
+absl::Status ArenaRoute::RecordElsewhere(const Call& call, absl::Time deadline) {
   BATON_ASSIGN_OR_RETURN(collective::NodeArena * arena, ArenaFor(call));
-  return arena == nullptr ? absl::OkStatus() : arena->RecordDaemonCall(call.spec);
+  return arena == nullptr ? absl::OkStatus() : arena->RecordDaemonCall(call.spec, deadline);
 }
 
 absl::StatusOr<std::string> ArenaRoute::RunWhereChosen(Call& call, const RouteChoice& choice,

@@ -52,8 +52,9 @@ class ArenaRoute {
                                              ThroughDaemon through_daemon);
   // A collective that runs elsewhere takes its place in the arena as a call that went to the
   // daemon (NodeArena::RecordDaemonCall), so that local ranks that run it in the arena find a
-  // call that differs and fail at once. OK without an arena.
-  absl::Status RecordElsewhere(const Call& call);
+  // call that differs and fail at once. OK without an arena. Waits, by `deadline`, only for the
+  // local ranks to reach the call before it.
+  absl::Status RecordElsewhere(const Call& call, absl::Time deadline);
 
  private:
   absl::StatusOr<collective::NodeArena*> ArenaFor(const Call& call);
