@@ -10,21 +10,6 @@
 #include "absl/time/clock.h"
 
 namespace baton::transport {
-namespace {
-
-void Drain(int event) {
-  uint64_t count = 0;
-  (void)!read(event, &count, sizeof(count));
-}
-
-int PollTimeoutMs(absl::Duration wait) {
-  if (wait <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(std::min<int64_t>(
-      absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1))), int64_t{1} << 30));
-}
-
-}  // namespace
-
 int ProgressEngine::ThreadEvent() {
   struct Event {
     Event() : fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
@@ -42,6 +27,17 @@ int ProgressEngine::ThreadEvent() {
 void ProgressEngine::Signal(int event) {
   const uint64_t one = 1;
   (void)!write(event, &one, sizeof(one));  // a full counter is as good as a signal
+}
+
+void ProgressEngine::Drain(int event) {
+  uint64_t count = 0;
+  (void)!read(event, &count, sizeof(count));
+}
+
+int ProgressEngine::PollTimeoutMs(absl::Duration wait) {
+  if (wait <= absl::ZeroDuration()) return 0;
+  return static_cast<int>(std::min<int64_t>(
+      absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1))), int64_t{1} << 30));
 }
 
 ProgressEngine::Ready ProgressEngine::Await(std::span<pollfd> watch, absl::FunctionRef<bool()> done,

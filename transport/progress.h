@@ -62,9 +62,13 @@ class ProgressEngine {
   Stats stats() const;
 
   // This thread's eventfd, which a thread that completes what this one waits for signals
-  // (Signal); -1 if none could be made.
+  // (Signal); -1 if none could be made. Signal and Drain serve any eventfd used as a wake-up.
   static int ThreadEvent();
   static void Signal(int event);
+  static void Drain(int event);
+  // poll()'s timeout for waiting `wait`: whole milliseconds rounded up (so that a wait never ends
+  // early and spins), 0 for none left.
+  static int PollTimeoutMs(absl::Duration wait);
 
  private:
   const absl::Duration spin_;

@@ -51,13 +51,6 @@ static_assert(kPieceBytes == kSealedRecordBytes);
 // connection; a payload it reads meanwhile is parked (InFrame) and read on by the next turn.
 constexpr absl::Duration kReadForReceiveSlice = absl::Milliseconds(20);
 
-inline void Signal(int event) { ProgressEngine::Signal(event); }
-
-inline void Drain(int event) {
-  uint64_t count = 0;
-  (void)!read(event, &count, sizeof(count));
-}
-
 // An operation as the send side tells them apart: its communicator and sequence number.
 using OperationId = std::pair<uint64_t, uint64_t>;
 

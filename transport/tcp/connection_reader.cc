@@ -71,18 +71,16 @@ void TcpEndpoint::ReadLoop(const std::shared_ptr<Conn>& conn, bool accepted) {
       const bool receive_parked = conn->in_frame != nullptr &&
                                   conn->in_frame->delivery.has_value() &&
                                   !conn->in_frame->delivery->discard();
-      int timeout_ms = -1;
-      if (receive_parked) {
-        const absl::Duration wait = std::clamp(conn->in_frame->delivery->deadline() - absl::Now(),
-                                               absl::ZeroDuration(), kReadForReceiveSlice);
-        timeout_ms =
-            static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1))));
-      }
+      const int timeout_ms =
+          receive_parked
+              ? ProgressEngine::PollTimeoutMs(std::min(
+                    conn->in_frame->delivery->deadline() - absl::Now(), kReadForReceiveSlice))
+              : -1;
       std::array<pollfd, 2> fds{pollfd{fd, POLLIN, 0}, pollfd{conn->kick.get(), POLLIN, 0}};
       const int n = poll(fds.data(), conn->kick.valid() ? 2 : 1, timeout_ms);
       const int poll_errno = errno;
       kicked = n > 0 && fds[1].revents != 0;
-      if (kicked) Drain(conn->kick.get());
+      if (kicked) ProgressEngine::Drain(conn->kick.get());
       if (n > 0 && fds[0].revents != 0) conn->in->NoteReadable();
       {
         absl::MutexLock lock(&conn->read_mu);
@@ -256,7 +254,7 @@ void TcpEndpoint::ReadWhileFull(Conn& conn, absl::Time deadline,
       state.wanting = true;
       ++conn.readers_waiting;
       conn.turn_wanted.fetch_add(1, std::memory_order_release);
-      if (conn.reader_polling) Signal(conn.kick.get());
+      if (conn.reader_polling) ProgressEngine::Signal(conn.kick.get());
     }
   }
   const int fd = conn.fd.get();
@@ -281,9 +279,7 @@ void TcpEndpoint::ReadWhileFull(Conn& conn, absl::Time deadline,
       const absl::Duration wait = state.reading
                                       ? std::min(deadline - absl::Now(), kReadForReceiveSlice)
                                       : absl::ZeroDuration();
-      const int n = poll(&watch, 1,
-                         static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(
-                             std::max(wait, absl::ZeroDuration()), absl::Milliseconds(1)))));
+      const int n = poll(&watch, 1, ProgressEngine::PollTimeoutMs(wait));
       if (n < 0 && errno != EINTR) return;  // the write reports what is wrong
       if (n <= 0) continue;
       // Room, or an error the write reports.

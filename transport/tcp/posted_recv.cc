@@ -42,7 +42,7 @@ class TcpEndpoint::Recv final : public PostedRecv {
   void Arrived() {
     arrived_.store(true, std::memory_order_release);
     const int event = event_.load(std::memory_order_acquire);
-    if (event >= 0 && event != ProgressEngine::ThreadEvent()) Signal(event);
+    if (event >= 0 && event != ProgressEngine::ThreadEvent()) ProgressEngine::Signal(event);
   }
 
   TcpEndpoint* const endpoint_;
@@ -130,7 +130,7 @@ void TcpEndpoint::ReadForReceive(Recv& recv, bool briefly) {
     absl::MutexLock lock(&conn->read_mu);
     ++conn->readers_waiting;
     conn->turn_wanted.fetch_add(1, std::memory_order_release);
-    if (conn->reader_polling) Signal(conn->kick.get());
+    if (conn->reader_polling) ProgressEngine::Signal(conn->kick.get());
     auto free = [&conn, &recv]() ABSL_SHARED_LOCKS_REQUIRED(conn->read_mu) {
       return !conn->reading || !conn->ended.ok() || recv.arrived_.load(std::memory_order_acquire);
     };

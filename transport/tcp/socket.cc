@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "transport/progress.h"
 
 namespace baton::transport {
 namespace {
@@ -41,11 +42,7 @@ absl::Status WaitFor(int fd, short events, absl::Time deadline,
     if (!infinite) {
       absl::Duration wait = deadline - absl::Now();
       if (cancelled != nullptr) wait = std::min(wait, kCancelCheckInterval);
-      timeout_ms = wait <= absl::ZeroDuration()
-                       ? 0
-                       : static_cast<int>(std::min<int64_t>(
-                             absl::ToInt64Milliseconds(absl::Ceil(wait, absl::Milliseconds(1))),
-                             int64_t{1} << 30));
+      timeout_ms = ProgressEngine::PollTimeoutMs(wait);
     } else if (cancelled != nullptr) {
       timeout_ms = static_cast<int>(absl::ToInt64Milliseconds(kCancelCheckInterval));
     }
